@@ -1,0 +1,136 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let package = Package(
+    name: "nearbyd",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "nearbyd", targets: ["nearbyd"]),
+        .executable(name: "nearby-server", targets: ["nearby-server"]),
+        .executable(name: "nearby-air", targets: ["nearby-air"]),
+        .executable(name: "nearbyctl", targets: ["nearbyctl"]),
+        .executable(name: "nearby-bench", targets: ["nearby-bench"]),
+        .library(name: "NearbyMessages", targets: ["NearbyMessages"]),
+        .library(name: "DBus", targets: ["DBus"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.25.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.6.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.0"),
+    ],
+    targets: [
+        // C: the systemd headers (sd-bus, sd-event, sd-daemon, sd-journal) and the
+        // vtable builder that the SD_BUS_* macros cannot provide to Swift.
+        .target(
+            name: "CSystemd",
+            linkerSettings: [.linkedLibrary("systemd")]
+        ),
+        .target(name: "DBus", dependencies: ["CSystemd"]),
+        .target(
+            name: "SystemdService",
+            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(name: "NearbyCore"),
+        .target(name: "ServerAPI", dependencies: ["NearbyCore"]),
+        .target(
+            name: "NearbyAir",
+            dependencies: [
+                "NearbyCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "Mediums",
+            dependencies: ["NearbyCore", "NearbyAir", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(
+            name: "NearbyServer",
+            dependencies: [
+                "NearbyCore", "ServerAPI",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
+            ]
+        ),
+        .target(
+            name: "NearbyDaemon",
+            dependencies: [
+                "DBus", "NearbyCore", "ServerAPI", "Mediums", "SystemdService",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
+            ]
+        ),
+        .target(name: "NearbyMessages", dependencies: ["DBus"]),
+
+        .executableTarget(
+            name: "nearbyd",
+            dependencies: [
+                "NearbyDaemon", "SystemdService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "nearby-server",
+            dependencies: [
+                "NearbyServer", "SystemdService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "nearby-air",
+            dependencies: [
+                "NearbyAir", "SystemdService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "nearbyctl",
+            dependencies: [
+                "NearbyMessages",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "nearby-bench",
+            dependencies: [
+                "NearbyMessages", "DBus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "bench",
+            exclude: ["reference"]
+        ),
+
+        // Helpers for tests that start real processes: a private dbus-daemon,
+        // child processes with their output, timeouts.
+        .target(
+            name: "TestSupport",
+            dependencies: ["DBus", .product(name: "Subprocess", package: "swift-subprocess")],
+            path: "Tests/TestSupport"
+        ),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
+        .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
+        .testTarget(name: "NearbyAirTests", dependencies: ["NearbyAir"]),
+        .testTarget(name: "NearbyServerTests", dependencies: ["NearbyServer", "ServerAPI"]),
+        .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["NearbyMessages", "DBus", "TestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,199 @@
+import CSystemd
+
+/// A named argument of a method or signal, for introspection.
+public struct Argument: Sendable {
+    public let name: String
+    public let signature: Signature
+
+    public init(_ name: String, _ signature: Signature) {
+        self.name = name
+        self.signature = signature
+    }
+}
+
+/// A method an exported `Object` implements. The handler decodes its arguments from
+/// the ``MethodCall`` and replies, fails, or defers the reply; a method without
+/// outputs that returns without doing any of these gets an empty reply.
+public struct Method<Object: AnyObject>: Sendable {
+    public let name: String
+    public let inputs: [Argument]
+    public let outputs: [Argument]
+    let handler: @BusActor @Sendable (Object, MethodCall) throws(DBusError) -> Void
+
+    public init(_ name: String, inputs: [Argument] = [], outputs: [Argument] = [],
+                handler: @escaping @BusActor @Sendable (Object, MethodCall) throws(DBusError) -> Void) {
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+        self.handler = handler
+    }
+}
+
+/// A property of an exported `Object`. `get` returns a value of exactly the
+/// declared signature; a property with `set` is writable.
+public struct Property<Object: AnyObject>: Sendable {
+    public let name: String
+    public let signature: Signature
+    /// Whether changes are announced with PropertiesChanged (shown in introspection).
+    public let emitsChange: Bool
+    let get: @BusActor @Sendable (Object, Caller) throws(DBusError) -> DBusValue
+    let set: (@BusActor @Sendable (Object, DBusValue, Caller) throws(DBusError) -> Void)?
+
+    public init(_ name: String, _ signature: Signature, emitsChange: Bool = true,
+                get: @escaping @BusActor @Sendable (Object, Caller) throws(DBusError) -> DBusValue,
+                set: (@BusActor @Sendable (Object, DBusValue, Caller) throws(DBusError) -> Void)? = nil) {
+        self.name = name
+        self.signature = signature
+        self.emitsChange = emitsChange
+        self.get = get
+        self.set = set
+    }
+}
+
+/// A signal an interface declares, for introspection.
+public struct SignalDescription: Sendable {
+    public let name: String
+    public let arguments: [Argument]
+
+    public init(_ name: String, _ arguments: [Argument] = []) {
+        self.name = name
+        self.arguments = arguments
+    }
+}
+
+/// Who is asking: the unique bus name of the connection behind a call or property access.
+public struct Caller: Sendable, Hashable {
+    public let uniqueName: String
+}
+
+/// One D-Bus interface implemented by objects of type `Object`: its members and
+/// the sd-bus vtable built from them. Define it once and export any number of
+/// objects with it.
+@BusActor
+public final class Interface<Object: AnyObject> {
+    public let name: String
+    let methods: [String: Method<Object>]
+    let properties: [String: Property<Object>]
+    let vtable: OpaquePointer
+
+    public init(_ name: String, methods: [Method<Object>] = [], properties: [Property<Object>] = [],
+                signals: [SignalDescription] = []) {
+        self.name = name
+        self.methods = Dictionary(uniqueKeysWithValues: methods.map { ($0.name, $0) })
+        self.properties = Dictionary(uniqueKeysWithValues: properties.map { ($0.name, $0) })
+        guard let vtable = nearby_vtable_new(methods.count + properties.count + signals.count) else {
+            fatalError("out of memory building the vtable of \(name)")
+        }
+        self.vtable = vtable
+        // Access is decided per object by ExportedObject, so sd-bus's own privilege check is off.
+        for method in methods {
+            let names = Self.names(method.inputs + method.outputs)
+            let result = names.withUnsafeBufferPointer { buffer in
+                nearby_vtable_add_method(vtable, method.name, Self.joined(method.inputs), Self.joined(method.outputs),
+                                         buffer.baseAddress, buffer.count, methodTrampoline, NEARBY_VTABLE_UNPRIVILEGED)
+            }
+            precondition(result >= 0, "vtable entry for \(name).\(method.name)")
+        }
+        for property in properties {
+            // sd-bus accepts the unprivileged flag on writable properties only.
+            let flags = (property.emitsChange ? NEARBY_VTABLE_PROPERTY_EMITS_CHANGE : 0)
+                | (property.set == nil ? 0 : NEARBY_VTABLE_UNPRIVILEGED)
+            let result = nearby_vtable_add_property(vtable, property.name, property.signature.rawValue,
+                                                    propertyGetTrampoline,
+                                                    property.set == nil ? nil : propertySetTrampoline, flags)
+            precondition(result >= 0, "vtable entry for \(name).\(property.name)")
+        }
+        for signal in signals {
+            let names = Self.names(signal.arguments)
+            let result = names.withUnsafeBufferPointer { buffer in
+                nearby_vtable_add_signal(vtable, signal.name, Self.joined(signal.arguments),
+                                         buffer.baseAddress, buffer.count, 0)
+            }
+            precondition(result >= 0, "vtable entry for \(name).\(signal.name)")
+        }
+    }
+
+    isolated deinit {
+        nearby_vtable_free(vtable)
+    }
+
+    /// Pairs this interface with the object that implements it, for ``BusConnection/export(_:at:access:)``.
+    public func bind(_ object: Object) -> InterfaceBinding {
+        InterfaceBinding(name: name, vtable: vtable, implementation: BoundInterface(interface: self, object: object))
+    }
+
+    private static func joined(_ arguments: [Argument]) -> String {
+        arguments.map(\.signature.rawValue).joined()
+    }
+
+    /// Argument names as sd-bus wants them: each followed by a NUL.
+    private static func names(_ arguments: [Argument]) -> [CChar] {
+        arguments.flatMap { Array($0.name.utf8CString) }
+    }
+}
+
+/// An interface bound to one object, ready to be exported.
+@BusActor
+public struct InterfaceBinding {
+    let name: String
+    let vtable: OpaquePointer
+    let implementation: any InterfaceImplementation
+}
+
+/// What the C trampolines call: the type-erased face of an ``Interface`` bound to an object.
+@BusActor
+protocol InterfaceImplementation: AnyObject {
+    func call(_ member: String, _ call: MethodCall) throws(DBusError)
+    func outputsAreEmpty(_ member: String) -> Bool
+    func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue
+    func set(_ property: String, _ value: DBusValue, _ caller: Caller) throws(DBusError)
+    func signature(of property: String) -> Signature?
+}
+
+@BusActor
+final class BoundInterface<Object: AnyObject>: InterfaceImplementation {
+    let interface: Interface<Object>
+    let object: Object
+
+    init(interface: Interface<Object>, object: Object) {
+        self.interface = interface
+        self.object = object
+    }
+
+    func call(_ member: String, _ call: MethodCall) throws(DBusError) {
+        guard let method = interface.methods[member] else {
+            throw DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(member) on \(interface.name)")
+        }
+        try method.handler(object, call)
+    }
+
+    func outputsAreEmpty(_ member: String) -> Bool {
+        interface.methods[member]?.outputs.isEmpty ?? true
+    }
+
+    func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue {
+        guard let definition = interface.properties[property] else {
+            throw .unknownProperty("no property \(property) on \(interface.name)")
+        }
+        let value = try definition.get(object, caller)
+        guard value.signature == definition.signature else {
+            throw .failed("property \(property) produced '\(value.signature)', declared '\(definition.signature)'")
+        }
+        return value
+    }
+
+    func set(_ property: String, _ value: DBusValue, _ caller: Caller) throws(DBusError) {
+        guard let definition = interface.properties[property] else {
+            throw .unknownProperty("no property \(property) on \(interface.name)")
+        }
+        guard let setter = definition.set else { throw .propertyReadOnly("\(property) is read-only") }
+        guard value.signature == definition.signature else {
+            throw .invalidArgs("\(property) takes '\(definition.signature)', not '\(value.signature)'")
+        }
+        try setter(object, value, caller)
+    }
+
+    func signature(of property: String) -> Signature? {
+        interface.properties[property]?.signature
+    }
+}

@@ -1,0 +1,101 @@
+import CSystemd
+
+/// An incoming method call. The handler reads ``arguments`` and answers exactly
+/// once: ``reply(_:)`` or ``fail(_:)`` now, or ``deferReply()`` to answer later
+/// (after an await) without holding up the bus.
+@BusActor
+public final class MethodCall {
+    public let caller: Caller
+    public let path: ObjectPath
+    public let member: String
+    public let arguments: MessageReader
+    private let message: OpaquePointer
+    public private(set) var isAnswered = false
+
+    init(_ message: OpaquePointer) {
+        self.message = sd_bus_message_ref(message)
+        caller = Caller(uniqueName: sd_bus_message_get_sender(message).map { String(cString: $0) } ?? "")
+        path = ObjectPath(trusted: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "/")
+        member = sd_bus_message_get_member(message).map { String(cString: $0) } ?? ""
+        arguments = MessageReader(message)
+    }
+
+    isolated deinit {
+        sd_bus_message_unref(message)
+    }
+
+    /// Sends the method return; `body` appends the output arguments.
+    public func reply(_ body: (MessageWriter) throws(DBusError) -> Void = { _ in }) {
+        guard !isAnswered else { return }
+        isAnswered = true
+        send(message, body)
+    }
+
+    /// Answers the call with an error.
+    public func fail(_ error: DBusError) {
+        guard !isAnswered else { return }
+        isAnswered = true
+        sendError(message, error)
+    }
+
+    /// Takes over the answer: the call stays open until the returned
+    /// ``PendingReply`` is answered.
+    public func deferReply() -> PendingReply {
+        isAnswered = true
+        return PendingReply(message)
+    }
+}
+
+/// The answer to a method call that its handler deferred.
+@BusActor
+public final class PendingReply {
+    private let message: OpaquePointer
+    public private(set) var isAnswered = false
+
+    init(_ message: OpaquePointer) {
+        self.message = sd_bus_message_ref(message)
+    }
+
+    isolated deinit {
+        if !isAnswered { sendError(message, .failed("the call was dropped without an answer")) }
+        sd_bus_message_unref(message)
+    }
+
+    public func reply(_ body: (MessageWriter) throws(DBusError) -> Void = { _ in }) {
+        guard !isAnswered else { return }
+        isAnswered = true
+        send(message, body)
+    }
+
+    public func fail(_ error: DBusError) {
+        guard !isAnswered else { return }
+        isAnswered = true
+        sendError(message, error)
+    }
+}
+
+/// Sends a method return for `call`; if building it fails, the caller gets that error instead.
+@BusActor
+private func send(_ call: OpaquePointer, _ body: (MessageWriter) throws(DBusError) -> Void) {
+    var reply: OpaquePointer?
+    guard sd_bus_message_new_method_return(call, &reply) >= 0, let reply else { return }
+    defer { sd_bus_message_unref(reply) }
+    do {
+        try body(MessageWriter(reply))
+    } catch {
+        sendError(call, error)
+        return
+    }
+    sd_bus_send(nil, reply, nil)
+}
+
+@BusActor
+private func sendError(_ call: OpaquePointer, _ error: DBusError) {
+    var bus = sd_bus_error()
+    defer { sd_bus_error_free(&bus) }
+    _ = error.store(in: &bus)
+    var reply: OpaquePointer?
+    guard sd_bus_message_new_method_error(call, &reply, &bus) >= 0, let reply else { return }
+    sd_bus_send(nil, reply, nil)
+    sd_bus_message_unref(reply)
+}

@@ -1,0 +1,95 @@
+import Foundation
+import Subprocess
+import Synchronization
+
+/// A program a test started: its output lines as they come, its exit status,
+/// and a guaranteed end (SIGKILL at the latest when the object goes away).
+///
+/// Started through swift-subprocess, which resets the signal mask and handlers
+/// for the child; Foundation's `Process` passes on the blocked signals of the
+/// concurrency thread that spawns it, and such a child ignores SIGTERM.
+public final class ChildProcess: Sendable {
+    public let name: String
+    public let lines = Inbox<String>()
+    public let pid: Int32
+    private let exited = Inbox<Int32>()
+    private let runner: Task<Void, Never>
+
+    /// Starts `executable` with stdout and stderr captured line by line.
+    public init(name: String, executable: String, arguments: [String],
+                environment: [String: String] = [:]) async throws {
+        self.name = name
+        var updates: [Environment.Key: String?] = [:]
+        for (key, value) in environment {
+            if let key = Environment.Key(rawValue: key) { updates[key] = value }
+        }
+        let configuration = Configuration(
+            executable: .path(.init(executable)), arguments: Arguments(arguments),
+            environment: .inherit.updating(updates))
+        let started = Inbox<Result<Int32, ChildProcessError>>()
+        runner = Task { [lines, exited] in
+            do {
+                let result = try await run(configuration, input: .none, output: .sequence,
+                                           error: .combinedWithOutput) { execution in
+                    started.put(.success(execution.processIdentifier.value))
+                    for try await line in execution.standardOutput.strings() { lines.put(line) }
+                }
+                switch result.terminationStatus {
+                case .exited(let code): exited.put(code)
+                case .signaled(let signal): exited.put(128 + signal)
+                }
+            } catch {
+                started.put(.failure(ChildProcessError(message: "\(name): \(error)")))
+                exited.put(-1)
+            }
+        }
+        pid = try await started.first(within: 30, "\(name) to start") { _ in true }.get()
+    }
+
+    deinit {
+        if exited.values.isEmpty { kill(pid, SIGKILL) }
+    }
+
+    public var isRunning: Bool { exited.values.isEmpty }
+
+    /// The exit status once the program has ended (128 + signal if killed).
+    public var exitStatus: Int32? { exited.values.first }
+
+    /// Everything the program printed so far.
+    public var output: String { lines.values.joined(separator: "\n") }
+
+    /// Waits for an output line containing `text`.
+    @discardableResult
+    public func waitForLine(containing text: String, within seconds: Double = 20) async throws -> String {
+        do {
+            return try await lines.first(within: seconds, "\(name) to print '\(text)'") { $0.contains(text) }
+        } catch {
+            throw ChildProcessError(message: "\(error)\n--- \(name) output ---\n\(output)")
+        }
+    }
+
+    public func signal(_ signal: Int32) {
+        if isRunning { kill(pid, signal) }
+    }
+
+    /// Waits for the program to end and returns its exit status.
+    @discardableResult
+    public func waitForExit(within seconds: Double = 20) async throws -> Int32 {
+        try await exited.first(within: seconds, "\(name) to exit") { _ in true }
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited in `grace` seconds.
+    public func stop(grace: Double = 10) async {
+        signal(SIGTERM)
+        if (try? await waitForExit(within: grace)) == nil {
+            signal(SIGKILL)
+            _ = try? await waitForExit(within: grace)
+        }
+        await runner.value
+    }
+}
+
+public struct ChildProcessError: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
