@@ -1,0 +1,95 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One hearing of a token on a medium.
+public struct Sighting: Hashable, Sendable, Codable {
+    public var token: Token
+    public var medium: Medium
+    public var rssi: Int
+    public var txPower: Int?
+    public var distanceMeters: Double
+    /// Wall-clock time of the hearing, milliseconds since the epoch.
+    public var seenAtMilliseconds: UInt64
+
+    public init(token: Token, medium: Medium, rssi: Int, txPower: Int?, distanceMeters: Double,
+                seenAtMilliseconds: UInt64) {
+        self.token = token
+        self.medium = medium
+        self.rssi = rssi
+        self.txPower = txPower
+        self.distanceMeters = distanceMeters
+        self.seenAtMilliseconds = seenAtMilliseconds
+    }
+
+    public var key: Key { Key(token: token, medium: medium) }
+
+    /// A token on a medium: what is found and lost.
+    public struct Key: Hashable, Sendable, Codable {
+        public var token: Token
+        public var medium: Medium
+
+        public init(token: Token, medium: Medium) {
+            self.token = token
+            self.medium = medium
+        }
+    }
+}
+
+/// Decides which hearings the server needs to know of: a token heard for the
+/// first time (at once), one still heard (every `refreshInterval`, so the
+/// server keeps it), and one not heard for `lostTimeout` (gone).
+public struct SightingTracker: Sendable {
+    public let lostTimeout: Duration
+    public let refreshInterval: Duration
+    private var heard: [Sighting.Key: (sighting: Sighting, lastHeard: ContinuousClock.Instant, lastReported: ContinuousClock.Instant)] = [:]
+
+    public init(lostTimeout: Duration, refreshInterval: Duration) {
+        self.lostTimeout = lostTimeout
+        self.refreshInterval = refreshInterval
+    }
+
+    /// Records a hearing; returns it if it should be reported now.
+    public mutating func heard(_ sighting: Sighting, at now: ContinuousClock.Instant) -> Sighting? {
+        if let known = heard[sighting.key], now - known.lastReported < refreshInterval {
+            heard[sighting.key] = (sighting, now, known.lastReported)
+            return nil
+        }
+        heard[sighting.key] = (sighting, now, now)
+        return sighting
+    }
+
+    /// Removes and returns the tokens not heard for the lost timeout.
+    public mutating func expire(at now: ContinuousClock.Instant) -> [Sighting.Key] {
+        let gone = heard.filter { now - $0.value.lastHeard >= lostTimeout }.map(\.key)
+        for key in gone { heard.removeValue(forKey: key) }
+        return gone
+    }
+
+    /// When the next token will time out if not heard again, if any is heard.
+    public var nextExpiry: ContinuousClock.Instant? {
+        heard.values.map { $0.lastHeard + lostTimeout }.min()
+    }
+
+    /// Every token currently heard, with its latest hearing.
+    public var current: [Sighting] { heard.values.map(\.sighting) }
+
+    /// Forgets every hearing (the medium stopped scanning).
+    public mutating func removeAll() -> [Sighting.Key] {
+        defer { heard.removeAll() }
+        return Array(heard.keys)
+    }
+}
+
+/// Distance from signal strength by the log-distance path-loss model.
+public enum PathLoss {
+    /// `txPower` is the signal strength at one metre.
+    public static func distance(rssi: Int, txPower: Int, exponent: Double = 2.0) -> Double {
+        pow(10, Double(txPower - rssi) / (10 * exponent))
+    }
+
+    /// The signal strength at `distance` metres.
+    public static func rssi(distance: Double, txPower: Int, exponent: Double = 2.0) -> Double {
+        Double(txPower) - 10 * exponent * log10(max(distance, 0.01))
+    }
+}

@@ -1,0 +1,333 @@
+import Foundation
+import NearbyCore
+
+// The HTTP and WebSocket API of nearby-server, shared by the server and nearbyd.
+// doc/server-api/openapi.yaml describes the same shapes for other clients.
+// JSON throughout; times are milliseconds since the epoch; bytes are base64.
+
+/// Paths of the API, version 1.
+public enum APIPath {
+    public static let health = "/v1/health"
+    public static let devices = "/v1/devices"
+
+    public static func device(_ device: String) -> String { "/v1/devices/\(device)" }
+    public static func tokens(_ device: String) -> String { "/v1/devices/\(device)/tokens" }
+    public static func publications(_ device: String) -> String { "/v1/devices/\(device)/publications" }
+    public static func publication(_ device: String, _ id: String) -> String { "/v1/devices/\(device)/publications/\(id)" }
+    public static func subscriptions(_ device: String) -> String { "/v1/devices/\(device)/subscriptions" }
+    public static func subscription(_ device: String, _ id: String) -> String { "/v1/devices/\(device)/subscriptions/\(id)" }
+    public static func sightings(_ device: String) -> String { "/v1/devices/\(device)/sightings" }
+    public static func stream(_ device: String) -> String { "/v1/devices/\(device)/stream" }
+}
+
+/// Header that carries a project's API key when a device registers.
+public let apiKeyHeader = "X-Api-Key"
+
+/// `POST /v1/devices` (with ``apiKeyHeader``): a new device of the key's project.
+/// `secret` is the device's bearer credential for every other call.
+public struct DeviceRegistration: Codable, Sendable, Equatable {
+    public var device: String
+    public var secret: String
+    public var project: String
+    /// The project's own namespace: what an empty namespace stands for.
+    public var namespace: String
+
+    public init(device: String, secret: String, project: String, namespace: String) {
+        self.device = device
+        self.secret = secret
+        self.project = project
+        self.namespace = namespace
+    }
+}
+
+/// `POST /v1/devices/{device}/tokens`: a freshly issued token. It is valid until
+/// `expiresAtMs`; the device should ask for the next one at `refreshAtMs`, which
+/// leaves an overlap in which both are valid.
+public struct IssuedToken: Codable, Sendable, Equatable {
+    public var token: Token
+    public var expiresAtMs: UInt64
+    public var refreshAtMs: UInt64
+
+    public init(token: Token, expiresAtMs: UInt64, refreshAtMs: UInt64) {
+        self.token = token
+        self.expiresAtMs = expiresAtMs
+        self.refreshAtMs = refreshAtMs
+    }
+}
+
+/// `PUT /v1/devices/{device}/publications/{id}`: creates or replaces a publication.
+public struct PublicationSpec: Codable, Sendable, Equatable {
+    /// Empty: the project's namespace.
+    public var namespace: String
+    public var type: String
+    public var content: Data
+    public var mediums: [Medium]
+    public var mode: DiscoveryMode
+    public var expiresAtMs: UInt64
+
+    public init(namespace: String, type: String, content: Data, mediums: [Medium], mode: DiscoveryMode,
+                expiresAtMs: UInt64) {
+        self.namespace = namespace
+        self.type = type
+        self.content = content
+        self.mediums = mediums
+        self.mode = mode
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+/// A publication as the server holds it (content left out of listings).
+public struct PublicationRecord: Codable, Sendable, Equatable {
+    public var id: String
+    /// Resolved: never empty.
+    public var namespace: String
+    public var type: String
+    public var mediums: [Medium]
+    public var mode: DiscoveryMode
+    public var expiresAtMs: UInt64
+
+    public init(id: String, namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode, expiresAtMs: UInt64) {
+        self.id = id
+        self.namespace = namespace
+        self.type = type
+        self.mediums = mediums
+        self.mode = mode
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+public struct PublicationList: Codable, Sendable, Equatable {
+    public var publications: [PublicationRecord]
+
+    public init(publications: [PublicationRecord]) {
+        self.publications = publications
+    }
+}
+
+/// `PUT /v1/devices/{device}/subscriptions/{id}`: creates or replaces a subscription.
+public struct SubscriptionSpec: Codable, Sendable, Equatable {
+    /// Empty: the project's namespace.
+    public var namespace: String
+    /// Empty: every type of the namespace.
+    public var type: String
+    public var mediums: [Medium]
+    public var mode: DiscoveryMode
+    /// 0: no expiry.
+    public var expiresAtMs: UInt64
+
+    public init(namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode, expiresAtMs: UInt64) {
+        self.namespace = namespace
+        self.type = type
+        self.mediums = mediums
+        self.mode = mode
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+public struct SubscriptionRecord: Codable, Sendable, Equatable {
+    public var id: String
+    public var namespace: String
+    public var type: String
+    public var mediums: [Medium]
+    public var mode: DiscoveryMode
+    public var expiresAtMs: UInt64
+
+    public init(id: String, namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode, expiresAtMs: UInt64) {
+        self.id = id
+        self.namespace = namespace
+        self.type = type
+        self.mediums = mediums
+        self.mode = mode
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+public struct SubscriptionList: Codable, Sendable, Equatable {
+    public var subscriptions: [SubscriptionRecord]
+
+    public init(subscriptions: [SubscriptionRecord]) {
+        self.subscriptions = subscriptions
+    }
+}
+
+/// `POST /v1/devices/{device}/sightings`: tokens the device hears (`seen`, sent
+/// when first heard and then periodically) and tokens it stopped hearing (`gone`).
+public struct SightingReport: Codable, Sendable, Equatable {
+    public var seen: [Seen]
+    public var gone: [Gone]
+
+    public init(seen: [Seen] = [], gone: [Gone] = []) {
+        self.seen = seen
+        self.gone = gone
+    }
+
+    public struct Seen: Codable, Sendable, Equatable {
+        public var token: Token
+        public var medium: Medium
+        public var rssi: Int
+        public var distance: Double
+        public var seenAtMs: UInt64
+
+        public init(token: Token, medium: Medium, rssi: Int, distance: Double, seenAtMs: UInt64) {
+            self.token = token
+            self.medium = medium
+            self.rssi = rssi
+            self.distance = distance
+            self.seenAtMs = seenAtMs
+        }
+    }
+
+    public struct Gone: Codable, Sendable, Equatable {
+        public var token: Token
+        public var medium: Medium
+
+        public init(token: Token, medium: Medium) {
+            self.token = token
+            self.medium = medium
+        }
+    }
+}
+
+/// The verdict on each `seen` token of a report, in order.
+public struct SightingResults: Codable, Sendable, Equatable {
+    public var results: [Result]
+
+    public init(results: [Result]) {
+        self.results = results
+    }
+
+    public struct Result: Codable, Sendable, Equatable {
+        public var token: Token
+        public var status: Status
+
+        public init(token: Token, status: Status) {
+            self.token = token
+            self.status = status
+        }
+    }
+
+    public enum Status: String, Codable, Sendable {
+        /// A valid token of a registered device.
+        case ok
+        /// No device was ever issued this token.
+        case unknown
+        /// The token's lifetime is over.
+        case expired
+    }
+}
+
+/// Every error response: a stable code and a sentence for people.
+public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvertible {
+    public var error: Code
+    public var message: String
+
+    public init(_ error: Code, _ message: String) {
+        self.error = error
+        self.message = message
+    }
+
+    public var description: String { "\(error.rawValue): \(message)" }
+
+    public enum Code: String, Codable, Sendable {
+        case invalidArgument = "invalid_argument"
+        case unauthenticated
+        case permissionDenied = "permission_denied"
+        case notFound = "not_found"
+        case limitExceeded = "limit_exceeded"
+        case payloadTooLarge = "payload_too_large"
+        case internalError = "internal"
+    }
+}
+
+// MARK: - Stream (WebSocket text frames, one JSON object each)
+
+/// A subscription of this device and a publication near it that it matches.
+public struct Match: Codable, Sendable, Equatable {
+    public var subscription: String
+    /// Opaque, stable id of the publication (unique across devices).
+    public var source: String
+    public var namespace: String
+    public var type: String
+    public var content: Data
+    public var medium: Medium
+    public var rssi: Int
+    public var distance: Double
+
+    public init(subscription: String, source: String, namespace: String, type: String, content: Data,
+                medium: Medium, rssi: Int, distance: Double) {
+        self.subscription = subscription
+        self.source = source
+        self.namespace = namespace
+        self.type = type
+        self.content = content
+        self.medium = medium
+        self.rssi = rssi
+        self.distance = distance
+    }
+}
+
+/// What the server pushes to a device.
+public enum StreamEvent: Codable, Sendable, Equatable {
+    /// A publication came near one of the device's subscriptions.
+    case found(Match)
+    /// It is no longer near (moved away, unpublished, expired).
+    case lost(subscription: String, source: String)
+    /// Every current match of the device's subscriptions, in answer to a
+    /// ``StreamRequest/snapshot`` (after a reconnect, to drop what was lost meanwhile).
+    case snapshot([Match])
+
+    private enum CodingKeys: String, CodingKey {
+        case event, match, subscription, source, matches
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        switch try container.decode(String.self, forKey: .event) {
+        case "found": self = .found(try container.decode(Match.self, forKey: .match))
+        case "lost":
+            self = .lost(subscription: try container.decode(String.self, forKey: .subscription),
+                         source: try container.decode(String.self, forKey: .source))
+        case "snapshot": self = .snapshot(try container.decode([Match].self, forKey: .matches))
+        case let other:
+            throw DecodingError.dataCorruptedError(forKey: .event, in: container, debugDescription: "unknown event \(other)")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .found(let match):
+            try container.encode("found", forKey: .event)
+            try container.encode(match, forKey: .match)
+        case .lost(let subscription, let source):
+            try container.encode("lost", forKey: .event)
+            try container.encode(subscription, forKey: .subscription)
+            try container.encode(source, forKey: .source)
+        case .snapshot(let matches):
+            try container.encode("snapshot", forKey: .event)
+            try container.encode(matches, forKey: .matches)
+        }
+    }
+}
+
+/// What a device sends on its stream.
+public enum StreamRequest: String, Codable, Sendable {
+    /// Ask for a ``StreamEvent/snapshot(_:)``.
+    case snapshot
+
+    private enum CodingKeys: String, CodingKey { case request }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let name = try container.decode(String.self, forKey: .request)
+        guard let request = StreamRequest(rawValue: name) else {
+            throw DecodingError.dataCorruptedError(forKey: .request, in: container, debugDescription: "unknown request \(name)")
+        }
+        self = request
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(rawValue, forKey: .request)
+    }
+}
