@@ -17,7 +17,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.20.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.25.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0"),
@@ -40,6 +42,8 @@ let package = Package(
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
         ),
         .target(name: "NearbyCore"),
+        // Strict reading of the TOML configuration files of nearbyd and nearby-server.
+        .target(name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "ServerAPI", dependencies: ["NearbyCore"]),
         .target(
             name: "NearbyAir",
@@ -48,6 +52,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -71,12 +76,14 @@ let package = Package(
         .target(
             name: "NearbyDaemon",
             dependencies: [
-                "DBus", "NearbyCore", "ServerAPI", "Mediums", "SystemdService",
+                "DBus", "NearbyCore", "ServerAPI", "Mediums", "SystemdService", "ConfigFile",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "TOMLKit", package: "TOMLKit"),
             ]
         ),
         .target(name: "NearbyMessages", dependencies: ["DBus"]),
@@ -84,8 +91,10 @@ let package = Package(
         .executableTarget(
             name: "nearbyd",
             dependencies: [
-                "NearbyDaemon", "SystemdService",
+                "NearbyDaemon", "SystemdService", "ConfigFile",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .executableTarget(
@@ -101,6 +110,7 @@ let package = Package(
             dependencies: [
                 "NearbyAir", "SystemdService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .executableTarget(
@@ -108,6 +118,7 @@ let package = Package(
             dependencies: [
                 "NearbyMessages",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
         .executableTarget(

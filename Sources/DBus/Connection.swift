@@ -95,7 +95,7 @@ public final class BusConnection {
     public func call<Result: Sendable>(
         destination: String, path: ObjectPath, interface: String, member: String,
         timeoutMicroseconds: UInt64 = 0,
-        arguments: (MessageWriter) throws(DBusError) -> Void = { _ in },
+        arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in },
         decode: @escaping @BusActor (MessageReader) throws(DBusError) -> Result
     ) async throws(DBusError) -> Result {
         let message = try newMethodCall(destination: destination, path: path, interface: interface, member: member)
@@ -121,7 +121,7 @@ public final class BusConnection {
     /// Calls a method whose reply carries nothing the caller needs.
     public func call(
         destination: String, path: ObjectPath, interface: String, member: String,
-        arguments: (MessageWriter) throws(DBusError) -> Void = { _ in }
+        arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }
     ) async throws(DBusError) {
         try await call(destination: destination, path: path, interface: interface, member: member,
                        arguments: arguments) { _ throws(DBusError) in () }
@@ -130,7 +130,7 @@ public final class BusConnection {
     /// Sends a method call without waiting for (or wanting) a reply.
     public func send(
         destination: String, path: ObjectPath, interface: String, member: String,
-        arguments: (MessageWriter) throws(DBusError) -> Void = { _ in }
+        arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }
     ) throws(DBusError) {
         let message = try newMethodCall(destination: destination, path: path, interface: interface, member: member)
         defer { sd_bus_message_unref(message) }
@@ -147,12 +147,30 @@ public final class BusConnection {
         ) { reader throws(DBusError) in try reader.read(UInt32.self) }
     }
 
+    /// The same, answered before returning: the bus thread waits for the bus
+    /// daemon meanwhile. For rare privileged checks in handlers that must answer
+    /// at once (property setters); everything else uses the async form.
+    public func unixUserBlocking(of name: String) throws(DBusError) -> UInt32 {
+        let message = try newMethodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                        interface: "org.freedesktop.DBus", member: "GetConnectionUnixUser")
+        defer { sd_bus_message_unref(message) }
+        try MessageWriter(message).append(name)
+        var error = sd_bus_error()
+        defer { sd_bus_error_free(&error) }
+        var reply: OpaquePointer?
+        if sd_bus_call(bus, message, 0, &error, &reply) < 0 {
+            throw sd_bus_error_is_set(&error) != 0 ? DBusError(&error) : .failed("GetConnectionUnixUser failed")
+        }
+        defer { sd_bus_message_unref(reply) }
+        return try MessageReader(reply!).read(UInt32.self)
+    }
+
     // MARK: Signals
 
     /// Emits a signal; with a `destination` it goes to that connection only.
     public func emitSignal(
         path: ObjectPath, interface: String, member: String, destination: String? = nil,
-        arguments: (MessageWriter) throws(DBusError) -> Void
+        arguments: @BusActor (MessageWriter) throws(DBusError) -> Void
     ) throws(DBusError) {
         var message: OpaquePointer?
         try check(sd_bus_message_new_signal(bus, &message, path.rawValue, interface, member),

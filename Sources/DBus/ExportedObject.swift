@@ -34,7 +34,7 @@ public final class ExportedObject {
 
     /// Emits one of the object's signals (to the owner only, for owned objects).
     public func emitSignal(interface: String, member: String,
-                           arguments: (MessageWriter) throws(DBusError) -> Void) throws(DBusError) {
+                           arguments: @BusActor (MessageWriter) throws(DBusError) -> Void) throws(DBusError) {
         guard !slots.isEmpty else { return }
         try connection.emitSignal(path: path, interface: interface, member: member,
                                   destination: access.destination, arguments: arguments)

@@ -25,7 +25,7 @@ public final class MethodCall {
     }
 
     /// Sends the method return; `body` appends the output arguments.
-    public func reply(_ body: (MessageWriter) throws(DBusError) -> Void = { _ in }) {
+    public func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) {
         guard !isAnswered else { return }
         isAnswered = true
         send(message, body)
@@ -61,7 +61,7 @@ public final class PendingReply {
         sd_bus_message_unref(message)
     }
 
-    public func reply(_ body: (MessageWriter) throws(DBusError) -> Void = { _ in }) {
+    public func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) {
         guard !isAnswered else { return }
         isAnswered = true
         send(message, body)
@@ -76,7 +76,7 @@ public final class PendingReply {
 
 /// Sends a method return for `call`; if building it fails, the caller gets that error instead.
 @BusActor
-private func send(_ call: OpaquePointer, _ body: (MessageWriter) throws(DBusError) -> Void) {
+private func send(_ call: OpaquePointer, _ body: @BusActor (MessageWriter) throws(DBusError) -> Void) {
     var reply: OpaquePointer?
     guard sd_bus_message_new_method_return(call, &reply) >= 0, let reply else { return }
     defer { sd_bus_message_unref(reply) }

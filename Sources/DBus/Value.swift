@@ -20,6 +20,16 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
         try ObjectPath(rawValue == "/" ? "/\(element)" : "\(rawValue)/\(element)")
     }
 
+    /// The path of a child element the caller builds from known-valid parts
+    /// (letters, digits, underscores); anything else is a programming error.
+    public func child(_ element: String) -> ObjectPath {
+        do {
+            return try appending(element)
+        } catch {
+            preconditionFailure("invalid object path element '\(element)'")
+        }
+    }
+
     /// Whether `self` is `other` or lies below it.
     public func isDescendant(of other: ObjectPath) -> Bool {
         other.rawValue == "/" || rawValue == other.rawValue || rawValue.hasPrefix(other.rawValue + "/")

@@ -1,0 +1,120 @@
+import DBus
+import NearbyCore
+
+/// `org.nearbyd.Manager1`: one app's message manager (GNSMessageManager).
+@BusActor
+final class ManagerObject {
+    nonisolated static let interfaceName = "org.nearbyd.Manager1"
+
+    let manager: Manager
+    let path: ObjectPath
+    unowned let service: NearbyService
+    var exported: ExportedObject?
+
+    // Stored here until the permission and error handling is wired to them.
+    var permissionGranted = true
+    var background = false
+    var microphonePermissionError = false
+    var bluetoothPowerError = false
+    var bluetoothPermissionError = false
+
+    init(manager: Manager, path: ObjectPath, service: NearbyService) {
+        self.manager = manager
+        self.path = path
+        self.service = service
+    }
+
+    static let publishOptions: [String: Signature] = ["Namespace": "s", "Strategy": "a{sv}", "PermissionRequestHandler": "o"]
+    static let subscribeOptions: [String: Signature] = [
+        "Namespace": "s", "Type": "s", "DeviceTypes": "as", "Strategy": "a{sv}", "BeaconStrategy": "a{sv}",
+        "PermissionRequestHandler": "o",
+    ]
+    static let beaconStrategyOptions: [String: Signature] = [
+        "IncludeIBeacons": "b", "LowPowerPreferred": "b", "AllowInBackground": "b",
+    ]
+
+    static let interface = Interface<ManagerObject>(
+        interfaceName,
+        methods: [
+            Method("Publish", inputs: [Argument("content", "ay"), Argument("type", "s"), Argument("params", "a{sv}")],
+                   outputs: [Argument("publication", "o")]) { object, call throws(DBusError) in
+                let content = try call.arguments.read([UInt8].self)
+                let type = try call.arguments.read(String.self)
+                let raw = try call.arguments.read([String: Variant].self)
+                let path = try checked { () throws(NearbyError) in
+                    let params = try Options(raw, allowed: publishOptions, context: "Publish params")
+                    try MessageRules.checkContent(content)
+                    try MessageRules.checkType(type)
+                    let namespace = params.string("Namespace") ?? ""
+                    try MessageRules.checkNamespace(namespace)
+                    let strategy = try StrategyOptions.parse(
+                        params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy"),
+                        for: .publication, enabled: object.service.enabledMediums)
+                    return try object.service.publish(Message(namespace: namespace, type: type, content: content),
+                                                      strategy: strategy, in: object)
+                }
+                call.reply { writer throws(DBusError) in try writer.append(path) }
+            },
+            Method("Subscribe", inputs: [Argument("params", "a{sv}")],
+                   outputs: [Argument("subscription", "o")]) { object, call throws(DBusError) in
+                let raw = try call.arguments.read([String: Variant].self)
+                let path = try checked { () throws(NearbyError) in
+                    let params = try Options(raw, allowed: subscribeOptions, context: "Subscribe params")
+                    let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
+                    try MessageRules.checkNamespace(filter.namespace)
+                    try MessageRules.checkType(filter.type)
+                    try checkDeviceTypes(params)
+                    let strategy = try StrategyOptions.parse(
+                        params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy"),
+                        for: .subscription, enabled: object.service.enabledMediums)
+                    return try object.service.subscribe(filter, strategy: strategy, in: object)
+                }
+                call.reply { writer throws(DBusError) in try writer.append(path) }
+            },
+            Method("Release") { object, _ in
+                object.service.release(object)
+            },
+        ],
+        properties: [
+            Property("PermissionGranted", "b", get: { object, _ in .bool(object.permissionGranted) },
+                     set: { object, value, _ throws(DBusError) in
+                         object.permissionGranted = value.bool ?? true
+                         try object.exported?.emitPropertiesChanged(interface: interfaceName, ["PermissionGranted"])
+                     }),
+            Property("MicrophonePermissionError", "b") { object, _ in .bool(object.microphonePermissionError) },
+            Property("BluetoothPowerError", "b") { object, _ in .bool(object.bluetoothPowerError) },
+            Property("BluetoothPermissionError", "b") { object, _ in .bool(object.bluetoothPermissionError) },
+            Property("Background", "b", get: { object, _ in .bool(object.background) },
+                     set: { object, value, _ throws(DBusError) in
+                         object.background = value.bool ?? false
+                         try object.exported?.emitPropertiesChanged(interface: interfaceName, ["Background"])
+                     }),
+        ]
+    )
+
+    /// `DeviceTypes` and `BeaconStrategy`: only nearby devices are supported so far.
+    private static func checkDeviceTypes(_ params: Options) throws(NearbyError) {
+        let deviceTypes = params.strings("DeviceTypes") ?? ["nearby"]
+        guard !deviceTypes.isEmpty else { throw .invalidArguments("DeviceTypes must name at least one device type") }
+        for deviceType in deviceTypes where !["nearby", "ble-beacon"].contains(deviceType) {
+            throw .invalidArguments("unknown device type '\(deviceType)' in DeviceTypes; known: nearby, ble-beacon")
+        }
+        guard Set(deviceTypes).count == deviceTypes.count else {
+            throw .invalidArguments("DeviceTypes names a device type twice")
+        }
+        if params.has("BeaconStrategy") {
+            guard deviceTypes.contains("ble-beacon") else {
+                throw .invalidArguments("BeaconStrategy applies to DeviceTypes 'ble-beacon' only")
+            }
+            _ = try params.options("BeaconStrategy", allowed: beaconStrategyOptions, context: "BeaconStrategy")
+        }
+        if deviceTypes.contains("ble-beacon") {
+            throw .notSupported("beacon subscriptions (DeviceTypes 'ble-beacon') are not available in this version")
+        }
+    }
+
+    /// Emits PropertiesChanged for `names` to the owner.
+    func changed(_ names: [String]) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
+    }
+}

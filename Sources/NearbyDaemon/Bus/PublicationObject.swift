@@ -1,0 +1,42 @@
+import DBus
+import NearbyCore
+
+/// `org.nearbyd.Publication1`: one live publication.
+@BusActor
+final class PublicationObject {
+    nonisolated static let interfaceName = "org.nearbyd.Publication1"
+
+    let publication: Publication
+    let path: ObjectPath
+    unowned let service: NearbyService
+    var exported: ExportedObject?
+    var expiry: Task<Void, Never>?
+
+    init(publication: Publication, path: ObjectPath, service: NearbyService) {
+        self.publication = publication
+        self.path = path
+        self.service = service
+    }
+
+    static let interface = Interface<PublicationObject>(
+        interfaceName,
+        methods: [
+            Method("Unpublish") { object, _ in object.service.unpublish(object) },
+        ],
+        properties: [
+            Property("Status", "s") { object, _ in .string(object.publication.status.rawValue) },
+            Property("Namespace", "s") { object, _ in .string(object.service.resolvedNamespace(of: object)) },
+            Property("Type", "s", emitsChange: false) { object, _ in .string(object.publication.message.type) },
+            Property("ExpiresAt", "t", emitsChange: false) { object, _ in .uint64(object.publication.expiresAt) },
+        ],
+        signals: [SignalDescription("Expired")]
+    )
+
+    func changed(_ names: [String]) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
+    }
+
+    func emitExpired() {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: "Expired") { _ in }
+    }
+}

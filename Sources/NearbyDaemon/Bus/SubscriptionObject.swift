@@ -1,0 +1,68 @@
+import DBus
+import NearbyCore
+
+/// `org.nearbyd.Subscription1`: one live subscription, and its found/lost signals.
+@BusActor
+final class SubscriptionObject {
+    nonisolated static let interfaceName = "org.nearbyd.Subscription1"
+
+    let subscription: Subscription
+    let path: ObjectPath
+    unowned let service: NearbyService
+    var exported: ExportedObject?
+    var expiry: Task<Void, Never>?
+
+    init(subscription: Subscription, path: ObjectPath, service: NearbyService) {
+        self.subscription = subscription
+        self.path = path
+        self.service = service
+    }
+
+    static let messageArguments = [Argument("content", "ay"), Argument("namespace", "s"), Argument("type", "s")]
+
+    static let interface = Interface<SubscriptionObject>(
+        interfaceName,
+        methods: [
+            Method("Unsubscribe") { object, _ in object.service.unsubscribe(object) },
+        ],
+        properties: [
+            Property("Status", "s") { object, _ in .string(object.subscription.status.rawValue) },
+        ],
+        signals: [
+            SignalDescription("MessageFound", messageArguments + [Argument("info", "a{sv}")]),
+            SignalDescription("MessageLost", messageArguments + [Argument("info", "a{sv}")]),
+            SignalDescription("DistanceChanged", messageArguments + [Argument("meters", "d"), Argument("accuracy", "d")]),
+            SignalDescription("BleSignalChanged", messageArguments + [Argument("rssi", "n"), Argument("tx_power", "n")]),
+            SignalDescription("Expired"),
+        ]
+    )
+
+    func changed(_ names: [String]) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
+    }
+
+    func emitFound(_ message: Message, _ info: SightingInfo) {
+        emit("MessageFound", message, info)
+    }
+
+    func emitLost(_ message: Message, _ info: SightingInfo) {
+        emit("MessageLost", message, info)
+    }
+
+    func emitExpired() {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: "Expired") { _ in }
+    }
+
+    private func emit(_ member: String, _ message: Message, _ info: SightingInfo) {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: member) { writer throws(DBusError) in
+            try writer.append(message.content)
+            try writer.append(message.namespace)
+            try writer.append(message.type)
+            try writer.append(DBusValue.vardict([
+                "Medium": .string(info.medium.rawValue),
+                "Rssi": .int16(Int16(clamping: info.rssi)),
+                "DistanceMeters": .double(info.distanceMeters),
+            ]))
+        }
+    }
+}

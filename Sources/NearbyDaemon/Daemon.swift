@@ -1,0 +1,70 @@
+import DBus
+import Foundation
+import Logging
+import Mediums
+import NearbyCore
+import ServiceLifecycle
+import SystemdService
+
+/// nearbyd as a service of its process: connects to the bus, exports the API,
+/// takes the name `org.nearbyd`, and runs until a shutdown signal or the bus
+/// going away; then ends every client's objects and leaves.
+public struct Daemon: Service {
+    public static let busName = "org.nearbyd"
+
+    let configuration: DaemonConfiguration
+    let logger: Logger
+
+    public init(configuration: DaemonConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        try FileManager.default.createDirectory(atPath: configuration.stateDirectory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let backends = makeBackends()
+        let (busLost, busLostSignal) = AsyncStream.makeStream(of: Void.self)
+        let service = try await start(backends: backends, onBusLost: { busLostSignal.yield() })
+        let uniqueName = await service.connection.uniqueName
+        logger.info("nearbyd \(NearbyService.version) ready", metadata: ["bus": "\(configuration.bus)", "name": "\(uniqueName)"])
+        FileHandle.standardOutput.write(Data("nearbyd: ready on \(configuration.bus) as \(uniqueName)\n".utf8))
+        ServiceNotifier.ready(status: "serving \(Self.busName) on the \(configuration.bus)")
+
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                // Until SIGTERM/SIGINT (the service group's graceful shutdown) or the bus goes away.
+                await withGracefulShutdownHandler {
+                    for await _ in busLost { break }
+                } onGracefulShutdown: {
+                    busLostSignal.finish()
+                }
+            }
+        }
+        ServiceNotifier.stopping()
+        logger.info("nearbyd stopping")
+        await service.stop(grace: .seconds(2))
+        await service.connection.close()
+    }
+
+    @BusActor
+    private func start(backends: [any MediumBackend], onBusLost: @escaping @Sendable () -> Void) throws -> NearbyService {
+        let connection = try BusConnection(configuration.bus)
+        connection.onDisconnect {
+            logger.error("the connection to the bus was lost")
+            onBusLost()
+        }
+        let service = NearbyService(configuration: configuration, connection: connection, backends: backends, logger: logger)
+        try service.start()
+        // The name last: whoever finds it on the bus finds the API ready.
+        try connection.requestName(Self.busName)
+        return service
+    }
+
+    private func makeBackends() -> [any MediumBackend] {
+        guard configuration.ble == .sim else { return [] }
+        let settings = SimulatedMedium.Settings(socketPath: configuration.airSocket, device: configuration.simDevice,
+                                                position: configuration.simPosition, txPower: configuration.bleTxPower)
+        return [SimulatedMedium(medium: .ble, settings: settings, logger: logger)]
+    }
+}

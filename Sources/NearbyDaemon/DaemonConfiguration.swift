@@ -1,0 +1,176 @@
+import ConfigFile
+import DBus
+import Foundation
+import Logging
+import Mediums
+import NearbyAir
+import NearbyCore
+
+/// Everything nearbyd can be told, from /etc/nearbyd/nearbyd.conf and then its
+/// command line. doc/configuration.md describes each key.
+public struct DaemonConfiguration: Sendable {
+    public static let defaultPath = "/etc/nearbyd/nearbyd.conf"
+
+    /// Which backend drives a medium.
+    public enum Backend: String, Sendable, CaseIterable {
+        /// The medium is disabled: asking for it is NotSupported.
+        case off
+        /// The antenna or speaker is nearby-air's simulated space.
+        case sim
+    }
+
+    /// `[daemon] bus`: system, session, or a D-Bus address.
+    public var bus: BusConnection.Address = .system
+    /// `[daemon] state-directory`: device credentials and other state that outlives a restart.
+    public var stateDirectory = "/var/lib/nearbyd"
+    /// `[daemon] log-level`.
+    public var logLevel: Logger.Level = .info
+
+    /// `[server] url`: base URL of nearby-server.
+    public var serverURL = "http://127.0.0.1:8080"
+    /// `[server] reconnect-initial-delay` and `reconnect-max-delay`, seconds: the
+    /// backoff after the server cannot be reached doubles from the first to the second.
+    public var reconnectInitialDelay = 0.2
+    public var reconnectMaxDelay = 30.0
+    /// `[server] request-timeout`, seconds.
+    public var requestTimeout = 10.0
+
+    /// `[discovery] lost-timeout`, seconds: a device not heard for this long is gone.
+    public var lostTimeout = 3.0
+    /// `[discovery] refresh-interval`, seconds: how often a token still heard is
+    /// reported again (the server drops sightings it is not told of for 30 s).
+    public var refreshInterval = 10.0
+
+    /// `[limits]`.
+    public var limits = RegistryLimits()
+
+    /// `[ble] backend` and `tx-power` (dBm at one metre).
+    public var ble = Backend.sim
+    public var bleTxPower = -59
+    /// `[audio] backend`.
+    public var audio = Backend.off
+
+    /// `[sim] air-socket`, `device`, `position`: how the daemon appears in nearby-air.
+    public var airSocket = "/run/nearby-air.sock"
+    public var simDevice = ProcessInfo.processInfo.hostName
+    public var simPosition = Position(x: 0, y: 0)
+
+    public init() {}
+
+    /// The mediums whose backend is not `off`.
+    public var enabledMediums: Set<Medium> {
+        var mediums: Set<Medium> = []
+        if ble != .off { mediums.insert(.ble) }
+        if audio != .off { mediums.insert(.audio) }
+        return mediums
+    }
+
+    /// Reads a configuration file over the defaults.
+    public static func load(path: String, required: Bool) throws(ConfigurationError) -> DaemonConfiguration {
+        try DaemonConfiguration().applying(ConfigFile(path: path, required: required))
+    }
+
+    /// These settings overridden by what `file` sets.
+    public func applying(_ file: ConfigFile) throws(ConfigurationError) -> DaemonConfiguration {
+        var result = self
+        try file.checkSections(["daemon", "server", "discovery", "limits", "ble", "audio", "sim"])
+
+        let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level"])
+        if let bus = try daemon.string("bus") { result.bus = Self.busAddress(bus) }
+        if let directory = try daemon.string("state-directory") { result.stateDirectory = directory }
+        if let level = try daemon.string("log-level") {
+            guard let parsed = Logger.Level(rawValue: level) else {
+                throw daemon.invalid("log-level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            result.logLevel = parsed
+        }
+
+        let server = try file.section("server", keys: ["url", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout"])
+        if let url = try server.string("url") { result.serverURL = url }
+        if let delay = try server.number("reconnect-initial-delay") { result.reconnectInitialDelay = delay }
+        if let delay = try server.number("reconnect-max-delay") { result.reconnectMaxDelay = delay }
+        if let timeout = try server.number("request-timeout") { result.requestTimeout = timeout }
+
+        let discovery = try file.section("discovery", keys: ["lost-timeout", "refresh-interval"])
+        if let timeout = try discovery.number("lost-timeout") { result.lostTimeout = timeout }
+        if let interval = try discovery.number("refresh-interval") { result.refreshInterval = interval }
+
+        let limits = try file.section("limits", keys: ["max-clients", "max-managers-per-client", "max-objects-per-manager"])
+        if let value = try limits.integer("max-clients") { result.limits.maxClients = value }
+        if let value = try limits.integer("max-managers-per-client") { result.limits.maxManagersPerClient = value }
+        if let value = try limits.integer("max-objects-per-manager") { result.limits.maxObjectsPerManager = value }
+
+        let ble = try file.section("ble", keys: ["backend", "tx-power"])
+        if let backend = try ble.string("backend") { result.ble = try Self.backend(backend, in: ble) }
+        if let power = try ble.integer("tx-power") { result.bleTxPower = power }
+
+        let audio = try file.section("audio", keys: ["backend"])
+        if let backend = try audio.string("backend") { result.audio = try Self.backend(backend, in: audio) }
+        if result.audio == .sim {
+            throw audio.invalid("backend", "'sim' is not available yet: the simulated acoustic space comes with the audio modem; use 'off'")
+        }
+
+        let sim = try file.section("sim", keys: ["air-socket", "device", "position"])
+        if let socket = try sim.string("air-socket") { result.airSocket = socket }
+        if let device = try sim.string("device") { result.simDevice = device }
+        if let position = try sim.numbers("position") {
+            guard let parsed = Self.position(position) else { throw sim.invalid("position", "must be [x, y] or [x, y, z] in metres") }
+            result.simPosition = parsed
+        }
+
+        do {
+            try result.validate()
+        } catch {
+            throw ConfigurationError("\(file.source): \(error.message)")
+        }
+        return result
+    }
+
+    /// Checks every value against its range and the values against each other.
+    public func validate() throws(ConfigurationError) {
+        guard !stateDirectory.isEmpty else { throw ConfigurationError("[daemon] state-directory must not be empty") }
+        guard let url = URL(string: serverURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+            throw ConfigurationError("[server] url '\(serverURL)' must be an http:// or https:// URL")
+        }
+        try Self.check(reconnectInitialDelay, in: 0.01...60, "[server] reconnect-initial-delay")
+        try Self.check(reconnectMaxDelay, in: reconnectInitialDelay...3600, "[server] reconnect-max-delay")
+        try Self.check(requestTimeout, in: 0.1...300, "[server] request-timeout")
+        try Self.check(lostTimeout, in: 0.2...600, "[discovery] lost-timeout")
+        try Self.check(refreshInterval, in: 0.1...25, "[discovery] refresh-interval")
+        try Self.check(Double(limits.maxClients), in: 1...100_000, "[limits] max-clients")
+        try Self.check(Double(limits.maxManagersPerClient), in: 1...10_000, "[limits] max-managers-per-client")
+        try Self.check(Double(limits.maxObjectsPerManager), in: 1...1_000_000, "[limits] max-objects-per-manager")
+        try Self.check(Double(bleTxPower), in: -127...20, "[ble] tx-power")
+        guard !simDevice.isEmpty, simDevice.utf8.count <= 64 else {
+            throw ConfigurationError("[sim] device must be 1..64 bytes")
+        }
+    }
+
+    /// `system`, `session`, or a D-Bus server address.
+    public static func busAddress(_ text: String) -> BusConnection.Address {
+        switch text {
+        case "system": .system
+        case "session": .session
+        default: .address(text)
+        }
+    }
+
+    /// Parses `[x, y]` or `[x, y, z]`.
+    public static func position(_ values: [Double]) -> Position? {
+        guard (2...3).contains(values.count), values.allSatisfy(\.isFinite) else { return nil }
+        return Position(x: values[0], y: values[1], z: values.count == 3 ? values[2] : 0)
+    }
+
+    private static func backend(_ name: String, in section: Section) throws(ConfigurationError) -> Backend {
+        guard let backend = Backend(rawValue: name) else {
+            throw section.invalid("backend", "must be one of \(Backend.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return backend
+    }
+
+    private static func check(_ value: Double, in range: ClosedRange<Double>, _ name: String) throws(ConfigurationError) {
+        guard range.contains(value) else {
+            throw ConfigurationError("\(name) is \(value); it must be between \(range.lowerBound) and \(range.upperBound)")
+        }
+    }
+}

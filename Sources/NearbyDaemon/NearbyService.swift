@@ -1,0 +1,584 @@
+import Crypto
+import DBus
+import Foundation
+import Logging
+import Mediums
+import NearbyCore
+import ServerAPI
+
+/// The daemon's logic: the registry of what clients made, the links to
+/// nearby-server (one per API key), the mediums, and the found/lost signals.
+/// Lives on the bus actor, so a D-Bus call is decoded, validated, registered and
+/// answered without a hop; the network and the mediums run elsewhere and report
+/// back in order.
+@BusActor
+final class NearbyService {
+    /// The daemon's release.
+    nonisolated static let version = "0.1.0"
+
+    var version: String { Self.version }
+    let configuration: DaemonConfiguration
+    let connection: BusConnection
+    let logger: Logger
+    private let registry: Registry
+    private let serverClient: ServerClient
+    private let credentials: CredentialStore
+    private let backends: [Medium: any MediumBackend]
+    private(set) var availableMediums: Set<Medium> = []
+    private(set) var debugLogging = false
+    private var root: RootObject?
+    private var watches: [String: PeerWatch] = [:]
+    private var agents: [String: ObjectPath] = [:]
+    private var links: [String: LinkState] = [:]
+    private var managers: [ObjectIdentifier: ManagerObject] = [:]
+    private var publications: [String: PublicationObject] = [:]
+    private var subscriptions: [String: SubscriptionObject] = [:]
+    private var sightings: SightingTracker
+    /// Tokens this daemon broadcast recently, so it never reports hearing itself.
+    private var ownTokens: [Token] = []
+    private var mediumWishes: [Medium: AsyncStream<MediumWish>.Continuation] = [:]
+    private var lastWishes: [Medium: MediumWish] = [:]
+    private var tasks: [Task<Void, Never>] = []
+
+    var enabledMediums: Set<Medium> { configuration.enabledMediums }
+
+    init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], logger: Logger) {
+        self.configuration = configuration
+        self.connection = connection
+        self.logger = logger
+        self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
+        registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
+        serverClient = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
+        credentials = CredentialStore(stateDirectory: configuration.stateDirectory)
+        sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
+                                    refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)))
+    }
+
+    /// Exports `/org/nearbyd` and starts the mediums.
+    func start() throws(DBusError) {
+        let root = RootObject(service: self)
+        root.exported = try connection.export([RootObject.interface.bind(root)], at: RootObject.path)
+        self.root = root
+        for (medium, backend) in backends {
+            let (wishes, sink) = AsyncStream.makeStream(of: MediumWish.self, bufferingPolicy: .bufferingNewest(1))
+            mediumWishes[medium] = sink
+            tasks.append(Task { await backend.run() })
+            tasks.append(Task {
+                for await wish in wishes {
+                    await backend.broadcast(wish.tokens)
+                    await backend.scan(wish.scanning)
+                }
+            })
+            tasks.append(Task { @BusActor [weak self] in
+                for await sighting in backend.sightings { self?.heard(sighting) }
+            })
+            tasks.append(Task { @BusActor [weak self] in
+                for await available in backend.availabilityChanges { self?.medium(medium, isAvailable: available) }
+            })
+        }
+        tasks.append(Task { @BusActor [weak self] in
+            // Tokens not heard for the lost timeout are gone; checked ten times a second.
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(100))
+                self?.expireSightings()
+            }
+        })
+    }
+
+    /// Ends every client's objects (so subscribers elsewhere see them lost),
+    /// waits up to `grace` for the server to hear of it, and stops.
+    func stop(grace: Duration) async {
+        for busName in registry.clients.keys { clientLeft(busName) }
+        root?.exported?.unregister()
+        let states = Array(links.values)
+        let drained = Task {
+            for state in states { await state.link.drain() }
+        }
+        let timeout = Task {
+            try? await Task.sleep(for: grace)
+            drained.cancel()
+        }
+        _ = await drained.result
+        timeout.cancel()
+        for state in states { state.task.cancel() }
+        for task in tasks { task.cancel() }
+    }
+
+    // MARK: Clients and managers
+
+    func createManager(for busName: String, _ request: ManagerRequest) async throws(NearbyError) -> ObjectPath {
+        let client = try await client(for: busName)
+        let appId = request.appId ?? Self.defaultAppId(uid: client.uid, apiKey: request.apiKey)
+        let manager = try registry.addManager(to: client, apiKey: request.apiKey, appId: appId,
+                                              debugLogging: request.debugLogging)
+        let path = ObjectPath.nearbyd(client: client.number, manager: manager.number)
+        let object = ManagerObject(manager: manager, path: path, service: self)
+        do {
+            object.exported = try connection.export([ManagerObject.interface.bind(object)], at: path,
+                                                    access: .owner(busName, denied: .notYours))
+        } catch {
+            registry.removeManager(manager)
+            throw .limitExceeded("the bus refused a new object: \(error.message)")
+        }
+        managers[ObjectIdentifier(manager)] = object
+        link(for: request.apiKey).managers += 1
+        refreshErrors(of: object)
+        logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(path)", "app": "\(appId)"])
+        return path
+    }
+
+    /// The client behind `busName`; a new one is watched from now on, so its
+    /// objects go the moment it leaves the bus.
+    private func client(for busName: String) async throws(NearbyError) -> Client {
+        if let client = registry.client(busName: busName) { return client }
+        guard registry.clients.count < configuration.limits.maxClients else {
+            throw .limitExceeded("the daemon serves at most \(configuration.limits.maxClients) clients")
+        }
+        if watches[busName] == nil {
+            do {
+                watches[busName] = try PeerWatch(connection, name: busName) { [weak self] in self?.clientLeft(busName) }
+            } catch {
+                throw .accessDenied("cannot watch the caller on the bus: \(error.message)")
+            }
+        }
+        let uid: UInt32
+        do {
+            uid = try await connection.unixUser(of: busName)
+        } catch {
+            clientLeft(busName)
+            throw .accessDenied("cannot tell who the caller is: \(error.message)")
+        }
+        // The caller may have left, or made a client meanwhile, while the bus answered.
+        guard watches[busName] != nil else { throw .doesNotExist("the caller left the bus") }
+        do {
+            return try registry.addClient(busName: busName, uid: uid)
+        } catch {
+            clientLeft(busName)
+            throw error
+        }
+    }
+
+    /// A client left the bus: everything it made goes.
+    private func clientLeft(_ busName: String) {
+        watches.removeValue(forKey: busName)?.cancel()
+        agents.removeValue(forKey: busName)
+        guard let client = registry.removeClient(busName: busName) else { return }
+        for manager in client.managers.values {
+            if let object = managers[ObjectIdentifier(manager)] { tearDown(object) }
+        }
+        logger.info("client left", metadata: ["client": "\(busName)"])
+    }
+
+    func release(_ object: ManagerObject) {
+        tearDown(object)
+        registry.removeManager(object.manager)
+    }
+
+    private func tearDown(_ object: ManagerObject) {
+        for publication in object.manager.publications.values {
+            if let child = publications[publication.id] { remove(child) }
+        }
+        for subscription in object.manager.subscriptions.values {
+            if let child = subscriptions[subscription.id] { remove(child) }
+        }
+        object.exported?.unregister()
+        managers.removeValue(forKey: ObjectIdentifier(object.manager))
+        guard let state = links[object.manager.apiKey] else { return }
+        state.managers -= 1
+        if state.managers == 0 { retire(state) }
+    }
+
+    // MARK: Permission agents (recorded; consulted once permissions are wired)
+
+    func registerAgent(_ path: ObjectPath, for busName: String) throws(NearbyError) {
+        guard agents[busName] == nil else { throw .invalidArguments("this connection already registered an agent") }
+        agents[busName] = path
+    }
+
+    func unregisterAgent(_ path: ObjectPath, for busName: String) throws(NearbyError) {
+        guard agents[busName] == path else { throw .doesNotExist("no agent \(path) is registered by this connection") }
+        agents.removeValue(forKey: busName)
+    }
+
+    /// Root only: turning on verbose logging for everyone.
+    func setDebugLogging(_ enabled: Bool, by busName: String) throws(NearbyError) {
+        let uid: UInt32
+        do {
+            uid = try connection.unixUserBlocking(of: busName)
+        } catch {
+            throw .accessDenied("cannot tell who the caller is: \(error.message)")
+        }
+        guard uid == 0 else { throw .accessDenied("only root may change DebugLogging") }
+        debugLogging = enabled
+        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["DebugLogging"])
+    }
+
+    // MARK: Publications and subscriptions
+
+    func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
+        let expiresAt = Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
+        let publication = try registry.addPublication(to: owner.manager, message: message, strategy: strategy,
+                                                      expiresAt: expiresAt)
+        let path = owner.path.child("publication\(publication.number)")
+        let object = PublicationObject(publication: publication, path: path, service: self)
+        do {
+            object.exported = try connection.export([PublicationObject.interface.bind(object)], at: path,
+                                                    access: .owner(owner.manager.client.busName, denied: .notYours))
+        } catch {
+            registry.remove(publication)
+            throw .limitExceeded("the bus refused a new object: \(error.message)")
+        }
+        publications[publication.id] = object
+        object.expiry = expire(at: expiresAt) { service in service.expired(object) }
+        let state = link(for: owner.manager.apiKey)
+        state.use(strategy, by: 1, sightings: sightings.current)
+        state.link.send(.publication(publication.id, PublicationSpec(
+            namespace: message.namespace, type: message.type, content: Data(message.content),
+            mediums: strategy.mediums.sorted(), mode: strategy.mode, expiresAtMs: expiresAt / 1000)))
+        updateMediums()
+        refreshErrors(of: owner)
+        return path
+    }
+
+    func subscribe(_ filter: MessageFilter, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
+        let expiresAt = strategy.ttlSeconds == 0 ? 0 : Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
+        let subscription = try registry.addSubscription(to: owner.manager, filter: filter, strategy: strategy,
+                                                        expiresAt: expiresAt)
+        let path = owner.path.child("subscription\(subscription.number)")
+        let object = SubscriptionObject(subscription: subscription, path: path, service: self)
+        do {
+            object.exported = try connection.export([SubscriptionObject.interface.bind(object)], at: path,
+                                                    access: .owner(owner.manager.client.busName, denied: .notYours))
+        } catch {
+            registry.remove(subscription)
+            throw .limitExceeded("the bus refused a new object: \(error.message)")
+        }
+        subscriptions[subscription.id] = object
+        if expiresAt > 0 { object.expiry = expire(at: expiresAt) { service in service.expired(object) } }
+        let state = link(for: owner.manager.apiKey)
+        state.use(strategy, by: 1, sightings: sightings.current)
+        state.link.send(.subscription(subscription.id, SubscriptionSpec(
+            namespace: filter.namespace, type: filter.type, mediums: strategy.mediums.sorted(), mode: strategy.mode,
+            expiresAtMs: expiresAt / 1000)))
+        updateMediums()
+        refreshErrors(of: owner)
+        return path
+    }
+
+    func unpublish(_ object: PublicationObject) {
+        remove(object)
+    }
+
+    func unsubscribe(_ object: SubscriptionObject) {
+        remove(object)
+    }
+
+    /// The namespace a publication is in: its own, or the project's once the server told it.
+    func resolvedNamespace(of object: PublicationObject) -> String {
+        let namespace = object.publication.message.namespace
+        guard namespace.isEmpty else { return namespace }
+        return links[object.publication.manager.apiKey]?.namespace ?? ""
+    }
+
+    private func expired(_ object: PublicationObject) {
+        guard publications[object.publication.id] === object else { return }
+        object.emitExpired()
+        remove(object)
+    }
+
+    private func expired(_ object: SubscriptionObject) {
+        guard subscriptions[object.subscription.id] === object else { return }
+        object.emitExpired()
+        remove(object)
+    }
+
+    private func remove(_ object: PublicationObject) {
+        let publication = object.publication
+        guard registry.remove(publication) else { return }
+        object.expiry?.cancel()
+        object.exported?.unregister()
+        publications.removeValue(forKey: publication.id)
+        if let state = links[publication.manager.apiKey] {
+            state.use(publication.strategy, by: -1, sightings: [])
+            state.registered.remove(publication.id)
+            state.link.send(.publication(publication.id, nil))
+        }
+        updateMediums()
+        if let owner = managers[ObjectIdentifier(publication.manager)] { refreshErrors(of: owner) }
+    }
+
+    private func remove(_ object: SubscriptionObject) {
+        let subscription = object.subscription
+        guard registry.remove(subscription) else { return }
+        object.expiry?.cancel()
+        object.exported?.unregister()
+        subscriptions.removeValue(forKey: subscription.id)
+        if let state = links[subscription.manager.apiKey] {
+            state.use(subscription.strategy, by: -1, sightings: [])
+            state.registered.remove(subscription.id)
+            state.link.send(.subscription(subscription.id, nil))
+        }
+        updateMediums()
+        if let owner = managers[ObjectIdentifier(subscription.manager)] { refreshErrors(of: owner) }
+    }
+
+    /// Runs `action` at `microseconds` since the epoch unless cancelled first.
+    private func expire(at microseconds: UInt64, _ action: @escaping @BusActor (NearbyService) -> Void) -> Task<Void, Never> {
+        let delay = Int64(microseconds) - Int64(Self.nowMicroseconds)
+        return Task { @BusActor [weak self] in
+            try? await Task.sleep(for: .microseconds(max(delay, 0)))
+            guard !Task.isCancelled, let self else { return }
+            action(self)
+        }
+    }
+
+    // MARK: Server links
+
+    private func link(for apiKey: String) -> LinkState {
+        if let state = links[apiKey] { return state }
+        let backoff = ServerLink.Backoff(initial: .milliseconds(Int64(configuration.reconnectInitialDelay * 1000)),
+                                         maximum: .milliseconds(Int64(configuration.reconnectMaxDelay * 1000)))
+        let holder = LinkEventSink()
+        let link = ServerLink(apiKey: apiKey, client: serverClient, credentials: credentials, backoff: backoff,
+                              logger: logger) { event in await holder.deliver(event) }
+        let state = LinkState(link: link, task: Task { await link.run() })
+        holder.target = { [weak self, weak state] event in
+            guard let self, let state else { return }
+            self.handle(event, from: state)
+        }
+        links[apiKey] = state
+        return state
+    }
+
+    /// No manager uses this API key any more: let its removals reach the server, then stop it.
+    private func retire(_ state: LinkState) {
+        links.removeValue(forKey: state.link.apiKey)
+        let link = state.link
+        let task = state.task
+        Task {
+            await link.drain()
+            task.cancel()
+        }
+    }
+
+    private func handle(_ event: LinkEvent, from state: LinkState) {
+        switch event {
+        case .connected(let namespace, let registered):
+            state.connected = true
+            state.namespace = namespace
+            state.registered = registered
+            refreshStatuses(of: state)
+        case .disconnected:
+            state.connected = false
+            state.registered = []
+            refreshStatuses(of: state)
+        case .registered(let id):
+            state.registered.insert(id)
+            refreshStatuses(of: state)
+        case .token(let token):
+            state.token = token
+            if let token {
+                ownTokens.append(token)
+                if ownTokens.count > 64 { ownTokens.removeFirst(ownTokens.count - 64) }
+            }
+            updateMediums()
+        case .stream(let event):
+            handle(event, from: state)
+        }
+    }
+
+    private func handle(_ event: StreamEvent, from state: LinkState) {
+        switch event {
+        case .found(let match):
+            found(match, from: state)
+        case .lost(let id, let source):
+            guard let object = subscription(id, of: state),
+                  let (message, info) = object.subscription.found.remove(source: source) else { return }
+            object.emitLost(message, info)
+        case .snapshot(let matches):
+            let sources = Dictionary(grouping: matches, by: \.subscription).mapValues { Set($0.map(\.source)) }
+            for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
+                let lost = object.subscription.found.keepOnly(sources[object.subscription.id] ?? [])
+                for (message, info) in lost { object.emitLost(message, info) }
+            }
+            for match in matches { found(match, from: state) }
+        }
+    }
+
+    private func found(_ match: Match, from state: LinkState) {
+        guard let object = subscription(match.subscription, of: state) else { return }
+        let message = Message(namespace: match.namespace, type: match.type, content: Array(match.content))
+        let info = SightingInfo(medium: match.medium, rssi: match.rssi, distanceMeters: match.distance)
+        if object.subscription.found.add(source: match.source, message: message, info: info) {
+            object.emitFound(message, info)
+        }
+    }
+
+    /// The subscription `id`, if it belongs to the link that names it.
+    private func subscription(_ id: String, of state: LinkState) -> SubscriptionObject? {
+        guard let object = subscriptions[id], object.subscription.manager.apiKey == state.link.apiKey else { return nil }
+        return object
+    }
+
+    // MARK: Status and errors
+
+    private func refreshStatuses(of state: LinkState) {
+        for object in publications.values where object.publication.manager.apiKey == state.link.apiKey {
+            let status = self.status(object.publication.id, object.publication.strategy, state)
+            if status != object.publication.status {
+                object.publication.status = status
+                object.changed(["Status"])
+            }
+        }
+        for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
+            let status = self.status(object.subscription.id, object.subscription.strategy, state)
+            if status != object.subscription.status {
+                object.subscription.status = status
+                object.changed(["Status"])
+            }
+        }
+    }
+
+    /// Active once the server holds it and one of its mediums works; starting until then.
+    private func status(_ id: String, _ strategy: Strategy, _ state: LinkState) -> ObjectStatus {
+        guard state.connected, state.registered.contains(id), !strategy.mediums.isDisjoint(with: availableMediums) else {
+            return .starting
+        }
+        return .active
+    }
+
+    /// BluetoothPowerError: BLE is configured, some object of the manager needs
+    /// it, and it cannot be used now.
+    private func refreshErrors(of object: ManagerObject) {
+        let needsBLE = object.manager.publications.values.contains { $0.strategy.mediums.contains(.ble) }
+            || object.manager.subscriptions.values.contains { $0.strategy.mediums.contains(.ble) }
+        let powerError = needsBLE && enabledMediums.contains(.ble) && !availableMediums.contains(.ble)
+        if powerError != object.bluetoothPowerError {
+            object.bluetoothPowerError = powerError
+            object.changed(["BluetoothPowerError"])
+        }
+    }
+
+    // MARK: Mediums
+
+    private func medium(_ medium: Medium, isAvailable: Bool) {
+        let changed = isAvailable ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil
+        guard changed else { return }
+        logger.info("medium \(isAvailable ? "available" : "unavailable")", metadata: ["medium": "\(medium)"])
+        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["AvailableMediums"])
+        for state in links.values { refreshStatuses(of: state) }
+        for object in managers.values { refreshErrors(of: object) }
+    }
+
+    /// Tells each medium which tokens to broadcast and whether to listen.
+    private func updateMediums() {
+        for medium in backends.keys {
+            var wish = MediumWish(tokens: [], scanning: false)
+            for state in links.values {
+                let usage = state.usage[medium] ?? LinkState.Usage()
+                if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
+                if usage.scanning > 0 { wish.scanning = true }
+            }
+            guard lastWishes[medium] != wish else { continue }
+            lastWishes[medium] = wish
+            mediumWishes[medium]?.yield(wish)
+        }
+    }
+
+    private func heard(_ sighting: Sighting) {
+        guard !ownTokens.contains(sighting.token),
+              let report = sightings.heard(sighting, at: .now) else { return }
+        for state in links.values where state.scans(sighting.medium) {
+            state.link.send(.seen([report]))
+        }
+    }
+
+    private func expireSightings() {
+        let gone = sightings.expire(at: .now)
+        guard !gone.isEmpty else { return }
+        for state in links.values { state.link.send(.gone(gone)) }
+    }
+
+    // MARK: Helpers
+
+    static var nowMicroseconds: UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
+
+    /// Distinguishes this run's publication ids from an earlier run's.
+    private static func instanceID() -> String {
+        String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    }
+
+    /// The AppId of a manager that named none: stable for a user and API key.
+    private static func defaultAppId(uid: UInt32, apiKey: String) -> String {
+        let digest = SHA256.hash(data: Data(apiKey.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        return "uid\(uid)-\(digest)"
+    }
+}
+
+/// What one medium is asked to do.
+struct MediumWish: Equatable, Sendable {
+    var tokens: Set<Token>
+    var scanning: Bool
+}
+
+/// The daemon's view of one ServerLink.
+@BusActor
+final class LinkState {
+    /// How many live objects broadcast and listen on a medium.
+    struct Usage {
+        var broadcasting = 0
+        var scanning = 0
+    }
+
+    let link: ServerLink
+    let task: Task<Void, Never>
+    var managers = 0
+    var connected = false
+    var namespace: String?
+    var token: Token?
+    var registered: Set<String> = []
+    var usage: [Medium: Usage] = [:]
+
+    init(link: ServerLink, task: Task<Void, Never>) {
+        self.link = link
+        self.task = task
+    }
+
+    func scans(_ medium: Medium) -> Bool {
+        (usage[medium]?.scanning ?? 0) > 0
+    }
+
+    /// Counts an object's strategy in (`delta` 1) or out (-1). A link that starts
+    /// listening on a medium is told what is already heard there.
+    func use(_ strategy: Strategy, by delta: Int, sightings: [Sighting]) {
+        for medium in strategy.mediums {
+            var counts = usage[medium] ?? Usage()
+            let wasScanning = counts.scanning > 0
+            if strategy.mode.broadcasts { counts.broadcasting += delta }
+            if strategy.mode.scans { counts.scanning += delta }
+            usage[medium] = counts
+            if !wasScanning, counts.scanning > 0 {
+                let heard = sightings.filter { $0.medium == medium }
+                if !heard.isEmpty { link.send(.seen(heard)) }
+            }
+        }
+    }
+}
+
+/// Hands a link's events to the daemon once it exists (the link is made before
+/// the state that receives its events).
+@BusActor
+private final class LinkEventSink {
+    var target: ((LinkEvent) -> Void)?
+
+    func deliver(_ event: LinkEvent) {
+        target?(event)
+    }
+}
+
+extension ObjectPath {
+    /// `/org/nearbyd/clientN/managerM`.
+    static func nearbyd(client: UInt64, manager: UInt64) -> ObjectPath {
+        RootObject.path.child("client\(client)").child("manager\(manager)")
+    }
+}

@@ -1,0 +1,130 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import ServerAPI
+
+/// Why a call to nearby-server failed.
+enum ServerCallError: Error, CustomStringConvertible {
+    /// The device credential (or API key) was refused: register again.
+    case unauthenticated(String)
+    /// The server understood and refused the request.
+    case rejected(status: Int, APIError)
+    /// The server could not be reached or answered nonsense.
+    case unreachable(String)
+
+    var description: String {
+        switch self {
+        case .unauthenticated(let message): "credential refused: \(message)"
+        case .rejected(let status, let error): "HTTP \(status): \(error)"
+        case .unreachable(let message): "server unreachable: \(message)"
+        }
+    }
+}
+
+/// The REST calls nearbyd makes to nearby-server (doc/server-api/openapi.yaml).
+struct ServerClient: Sendable {
+    let baseURL: String
+    let timeout: TimeAmount
+
+    init(baseURL: String, timeoutSeconds: Double) {
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        timeout = .milliseconds(Int64(timeoutSeconds * 1000))
+    }
+
+    /// The stream's URL: the same server, over ws:// or wss://.
+    func streamURL(_ device: String) -> String {
+        let url = baseURL + APIPath.stream(device)
+        if url.hasPrefix("https://") { return "wss://" + url.dropFirst("https://".count) }
+        return "ws://" + url.dropFirst("http://".count)
+    }
+
+    func register(apiKey: String) async throws(ServerCallError) -> DeviceRegistration {
+        try await call(.POST, APIPath.devices, headers: [(apiKeyHeader, apiKey)])
+    }
+
+    func issueToken(_ device: DeviceRegistration) async throws(ServerCallError) -> IssuedToken {
+        try await call(.POST, APIPath.tokens(device.device), device: device)
+    }
+
+    func put(_ spec: PublicationSpec, id: String, _ device: DeviceRegistration) async throws(ServerCallError) -> PublicationRecord {
+        try await call(.PUT, APIPath.publication(device.device, id), device: device, body: spec)
+    }
+
+    func put(_ spec: SubscriptionSpec, id: String, _ device: DeviceRegistration) async throws(ServerCallError) -> SubscriptionRecord {
+        try await call(.PUT, APIPath.subscription(device.device, id), device: device, body: spec)
+    }
+
+    func deletePublication(_ id: String, _ device: DeviceRegistration) async throws(ServerCallError) {
+        try await delete(APIPath.publication(device.device, id), device)
+    }
+
+    func deleteSubscription(_ id: String, _ device: DeviceRegistration) async throws(ServerCallError) {
+        try await delete(APIPath.subscription(device.device, id), device)
+    }
+
+    func publications(_ device: DeviceRegistration) async throws(ServerCallError) -> [PublicationRecord] {
+        let list: PublicationList = try await call(.GET, APIPath.publications(device.device), device: device)
+        return list.publications
+    }
+
+    func subscriptions(_ device: DeviceRegistration) async throws(ServerCallError) -> [SubscriptionRecord] {
+        let list: SubscriptionList = try await call(.GET, APIPath.subscriptions(device.device), device: device)
+        return list.subscriptions
+    }
+
+    func report(_ report: SightingReport, _ device: DeviceRegistration) async throws(ServerCallError) -> SightingResults {
+        try await call(.POST, APIPath.sightings(device.device), device: device, body: report)
+    }
+
+    /// A DELETE of something that may already be gone (404 is success).
+    private func delete(_ path: String, _ device: DeviceRegistration) async throws(ServerCallError) {
+        do {
+            let _: Empty = try await call(.DELETE, path, device: device)
+        } catch .rejected(let status, _) where status == 404 {
+            return
+        }
+    }
+
+    private struct Empty: Decodable {}
+
+    private func call<Response: Decodable>(
+        _ method: HTTPMethod, _ path: String, device: DeviceRegistration? = nil,
+        headers: [(String, String)] = [], body: (any Encodable)? = nil
+    ) async throws(ServerCallError) -> Response {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let device { request.headers.add(name: "Authorization", value: "Bearer \(device.secret)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            do {
+                request.body = .bytes(ByteBuffer(data: try JSONEncoder().encode(body)))
+            } catch {
+                throw .unreachable("cannot encode the request: \(error)")
+            }
+        }
+        let status: Int
+        let data: Data
+        do {
+            let response = try await HTTPClient.shared.execute(request, timeout: timeout)
+            status = Int(response.status.code)
+            data = Data(buffer: try await response.body.collect(upTo: 64 << 20))
+        } catch {
+            throw .unreachable("\(method) \(path): \(error)")
+        }
+        guard (200..<300).contains(status) else {
+            let error = (try? JSONDecoder().decode(APIError.self, from: data))
+                ?? APIError(.internalError, String(decoding: data.prefix(200), as: UTF8.self))
+            if status == 401 { throw .unauthenticated(error.message) }
+            throw .rejected(status: status, error)
+        }
+        if Response.self == Empty.self, let empty = Empty() as? Response { return empty }
+        do {
+            return try JSONDecoder().decode(Response.self, from: data)
+        } catch {
+            throw .unreachable("\(method) \(path): malformed answer: \(error)")
+        }
+    }
+}

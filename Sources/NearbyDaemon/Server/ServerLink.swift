@@ -1,0 +1,414 @@
+import DequeModule
+import Foundation
+import HTTPTypes
+import Logging
+import NearbyCore
+import ServerAPI
+import WSClient
+
+/// What a ``ServerLink`` tells the daemon, in order.
+enum LinkEvent: Sendable {
+    /// In step with the server: `registered` are the publication and subscription
+    /// ids the server now holds; `namespace` is the project's own.
+    case connected(namespace: String, registered: Set<String>)
+    /// The server cannot be reached; the link retries by itself.
+    case disconnected
+    /// One more publication or subscription is held by the server.
+    case registered(String)
+    /// The token to broadcast from now on (nil: none is valid).
+    case token(Token?)
+    /// Found, lost or a snapshot, from the stream.
+    case stream(StreamEvent)
+}
+
+/// Everything the daemon does with nearby-server for one API key: the device
+/// registration, the rotating token, keeping the server's publications and
+/// subscriptions in step with the daemon's, reporting the tokens heard, and the
+/// stream of found and lost. When the server is unreachable or restarts it
+/// reconnects with backoff and restores all of it, without anyone asking.
+///
+/// Changes are queued and applied one at a time in order, so the server never
+/// sees a removal overtake the creation it undoes.
+actor ServerLink {
+    struct Backoff: Sendable {
+        var initial: Duration
+        var maximum: Duration
+    }
+
+    private enum Operation: Hashable {
+        /// Bring the server's copy of this publication in line with ours.
+        case publication(String)
+        case subscription(String)
+        case sightings
+        case refreshToken
+    }
+
+    private struct StreamClosed: Error {}
+
+    /// A change the daemon asks for; applied in the order sent.
+    enum Command: Sendable {
+        /// Add, replace or (nil) remove a publication.
+        case publication(String, PublicationSpec?)
+        case subscription(String, SubscriptionSpec?)
+        /// Tokens heard for the first time, or again after the refresh interval.
+        case seen([Sighting])
+        /// Tokens no longer heard.
+        case gone([Sighting.Key])
+        /// Resume once the changes sent before this have reached the server (or
+        /// the link is disconnected, when the next connection catches up).
+        case drain(CheckedContinuation<Void, Never>)
+    }
+
+    nonisolated let apiKey: String
+    private nonisolated let commands: AsyncStream<Command>.Continuation
+    private let commandStream: AsyncStream<Command>
+    private let client: ServerClient
+    private let credentials: CredentialStore
+    private let backoff: Backoff
+    private let logger: Logger
+    private let notify: @Sendable (LinkEvent) async -> Void
+
+    private var publications: [String: PublicationSpec] = [:]
+    private var subscriptions: [String: SubscriptionSpec] = [:]
+    private var heard: [Sighting.Key: Sighting] = [:]
+    private var pendingSeen: [Sighting.Key: Sighting] = [:]
+    private var pendingGone: Set<Sighting.Key> = []
+    private var operations: Deque<Operation> = []
+    /// The same operations as a set: each is queued at most once.
+    private var queued: Set<Operation> = []
+    private var wakeUp: CheckedContinuation<Void, Never>?
+    private var drained: [CheckedContinuation<Void, Never>] = []
+    private var connected = false
+    /// An operation is on its way to the server.
+    private var performing = false
+    private var token: IssuedToken?
+
+    init(apiKey: String, client: ServerClient, credentials: CredentialStore, backoff: Backoff, logger: Logger,
+         notify: @escaping @Sendable (LinkEvent) async -> Void) {
+        self.apiKey = apiKey
+        self.client = client
+        self.credentials = credentials
+        self.backoff = backoff
+        self.logger = logger
+        self.notify = notify
+        (commandStream, commands) = AsyncStream.makeStream()
+    }
+
+    // MARK: What the daemon asks for
+
+    /// Queues a change; callable from any context, and changes apply in the order sent.
+    nonisolated func send(_ command: Command) {
+        commands.yield(command)
+    }
+
+    private func apply(_ command: Command) {
+        switch command {
+        case .publication(let id, let spec):
+            publications[id] = spec
+            enqueue(.publication(id))
+        case .subscription(let id, let spec):
+            subscriptions[id] = spec
+            enqueue(.subscription(id))
+        case .seen(let sightings):
+            for sighting in sightings {
+                heard[sighting.key] = sighting
+                pendingSeen[sighting.key] = sighting
+                pendingGone.remove(sighting.key)
+            }
+            enqueue(.sightings)
+        case .gone(let keys):
+            for key in keys where heard.removeValue(forKey: key) != nil {
+                pendingSeen.removeValue(forKey: key)
+                pendingGone.insert(key)
+            }
+            enqueue(.sightings)
+        case .drain(let waiter):
+            if connected, performing || !operations.isEmpty {
+                drained.append(waiter)
+            } else {
+                waiter.resume()
+            }
+        }
+    }
+
+    /// Waits until every change sent so far has reached the server, or the link
+    /// is disconnected (then the next connection brings the server in step).
+    nonisolated func drain() async {
+        await withCheckedContinuation { commands.yield(.drain($0)) }
+    }
+
+    // MARK: The connection
+
+    /// Applies commands and keeps connected to the server until the task is cancelled.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                for await command in self.commandStream { await self.apply(command) }
+            }
+            group.addTask { await self.connectAndReconnect() }
+        }
+    }
+
+    private func connectAndReconnect() async {
+        var delay = backoff.initial
+        while !Task.isCancelled {
+            do {
+                try await session()
+            } catch is CancellationError {
+                break
+            } catch {
+                logger.warning("nearby-server link: \(error)", metadata: ["server": "\(client.baseURL)"])
+            }
+            // A session that got as far as connecting starts the backoff over.
+            if connected { delay = backoff.initial }
+            await disconnect()
+            await pause(delay)
+            delay = min(delay * 2, backoff.maximum)
+        }
+        await disconnect()
+    }
+
+    private func session() async throws {
+        let device = try await registration()
+        operations.removeAll()
+        queued.removeAll()
+        pendingSeen = heard
+        pendingGone.removeAll()
+        try await refreshToken(device)
+        let (requests, outgoing) = AsyncStream.makeStream(of: StreamRequest.self)
+        defer { outgoing.finish() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            let (opened, openedSignal) = AsyncStream.makeStream(of: Void.self)
+            group.addTask { try await self.stream(device, requests: requests, opened: openedSignal) }
+            var isOpen = false
+            for await _ in opened {
+                isOpen = true
+                break
+            }
+            guard isOpen else {
+                try await group.next()
+                throw StreamClosed()
+            }
+            let registered = try await synchronize(device)
+            connected = true
+            logger.info("connected to nearby-server", metadata: ["server": "\(client.baseURL)", "device": "\(device.device)"])
+            await notify(.connected(namespace: device.namespace, registered: registered))
+            try await flushSightings(device)
+            // After the resync and the re-reported sightings: what was lost meanwhile drops out.
+            outgoing.yield(.snapshot)
+            group.addTask { try await self.work(device) }
+            group.addTask { try await self.refreshTokenWhenDue() }
+            try await group.next()
+            throw StreamClosed()
+        }
+    }
+
+    private func disconnect() async {
+        let wasConnected = connected
+        connected = false
+        for waiter in drained { waiter.resume() }
+        drained.removeAll()
+        if wasConnected { await notify(.disconnected) }
+    }
+
+    /// Waits out the backoff; drops the token if it expires meanwhile.
+    private func pause(_ delay: Duration) async {
+        if let token {
+            let remaining = Int64(token.expiresAtMs) - Self.nowMilliseconds
+            if remaining <= 0 {
+                self.token = nil
+                await notify(.token(nil))
+            } else if .milliseconds(remaining) < delay {
+                try? await Task.sleep(for: .milliseconds(remaining))
+                return await pause(delay - .milliseconds(remaining))
+            }
+        }
+        try? await Task.sleep(for: delay)
+    }
+
+    private func registration() async throws -> DeviceRegistration {
+        if let stored = await credentials.registration(server: client.baseURL, apiKey: apiKey) { return stored }
+        let registration = try await client.register(apiKey: apiKey)
+        do {
+            try await credentials.store(registration, server: client.baseURL, apiKey: apiKey)
+        } catch {
+            logger.error("cannot save the device registration: \(error)")
+        }
+        logger.info("registered as a device", metadata: ["device": "\(registration.device)", "project": "\(registration.project)"])
+        return registration
+    }
+
+    /// Runs `body`; a refused credential is forgotten, so the next connection registers afresh.
+    private func authenticated<T>(_ body: () async throws(ServerCallError) -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch .unauthenticated(let message) {
+            logger.warning("the server no longer knows this device (\(message)); registering again")
+            try? await credentials.store(nil, server: client.baseURL, apiKey: apiKey)
+            throw ServerCallError.unauthenticated(message)
+        }
+    }
+
+    private func refreshToken(_ device: DeviceRegistration) async throws {
+        let issued = try await authenticated { () async throws(ServerCallError) in try await client.issueToken(device) }
+        token = issued
+        await notify(.token(issued.token))
+    }
+
+    private func refreshTokenWhenDue() async throws {
+        while true {
+            let due = Int64(token?.refreshAtMs ?? 0) - Self.nowMilliseconds
+            try await Task.sleep(for: .milliseconds(max(due, 1000)))
+            enqueue(.refreshToken)
+        }
+    }
+
+    /// Removes from the server what the daemon no longer has and adds what it lacks.
+    private func synchronize(_ device: DeviceRegistration) async throws -> Set<String> {
+        let heldPublications = try await authenticated { () async throws(ServerCallError) in try await client.publications(device) }
+        for record in heldPublications where publications[record.id] == nil {
+            try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(record.id, device) }
+        }
+        var registered = Set(heldPublications.map(\.id)).intersection(publications.keys)
+        for (id, spec) in publications where !registered.contains(id) {
+            _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
+            registered.insert(id)
+        }
+        let heldSubscriptions = try await authenticated { () async throws(ServerCallError) in try await client.subscriptions(device) }
+        for record in heldSubscriptions where subscriptions[record.id] == nil {
+            try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(record.id, device) }
+        }
+        var subscribed = Set(heldSubscriptions.map(\.id)).intersection(subscriptions.keys)
+        for (id, spec) in subscriptions where !subscribed.contains(id) {
+            _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
+            subscribed.insert(id)
+        }
+        return registered.union(subscribed)
+    }
+
+    // MARK: Applying changes
+
+    private func enqueue(_ operation: Operation) {
+        guard queued.insert(operation).inserted else { return }
+        operations.append(operation)
+        wakeUp?.resume()
+        wakeUp = nil
+    }
+
+    private func work(_ device: DeviceRegistration) async throws {
+        while true {
+            let operation = try await nextOperation()
+            performing = true
+            defer { performing = false }
+            try await perform(operation, device)
+            if operations.isEmpty {
+                for waiter in drained { waiter.resume() }
+                drained.removeAll()
+            }
+        }
+    }
+
+    private func nextOperation() async throws -> Operation {
+        while operations.isEmpty {
+            try Task.checkCancellation()
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { wakeUp = $0 }
+            } onCancel: {
+                Task { await self.cancelWait() }
+            }
+        }
+        let operation = operations.removeFirst()
+        queued.remove(operation)
+        return operation
+    }
+
+    private func cancelWait() {
+        wakeUp?.resume()
+        wakeUp = nil
+    }
+
+    private func perform(_ operation: Operation, _ device: DeviceRegistration) async throws {
+        switch operation {
+        case .publication(let id):
+            if let spec = publications[id] {
+                do {
+                    _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
+                    await notify(.registered(id))
+                } catch ServerCallError.rejected(let status, let error) {
+                    logger.error("the server refused publication \(id): \(error)", metadata: ["status": "\(status)"])
+                }
+            } else {
+                try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(id, device) }
+            }
+        case .subscription(let id):
+            if let spec = subscriptions[id] {
+                do {
+                    _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
+                    await notify(.registered(id))
+                } catch ServerCallError.rejected(let status, let error) {
+                    logger.error("the server refused subscription \(id): \(error)", metadata: ["status": "\(status)"])
+                }
+            } else {
+                try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(id, device) }
+            }
+        case .sightings:
+            try await flushSightings(device)
+        case .refreshToken:
+            try await refreshToken(device)
+        }
+    }
+
+    /// Sends what was heard and lost since the last report, in reports the server accepts.
+    private func flushSightings(_ device: DeviceRegistration) async throws {
+        while !pendingSeen.isEmpty || !pendingGone.isEmpty {
+            let seen = Array(pendingSeen.values.prefix(Self.sightingsPerReport))
+            let gone = Array(pendingGone.prefix(Self.sightingsPerReport - seen.count))
+            for sighting in seen { pendingSeen.removeValue(forKey: sighting.key) }
+            for key in gone { pendingGone.remove(key) }
+            let report = SightingReport(
+                seen: seen.map {
+                    .init(token: $0.token, medium: $0.medium, rssi: $0.rssi, distance: $0.distanceMeters,
+                          seenAtMs: $0.seenAtMilliseconds)
+                },
+                gone: gone.map { .init(token: $0.token, medium: $0.medium) })
+            _ = try await authenticated { () async throws(ServerCallError) in try await client.report(report, device) }
+        }
+    }
+
+    // MARK: The stream
+
+    private func stream(_ device: DeviceRegistration, requests: AsyncStream<StreamRequest>,
+                        opened: AsyncStream<Void>.Continuation) async throws {
+        defer { opened.finish() }
+        var configuration = WebSocketClientConfiguration(maxFrameSize: Self.maximumMessageBytes,
+                                                         autoPing: .enabled(timePeriod: .seconds(15)))
+        configuration.additionalHeaders[.authorization] = "Bearer \(device.secret)"
+        let logger = self.logger
+        try await WebSocketClient.connect(url: client.streamURL(device.device), configuration: configuration,
+                                          logger: logger) { inbound, outbound, _ in
+            opened.yield()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await request in requests {
+                        try await outbound.write(.text(String(decoding: try JSONEncoder().encode(request), as: UTF8.self)))
+                    }
+                }
+                for try await message in inbound.messages(maxSize: Self.maximumMessageBytes) {
+                    guard case .text(let text) = message else { continue }
+                    do {
+                        await self.notify(.stream(try JSONDecoder().decode(StreamEvent.self, from: Data(text.utf8))))
+                    } catch {
+                        logger.warning("ignoring a malformed stream event: \(error)")
+                    }
+                }
+                group.cancelAll()
+            }
+        }
+    }
+
+    private static let sightingsPerReport = 256
+    /// A snapshot carries whole messages; this bounds one at 64 MiB.
+    private static let maximumMessageBytes = 64 << 20
+
+    private static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+}

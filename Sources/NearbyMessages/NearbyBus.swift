@@ -1,0 +1,143 @@
+import DBus
+
+/// A signal of a publication or subscription, decoded.
+enum ObjectEvent: Sendable {
+    case found(Message, MessageInfo)
+    case lost(Message, MessageInfo)
+    case expired
+}
+
+/// The process's connection to one bus, shared by its managers, and the routes
+/// from subscription objects to their handlers.
+final class NearbyBus: Sendable {
+    static let daemon = "org.nearbyd"
+
+    @BusActor private static var shared: [String: NearbyBus] = [:]
+
+    let connection: BusConnection
+    @BusActor private var routes: [ObjectPath: @Sendable (ObjectEvent) -> Void] = [:]
+    @BusActor private var watches: [ObjectPath: SignalSubscription] = [:]
+
+    @BusActor private init(connection: BusConnection) {
+        self.connection = connection
+    }
+
+    /// The connection for `address`, opened on first use.
+    @BusActor static func shared(_ address: BusAddress) async throws -> NearbyBus {
+        let key = address.description
+        if let existing = shared[key], existing.connection.isOpen { return existing }
+        let bus = NearbyBus(connection: try await mapped { () throws(DBusError) in try BusConnection(address) })
+        shared[key] = bus
+        return bus
+    }
+
+    @BusActor func call<T: Sendable>(
+        _ path: ObjectPath, _ interface: String, _ member: String,
+        arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in },
+        decode: @escaping @BusActor (MessageReader) throws(DBusError) -> T
+    ) async throws -> T {
+        do {
+            return try await connection.call(destination: Self.daemon, path: path, interface: interface, member: member,
+                                             arguments: arguments, decode: decode)
+        } catch {
+            throw NearbyMessagesError(error)
+        }
+    }
+
+    @BusActor func call(_ path: ObjectPath, _ interface: String, _ member: String) async throws {
+        try await call(path, interface, member) { _ throws(DBusError) in () }
+    }
+
+    @BusActor func property(_ path: ObjectPath, _ interface: String, _ name: String) async throws -> DBusValue {
+        try await call(path, "org.freedesktop.DBus.Properties", "Get") { writer throws(DBusError) in
+            try writer.append(interface)
+            try writer.append(name)
+        } decode: { reader throws(DBusError) in try reader.read(Variant.self).value }
+    }
+
+    @BusActor func setProperty(_ path: ObjectPath, _ interface: String, _ name: String, _ value: DBusValue) async throws {
+        try await call(path, "org.freedesktop.DBus.Properties", "Set") { writer throws(DBusError) in
+            try writer.append(interface)
+            try writer.append(name)
+            try writer.append(Variant(value))
+        } decode: { _ throws(DBusError) in () }
+    }
+
+    /// Sends a call without waiting; for ending objects from `deinit`.
+    func sendAndForget(_ path: ObjectPath, _ interface: String, _ member: String) {
+        Task { @BusActor in
+            try? connection.send(destination: Self.daemon, path: path, interface: interface, member: member)
+        }
+    }
+
+    /// Delivers the signals of every object below a manager to their handlers.
+    @BusActor func watchSubtree(_ manager: ObjectPath) async throws {
+        let rule = "type='signal',sender='\(Self.daemon)',path_namespace='\(manager)'"
+        let watch = try await mapped { () async throws(DBusError) in
+            try await connection.addMatch(rule) { [weak self] signal in self?.deliver(signal) }
+        }
+        watches[manager] = watch
+    }
+
+    func unwatchSubtree(_ manager: ObjectPath) {
+        Task { @BusActor in watches.removeValue(forKey: manager)?.cancel() }
+    }
+
+    /// Sends the signals of the object at `path` to `handler`.
+    @BusActor func route(_ path: ObjectPath, to handler: @escaping @Sendable (ObjectEvent) -> Void) {
+        routes[path] = handler
+    }
+
+    func unroute(_ path: ObjectPath) {
+        Task { @BusActor in routes.removeValue(forKey: path) }
+    }
+
+    @BusActor private func deliver(_ signal: ReceivedSignal) {
+        guard let handler = routes[signal.path] else { return }
+        switch signal.member {
+        case "MessageFound", "MessageLost":
+            guard let content = try? signal.arguments.read([UInt8].self),
+                  let namespace = try? signal.arguments.read(String.self),
+                  let type = try? signal.arguments.read(String.self),
+                  let info = try? signal.arguments.read([String: Variant].self) else { return }
+            let message = Message(content: .init(content), namespace: namespace, type: type)
+            let details = MessageInfo(medium: info["Medium"]?.value.string ?? "",
+                                      rssi: Int(info["Rssi"]?.value.int16 ?? 0),
+                                      distanceMeters: info["DistanceMeters"]?.value.double ?? 0)
+            handler(signal.member == "MessageFound" ? .found(message, details) : .lost(message, details))
+        case "Expired":
+            routes.removeValue(forKey: signal.path)
+            handler(.expired)
+        default:
+            break
+        }
+    }
+}
+
+/// Runs a D-Bus step, turning its error into a ``NearbyMessagesError``.
+@BusActor
+private func mapped<T>(_ body: () async throws(DBusError) -> T) async throws(NearbyMessagesError) -> T {
+    do {
+        return try await body()
+    } catch {
+        throw NearbyMessagesError(error)
+    }
+}
+
+extension NearbyMessagesError {
+    init(_ error: DBusError) {
+        let kind: Kind
+        switch error.name {
+        case "org.nearbyd.Error.InvalidArguments": kind = .invalidArguments
+        case "org.nearbyd.Error.NotPermitted": kind = .notPermitted
+        case "org.nearbyd.Error.LimitExceeded": kind = .limitExceeded
+        case "org.nearbyd.Error.NotSupported": kind = .notSupported
+        case "org.nearbyd.Error.AccessDenied": kind = .accessDenied
+        case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
+             "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply":
+            kind = .daemonUnavailable
+        default: kind = .other(error.name)
+        }
+        self.init(kind: kind, message: error.message)
+    }
+}

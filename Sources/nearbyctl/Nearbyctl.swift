@@ -1,0 +1,239 @@
+import ArgumentParser
+import Foundation
+import NearbyMessages
+import UnixSignals
+
+@main
+struct Nearbyctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "nearbyctl",
+        abstract: "Publish and subscribe to Nearby Messages from the command line.",
+        discussion: """
+            nearbyctl talks to nearbyd over D-Bus (org.nearbyd) through the
+            NearbyMessages library, as any app would. 'publish' and 'subscribe' keep
+            their publication or subscription alive until interrupted (Ctrl-C,
+            SIGTERM), until its TTL runs out, or, for 'subscribe --count N', until N
+            events have been printed.
+
+            Human-readable output by default; --json prints one JSON object per line,
+            for scripts.
+
+            EXAMPLES
+              nearbyctl publish --api-key KEY --type chat 'hello'
+              nearbyctl subscribe --api-key KEY --type chat
+              nearbyctl status --session --json
+
+            ENVIRONMENT
+              NEARBY_API_KEY   the API key when --api-key is not given
+
+            EXIT STATUS
+              0 on success or interruption; 1 when nearbyd refuses the request or
+              cannot be reached (the message says which).
+            """,
+        subcommands: [Publish.self, Subscribe.self, Status.self]
+    )
+}
+
+/// Options every command takes: which bus, and the output format.
+struct BusOptions: ParsableArguments {
+    @Flag(name: .long, help: "Use the system bus (the default).")
+    var system = false
+
+    @Flag(name: .long, help: "Use the session bus.")
+    var session = false
+
+    @Option(name: .long, help: ArgumentHelp("Use the bus at this D-Bus address.", valueName: "address"))
+    var bus: String?
+
+    @Flag(name: .long, help: "Print one JSON object per line.")
+    var json = false
+
+    func validate() throws {
+        guard [system, session, bus != nil].filter({ $0 }).count <= 1 else {
+            throw ValidationError("choose one of --system, --session and --bus")
+        }
+    }
+
+    var address: BusAddress {
+        if let bus { return .address(bus) }
+        return session ? .session : .system
+    }
+}
+
+/// Options of the commands that make a manager.
+struct ManagerOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The project's API key (default: $NEARBY_API_KEY).", valueName: "key"))
+    var apiKey: String?
+
+    @Option(name: .long, help: ArgumentHelp("The app id permission decisions are kept under.", valueName: "id"))
+    var appId: String?
+
+    func key() throws -> String {
+        if let apiKey { return apiKey }
+        if let key = ProcessInfo.processInfo.environment["NEARBY_API_KEY"], !key.isEmpty { return key }
+        throw ValidationError("give --api-key or set NEARBY_API_KEY")
+    }
+}
+
+/// Options that make a Strategy.
+struct StrategyOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("A medium to use: ble or audio (repeatable; default: all the daemon has).", valueName: "medium"))
+    var medium: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("broadcast, scan or both (default both).", valueName: "mode"))
+    var mode: String?
+
+    @Option(name: .long, help: ArgumentHelp("Lifetime in seconds (default 300; 0 = until ended, subscriptions only).", valueName: "seconds"))
+    var ttl: UInt32?
+
+    func strategy() throws -> Strategy? {
+        guard !medium.isEmpty || mode != nil || ttl != nil else { return nil }
+        var strategy = Strategy(mediums: medium.isEmpty ? nil : medium, ttlSeconds: ttl)
+        if let mode {
+            guard let parsed = Strategy.Mode(rawValue: mode) else { throw ValidationError("--mode must be broadcast, scan or both") }
+            strategy.mode = parsed
+        }
+        return strategy
+    }
+}
+
+struct Publish: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Publish a message until interrupted or expired.",
+        discussion: "The content is the CONTENT argument as UTF-8 text, or the bytes of --file (- for standard input)."
+    )
+
+    @OptionGroup var bus: BusOptions
+    @OptionGroup var manager: ManagerOptions
+    @OptionGroup var strategy: StrategyOptions
+
+    @Option(name: .long, help: "The message type (at most 32 characters, no '*').")
+    var type = ""
+
+    @Option(name: .long, help: "The namespace (default: the project's).")
+    var namespace = ""
+
+    @Option(name: .long, help: ArgumentHelp("Publish this file's bytes instead of CONTENT.", valueName: "path"))
+    var file: String?
+
+    @Argument(help: "The content, as text.")
+    var content: String?
+
+    func validate() throws {
+        guard (content == nil) != (file == nil) else { throw ValidationError("give CONTENT or --file, not both or neither") }
+    }
+
+    func run() async throws {
+        let bytes = try readContent()
+        let output = Output(json: bus.json)
+        try await reportingFailures(output) {
+            let messages = try await MessageManager(apiKey: try manager.key(), appId: manager.appId, bus: bus.address)
+            let (expired, expire) = AsyncStream.makeStream(of: Void.self)
+            let publication = try await messages.publication(
+                of: Message(content: bytes, namespace: namespace, type: type), strategy: try strategy.strategy()
+            ) { expire.yield() }
+            output.event(["event": "published", "path": publication.path.rawValue],
+                         human: "published \(publication.path)")
+            await untilInterrupted(or: expired)
+            output.event(["event": "ended"], human: "ended")
+            withExtendedLifetime(publication) {}
+        }
+    }
+
+    private func readContent() throws -> Data {
+        guard let file else { return Data((content ?? "").utf8) }
+        if file == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
+        guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
+        return data
+    }
+}
+
+struct Subscribe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Subscribe and print messages as they are found and lost.",
+        discussion: """
+            Each event is one line: 'found' or 'lost', the namespace and type, how it
+            was heard (medium, RSSI in dBm, estimated distance) and the content (as
+            text when it is UTF-8, else base64). With --json: {"event", "namespace",
+            "type", "content" (base64), "text" (when UTF-8), "medium", "rssi",
+            "distance"}.
+            """
+    )
+
+    @OptionGroup var bus: BusOptions
+    @OptionGroup var manager: ManagerOptions
+    @OptionGroup var strategy: StrategyOptions
+
+    @Option(name: .long, help: "Only this type (default: every type of the namespace).")
+    var type = ""
+
+    @Option(name: .long, help: "The namespace (default: the project's).")
+    var namespace = ""
+
+    @Option(name: .long, help: ArgumentHelp("Exit after printing this many found/lost events.", valueName: "n"))
+    var count: Int?
+
+    func run() async throws {
+        let output = Output(json: bus.json)
+        try await reportingFailures(output) {
+            let messages = try await MessageManager(apiKey: try manager.key(), appId: manager.appId, bus: bus.address)
+            let (events, sink) = AsyncStream.makeStream(of: Void.self)
+            let limit = count
+            let printed = Counter()
+            let report: @Sendable (String, Message, MessageInfo) -> Void = { event, message, info in
+                output.message(event, message, info)
+                if let limit, printed.increment() >= limit { sink.finish() }
+            }
+            let subscription = try await messages.subscription(
+                namespace: namespace, type: type, strategy: try strategy.strategy(),
+                messageFound: { report("found", $0, $1) }, messageLost: { report("lost", $0, $1) },
+                expired: { sink.finish() })
+            output.event(["event": "subscribed", "path": subscription.path.rawValue], human: "subscribed \(subscription.path)")
+            await untilInterrupted(or: events)
+            withExtendedLifetime(subscription) {}
+        }
+    }
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the daemon's version and the mediums it can use now."
+    )
+
+    @OptionGroup var bus: BusOptions
+
+    func run() async throws {
+        let output = Output(json: bus.json)
+        try await reportingFailures(output) {
+            let status = try await DaemonStatus.read(from: bus.address)
+            output.event(["version": status.version, "availableMediums": status.availableMediums,
+                          "debugLogging": status.debugLogging],
+                         human: """
+                             version:           \(status.version)
+                             available mediums: \(status.availableMediums.isEmpty ? "none" : status.availableMediums.joined(separator: ", "))
+                             debug logging:     \(status.debugLogging ? "on" : "off")
+                             """)
+        }
+    }
+}
+
+/// Waits for SIGINT or SIGTERM, or for `events` to end.
+func untilInterrupted(or events: AsyncStream<Void>) async {
+    let signals = await UnixSignalsSequence(trapping: .sigint, .sigterm)
+    await withTaskGroup(of: Void.self) { group in
+        group.addTask { for await _ in signals { return } }
+        group.addTask { for await _ in events {} }
+        await group.next()
+        group.cancelAll()
+    }
+}
+
+/// Prints a failure as one line on stderr and exits 1.
+func reportingFailures(_ output: Output, _ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as NearbyMessagesError {
+        output.failure(error.kind == .daemonUnavailable ? "nearbyd is not reachable: \(error.message)" : error.message)
+        throw ExitCode.failure
+    }
+}
