@@ -149,8 +149,12 @@ let package = Package(
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
             ]
         ),
-        .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["NearbyMessages", "DBus", "TestSupport"]),
+        .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon", "ConfigFile", "NearbyAir"]),
+        // Starts the real programs: the executables are dependencies so that they are built.
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["NearbyMessages", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -226,9 +226,11 @@ public enum AirCoding {
         do {
             return try JSONDecoder().decode(Line.self, from: Data(text.utf8))
         } catch DecodingError.typeMismatch(_, let context) where !context.codingPath.isEmpty {
-            throw AirProtocolError("'\(context.codingPath.map(\.stringValue).joined(separator: "."))' has the wrong type")
+            throw AirProtocolError("'\(context.codingPath[0].stringValue)' has the wrong type")
         } catch DecodingError.dataCorrupted(let context) where !context.codingPath.isEmpty {
-            throw AirProtocolError("'\(context.codingPath.map(\.stringValue).joined(separator: "."))' has an invalid value")
+            throw AirProtocolError("'\(context.codingPath[0].stringValue)' has an invalid value")
+        } catch DecodingError.valueNotFound(_, let context) where !context.codingPath.isEmpty {
+            throw AirProtocolError("'\(context.codingPath[0].stringValue)' is incomplete")
         } catch {
             throw AirProtocolError("a line must be one JSON object")
         }

@@ -38,6 +38,11 @@ public struct AirSpace: Sendable {
     public struct Delivery: Equatable, Sendable {
         public var recipient: String
         public var heard: Heard
+
+        public init(recipient: String, heard: Heard) {
+            self.recipient = recipient
+            self.heard = heard
+        }
     }
 
     private struct Broadcast: Sendable {

@@ -5,8 +5,9 @@ public typealias BusAddress = BusConnection.Address
 
 /// Access to Nearby Messages for one app under one API key: the GNSMessageManager
 /// of the iOS API, over nearbyd's D-Bus API. Publications and subscriptions made
-/// from it stay active while their Swift objects live; the manager, and all it
-/// made, ends when it is released or deallocated.
+/// from it stay active while their Swift objects live (and keep the manager
+/// alive); the manager, and all it made, ends when it is released, or
+/// deallocated with the last of them.
 public final class MessageManager: Sendable {
     /// The manager's D-Bus object.
     public let path: ObjectPath
@@ -49,7 +50,7 @@ public final class MessageManager: Sendable {
             bus.route(objectPath) { event in if case .expired = event { expired() } }
             return objectPath
         }
-        return Publication(path: objectPath, bus: bus)
+        return Publication(path: objectPath, manager: self)
     }
 
     /// Subscribes to messages of `type` in `namespace` (empty: all types of the
@@ -77,7 +78,7 @@ public final class MessageManager: Sendable {
             }
             return objectPath
         }
-        return Subscription(path: objectPath, bus: bus)
+        return Subscription(path: objectPath, manager: self)
     }
 
     /// Whether the user allows this app to use Nearby (GNSPermission).
@@ -95,14 +96,16 @@ public final class MessageManager: Sendable {
     }
 }
 
-/// A live publication; unpublished when released or deallocated (GNSPublication).
+/// A live publication; unpublished when released or deallocated
+/// (GNSPublication). It keeps its manager alive.
 public final class Publication: Sendable {
     public let path: ObjectPath
-    let bus: NearbyBus
+    public let manager: MessageManager
+    private var bus: NearbyBus { manager.bus }
 
-    init(path: ObjectPath, bus: NearbyBus) {
+    init(path: ObjectPath, manager: MessageManager) {
         self.path = path
-        self.bus = bus
+        self.manager = manager
     }
 
     deinit {
@@ -121,14 +124,15 @@ public final class Publication: Sendable {
 }
 
 /// A live subscription; its handlers are called until it is released or
-/// deallocated (GNSSubscription).
+/// deallocated (GNSSubscription). It keeps its manager alive.
 public final class Subscription: Sendable {
     public let path: ObjectPath
-    let bus: NearbyBus
+    public let manager: MessageManager
+    private var bus: NearbyBus { manager.bus }
 
-    init(path: ObjectPath, bus: NearbyBus) {
+    init(path: ObjectPath, manager: MessageManager) {
         self.path = path
-        self.bus = bus
+        self.manager = manager
     }
 
     deinit {

@@ -19,7 +19,7 @@ final class EchoFixture {
     }
 
     func call<T: Sendable>(_ member: String, on connection: BusConnection? = nil, interface: String = EchoService.interfaceName,
-                           arguments: (MessageWriter) throws(DBusError) -> Void = { _ in },
+                           arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in },
                            decode: @escaping @BusActor (MessageReader) throws(DBusError) -> T) async throws(DBusError) -> T {
         try await (connection ?? client).call(destination: service.uniqueName, path: "/test", interface: interface,
                                               member: member, arguments: arguments, decode: decode)

@@ -154,9 +154,8 @@ actor ServerLink {
         while !Task.isCancelled {
             do {
                 try await session()
-            } catch is CancellationError {
-                break
             } catch {
+                if Task.isCancelled { break }
                 logger.warning("nearby-server link: \(error)", metadata: ["server": "\(client.baseURL)"])
             }
             // A session that got as far as connecting starts the backoff over.
@@ -174,7 +173,10 @@ actor ServerLink {
         queued.removeAll()
         pendingSeen = heard
         pendingGone.removeAll()
-        try await refreshToken(device)
+        // A token that is still good is kept, so devices hearing it hear no change.
+        if (token?.refreshAtMs).map({ Int64($0) <= Self.nowMilliseconds }) ?? true {
+            try await refreshToken(device)
+        }
         let (requests, outgoing) = AsyncStream.makeStream(of: StreamRequest.self)
         defer { outgoing.finish() }
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -245,6 +247,7 @@ actor ServerLink {
         } catch .unauthenticated(let message) {
             logger.warning("the server no longer knows this device (\(message)); registering again")
             try? await credentials.store(nil, server: client.baseURL, apiKey: apiKey)
+            token = nil
             throw ServerCallError.unauthenticated(message)
         }
     }

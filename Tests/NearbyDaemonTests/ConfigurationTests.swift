@@ -1,0 +1,83 @@
+import ConfigFile
+import NearbyAir
+import NearbyDaemon
+import Testing
+
+@Suite struct DaemonConfigurationTests {
+    func parse(_ text: String) throws(ConfigurationError) -> DaemonConfiguration {
+        try DaemonConfiguration().applying(ConfigFile(text: text, source: "test.conf"))
+    }
+
+    @Test func everySectionIsRead() throws {
+        let configuration = try parse("""
+            [daemon]
+            bus = "session"
+            state-directory = "/tmp/state"
+            log-level = "debug"
+            [server]
+            url = "https://nearby.example:8443"
+            reconnect-initial-delay = 0.5
+            reconnect-max-delay = 60
+            request-timeout = 3
+            [discovery]
+            lost-timeout = 2
+            refresh-interval = 1.5
+            [limits]
+            max-clients = 10
+            max-managers-per-client = 2
+            max-objects-per-manager = 50
+            [ble]
+            backend = "off"
+            tx-power = -65
+            [audio]
+            backend = "off"
+            [sim]
+            air-socket = "/tmp/air.sock"
+            device = "kiosk"
+            position = [1, 2.5]
+            """)
+        #expect(configuration.bus == .session)
+        #expect(configuration.stateDirectory == "/tmp/state")
+        #expect(configuration.logLevel == .debug)
+        #expect(configuration.serverURL == "https://nearby.example:8443")
+        #expect(configuration.lostTimeout == 2)
+        #expect(configuration.limits.maxObjectsPerManager == 50)
+        #expect(configuration.ble == .off && configuration.enabledMediums.isEmpty)
+        #expect(configuration.bleTxPower == -65)
+        #expect(configuration.simPosition == Position(x: 1, y: 2.5))
+        #expect(configuration.simDevice == "kiosk")
+    }
+
+    @Test func anEmptyFileMeansTheDefaults() throws {
+        let configuration = try parse("")
+        #expect(configuration.bus == .system)
+        #expect(configuration.lostTimeout == 3)
+        #expect(configuration.enabledMediums == [.ble])
+    }
+
+    @Test(arguments: [
+        ("[daemon]\nbus_name = \"x\"", "unknown key 'bus_name' in [daemon]"),
+        ("[network]\nx = 1", "unknown section [network]"),
+        ("[discovery]\nlost-timeout = \"3s\"", "[discovery] lost-timeout must be a number"),
+        ("[discovery]\nlost-timeout = 0", "lost-timeout is 0.0; it must be between"),
+        ("[limits]\nmax-clients = 1.5", "max-clients must be an integer"),
+        ("[ble]\nbackend = \"bluetooth\"", "backend must be one of off, sim"),
+        ("[audio]\nbackend = \"sim\"", "not available yet"),
+        ("[server]\nurl = \"ftp://x\"", "must be an http:// or https:// URL"),
+        ("[sim]\nposition = [1]", "position must be [x, y]"),
+        ("[daemon]\nlog-level = \"loud\"", "log-level must be one of"),
+        ("[daemon\nbus = 1", "line 1"),
+    ])
+    func mistakesAreNamed(_ text: String, _ complaint: String) {
+        #expect {
+            _ = try parse(text)
+        } throws: { error in
+            "\(error)".contains(complaint) && "\(error)".hasPrefix("test.conf")
+        }
+    }
+
+    @Test func aMissingFileIsAnErrorOnlyWhenNamed() throws {
+        #expect(throws: ConfigurationError.self) { try DaemonConfiguration.load(path: "/nonexistent/nearbyd.conf", required: true) }
+        #expect(try DaemonConfiguration.load(path: "/nonexistent/nearbyd.conf", required: false).bus == .system)
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import Synchronization
+
+/// A whole simulated world on one host, made of the real programs: one private
+/// D-Bus per device (as on separate machines), nearby-server with its own
+/// SQLite database, nearby-air, and one nearbyd per device attached to the air.
+public final class Cluster: Sendable {
+    /// One simulated device: its bus and its daemon.
+    public struct Device: Sendable {
+        public let name: String
+        public let bus: PrivateBus
+        public let daemon: ChildProcess
+
+        /// The address clients of this device connect to.
+        public var busAddress: String { bus.address }
+    }
+
+    /// Settings of every daemon, as `nearbyd.conf` lines.
+    public struct Options: Sendable {
+        public var lostTimeout = 1.0
+        public var refreshInterval = 0.5
+        public var extraConfiguration = ""
+
+        public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "") {
+            self.lostTimeout = lostTimeout
+            self.refreshInterval = refreshInterval
+            self.extraConfiguration = extraConfiguration
+        }
+    }
+
+    public let directory: TemporaryDirectory
+    public let airSocket: String
+    public let serverURL: String
+    private let port: Int
+    private let air: ChildProcess
+    private let serverProcess: Mutex<ChildProcess>
+    private let devices: Mutex<[String: Device]>
+    private let options: Options
+
+    /// Starts the server and the air; devices are added with ``addDevice(_:at:)``.
+    public init(options: Options = Options()) async throws {
+        self.options = options
+        directory = try TemporaryDirectory("nearbyd-cluster")
+        airSocket = directory.file("air.sock")
+        air = try await ChildProcess(name: "nearby-air", executable: Programs.path("nearby-air"),
+                                     arguments: ["serve", "--socket", airSocket, "--interval", "0.05"])
+        try await air.waitForLine(containing: "listening on")
+        let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:0")
+        let line = try await server.waitForLine(containing: "listening on http://")
+        serverURL = String(line[line.range(of: "http://")!.lowerBound...]).trimmingCharacters(in: .whitespaces)
+        port = Int(serverURL.split(separator: ":").last ?? "") ?? 0
+        serverProcess = Mutex(server)
+        devices = Mutex([:])
+    }
+
+    /// Creates a project on the server and returns its API key.
+    public func createProject(_ name: String) async throws -> String {
+        let result = try await runProgram(Programs.path("nearby-server"),
+                                          ["project", "create", name, "--database", directory.file("server.sqlite"), "--json"])
+        guard result.status == 0, let data = result.output.data(using: .utf8),
+              let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let key = object["apiKey"] as? String else {
+            throw ChildProcessError(message: "project create failed: \(result.output)")
+        }
+        return key
+    }
+
+    /// Starts a device: a private bus and a nearbyd on it, attached to the air at (x, y).
+    @discardableResult
+    public func addDevice(_ name: String, at position: (Double, Double)) async throws -> Device {
+        let bus = try await PrivateBus()
+        let configuration = try directory.write("\(name).conf", """
+            [server]
+            url = "\(serverURL)"
+            reconnect-initial-delay = 0.05
+            reconnect-max-delay = 0.5
+            request-timeout = 5
+
+            [discovery]
+            lost-timeout = \(options.lostTimeout)
+            refresh-interval = \(options.refreshInterval)
+
+            [sim]
+            air-socket = "\(airSocket)"
+            device = "\(name)"
+            position = [\(position.0), \(position.1)]
+            \(options.extraConfiguration)
+            """)
+        let daemon = try await ChildProcess(
+            name: "nearbyd-\(name)", executable: Programs.path("nearbyd"),
+            arguments: ["--bus", bus.address, "--config", configuration, "--state-dir", directory.file("state-\(name)"),
+                        "--log-level", "debug"])
+        try await daemon.waitForLine(containing: "nearbyd: ready")
+        let device = Device(name: name, bus: bus, daemon: daemon)
+        devices.withLock { $0[name] = device }
+        return device
+    }
+
+    public func device(_ name: String) -> Device? {
+        devices.withLock { $0[name] }
+    }
+
+    /// Moves a device in the air (`nearby-air move`).
+    public func move(_ name: String, to position: (Double, Double)) async throws {
+        let result = try await runProgram(Programs.path("nearby-air"),
+                                          ["move", "--socket", airSocket, name, "\(position.0)", "\(position.1)"])
+        guard result.status == 0 else { throw ChildProcessError(message: "move failed: \(result.output)") }
+    }
+
+    /// Kills the server outright (SIGKILL), as a crash would.
+    public func killServer() async {
+        let server = serverProcess.withLock { $0 }
+        server.signal(SIGKILL)
+        _ = try? await server.waitForExit()
+    }
+
+    /// Starts the server again on the same port and database.
+    public func restartServer() async throws {
+        let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:\(port)")
+        try await server.waitForLine(containing: "listening on http://")
+        serverProcess.withLock { $0 = server }
+    }
+
+    /// Everything the programs printed, for a failing test's report.
+    public var logs: String {
+        var parts = ["--- nearby-server ---\n" + serverProcess.withLock { $0.output }, "--- nearby-air ---\n" + air.output]
+        for device in devices.withLock({ Array($0.values) }).sorted(by: { $0.name < $1.name }) {
+            parts.append("--- nearbyd \(device.name) ---\n" + device.daemon.output)
+        }
+        return parts.joined(separator: "\n")
+    }
+
+    /// Stops every process the cluster started and removes its files.
+    public func stop() async {
+        for device in devices.withLock({ Array($0.values) }) {
+            await device.daemon.stop()
+            await device.bus.stop()
+        }
+        await serverProcess.withLock { $0 }.stop()
+        await air.stop()
+        directory.remove()
+    }
+
+    private static func startServer(directory: TemporaryDirectory, listen: String) async throws -> ChildProcess {
+        try await ChildProcess(name: "nearby-server", executable: Programs.path("nearby-server"),
+                               arguments: ["serve", "--listen", listen, "--database", directory.file("server.sqlite"),
+                                           "--log-level", "debug"])
+    }
+}

@@ -1,0 +1,25 @@
+import Foundation
+import Subprocess
+
+/// What a program that ran to its end printed, and how it ended.
+public struct ProgramResult: Sendable {
+    public let status: Int32
+    public let output: String
+}
+
+/// Runs a program to its end, stdout and stderr together.
+public func runProgram(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws -> ProgramResult {
+    var updates: [Environment.Key: String?] = [:]
+    for (key, value) in environment {
+        if let key = Environment.Key(rawValue: key) { updates[key] = value }
+    }
+    let result = try await run(
+        Configuration(executable: .path(.init(executable)), arguments: Arguments(arguments),
+                      environment: .inherit.updating(updates)),
+        output: .string(limit: 1 << 20), error: .combinedWithOutput)
+    let status: Int32 = switch result.terminationStatus {
+    case .exited(let code): code
+    case .signaled(let signal): 128 + signal
+    }
+    return ProgramResult(status: status, output: result.standardOutput ?? "")
+}
