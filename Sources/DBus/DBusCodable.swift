@@ -162,7 +162,8 @@ extension Array: DBusDecodable where Element: DBusDecodable {
 
 extension Array: DBusEncodable where Element: DBusEncodable {
     @BusActor public func encode(to writer: MessageWriter) throws(DBusError) {
-        if let bytes = self as? [UInt8] {
+        // A type check, not a cast: an empty [String] would cast to [UInt8] too.
+        if Element.self == UInt8.self, let bytes = self as? [UInt8] {
             try writer.appendFixedArray(UInt8(ascii: "y"), bytes)
             return
         }

@@ -31,20 +31,25 @@ public struct Daemon: Service {
         FileHandle.standardOutput.write(Data("nearbyd: ready on \(configuration.bus) as \(uniqueName)\n".utf8))
         ServiceNotifier.ready(status: "serving \(Self.busName) on the \(configuration.bus)")
 
-        await withDiscardingTaskGroup { group in
-            group.addTask {
-                // Until SIGTERM/SIGINT (the service group's graceful shutdown) or the bus goes away.
-                await withGracefulShutdownHandler {
-                    for await _ in busLost { break }
-                } onGracefulShutdown: {
-                    busLostSignal.finish()
-                }
-            }
+        // Until SIGTERM/SIGINT (the service group's graceful shutdown) or the bus goes away.
+        let lostTheBus = await withGracefulShutdownHandler {
+            for await _ in busLost { return true }
+            return false
+        } onGracefulShutdown: {
+            busLostSignal.finish()
         }
         ServiceNotifier.stopping()
         logger.info("nearbyd stopping")
         await service.stop(grace: .seconds(2))
         await service.connection.close()
+        if lostTheBus { throw DaemonError.busLost }
+    }
+
+    /// Why the daemon stopped other than by request.
+    enum DaemonError: Error, CustomStringConvertible {
+        case busLost
+
+        var description: String { "the connection to the bus was lost" }
     }
 
     @BusActor

@@ -55,7 +55,7 @@ final class EchoFixture {
         .int64(.min), .uint64(.max), .double(3.25), .string("héllo ✓"), .string(""),
         .objectPath("/org/nearbyd/client1"), .signature("a{sv}"),
         .array(element: "i", [.int32(1), .int32(-2)]), .array(element: "s", []), .bytes([0, 1, 255]), .bytes([]),
-        .array(element: "ay", [.bytes([1]), .bytes([])]),
+        .array(element: "ay", [.bytes([1]), .bytes([])]), .strings([]),
         .vardict(["Mediums": .strings(["ble"]), "TTL": .uint32(300), "Nested": .vardict(["x": .double(1)])]),
         .dictionary(key: "u", value: "as", [DictEntry(.uint32(1), .strings(["a", "b"]))]),
         .dictionary(key: "s", value: "v", []),
@@ -155,9 +155,11 @@ final class EchoFixture {
     @Test @BusActor func propertiesCanBeReadWrittenAndWatched() async throws {
         let fixture = try await EchoFixture()
         let changes = Inbox<[String: DBusValue]>()
+        let signatures = Inbox<String>()
         let match = try await fixture.client.addMatch(
             "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='/test'"
         ) { signal in
+            signatures.put(signal.arguments.signature.rawValue)
             guard (try? signal.arguments.read(String.self)) == EchoService.interfaceName,
                   let changed = try? signal.arguments.read([String: Variant].self) else { return }
             changes.put(changed.mapValues(\.value))
@@ -173,6 +175,7 @@ final class EchoFixture {
         }) { _ throws(DBusError) in () }
         let changed = try await changes.first(within: 10, "PropertiesChanged") { _ in true }
         #expect(changed == ["Label": .string("renamed")])
+        #expect(signatures.values == ["sa{sv}as"])
 
         let all = try await fixture.call("GetAll", interface: properties, arguments: { writer throws(DBusError) in
             try writer.append(EchoService.interfaceName)

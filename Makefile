@@ -1,0 +1,63 @@
+# nearbyd: build, demo, test, benchmark and install.
+#
+#   make demo     set up, build and run the two-device demo
+#   make test     set up, build and run every test
+#   make bench    run the benchmarks (release build), figures for doc/performance.md
+
+SWIFT ?= swift
+PREFIX ?= /usr
+DESTDIR ?=
+# The Python that validates doc/server-api/openapi.yaml (openapi-spec-validator, from PyPI).
+PYTHON ?= python3
+
+# Debian packages the build, the demo and the tests need (the tests' Python
+# D-Bus client runs on Debian's /usr/bin/python3).
+PACKAGES := libsystemd-dev libsqlite3-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-dbus-next
+
+PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
+
+.PHONY: setup build demo test bench install clean
+
+setup:
+	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@$(PYTHON) -c "import openapi_spec_validator, yaml" 2>/dev/null || $(PYTHON) -m pip install -q openapi-spec-validator pyyaml
+
+build: setup
+	$(SWIFT) build
+
+demo: build
+	dist/demo.sh .build/debug
+
+test: setup
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+	$(PYTHON) -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
+	@echo "doc/server-api/openapi.yaml: valid OpenAPI"
+
+bench: setup
+	$(SWIFT) build -c release --product nearby-bench
+	$(SWIFT) build -c release
+	bench/reference/build.sh
+	.build/release/nearby-bench all --bin .build/release --reference bench/reference/bin
+
+install:
+	$(SWIFT) build -c release
+	install -d $(DESTDIR)$(PREFIX)/bin
+	for p in $(PROGRAMS); do install -m 0755 .build/release/$$p $(DESTDIR)$(PREFIX)/bin/$$p; done
+	install -D -m 0644 systemd/nearbyd.service $(DESTDIR)$(PREFIX)/lib/systemd/system/nearbyd.service
+	install -D -m 0644 systemd/nearby-server.service $(DESTDIR)$(PREFIX)/lib/systemd/system/nearby-server.service
+	install -D -m 0644 dbus-policy/org.nearbyd.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.nearbyd.conf
+	install -D -m 0644 dbus-policy/org.nearbyd.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.nearbyd.service
+	install -D -m 0644 dist/sysusers.d/nearbyd.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/nearbyd.conf
+	install -D -m 0644 dist/nearbyd.conf $(DESTDIR)/etc/nearbyd/nearbyd.conf
+	install -D -m 0644 dist/nearby-server.conf $(DESTDIR)/etc/nearby-server/nearby-server.conf
+	install -d $(DESTDIR)$(PREFIX)/share/doc/nearbyd
+	install -m 0644 doc/*.md $(DESTDIR)$(PREFIX)/share/doc/nearbyd/
+
+clean:
+	rm -rf .build

@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// nearbyd as a process: how it starts, tells systemd, stops and fails.
+@Suite(.serialized) struct DaemonProcessTests {
+    @Test func itTellsSystemdWhenReadyAndStopsCleanlyOnSIGTERM() async throws {
+        let bus = try await PrivateBus()
+        let directory = try TemporaryDirectory()
+        let notify = try NotifySocket(directory: directory)
+        let daemon = try await ChildProcess(
+            name: "nearbyd", executable: Programs.path("nearbyd"),
+            arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
+                        "--air-socket", directory.file("no-air.sock")],
+            environment: ["NOTIFY_SOCKET": notify.path])
+        let ready = try await notify.messages.first(within: 20, "READY=1") { $0.contains("READY=1") }
+        #expect(ready.contains("STATUS="))
+        daemon.signal(SIGTERM)
+        _ = try await notify.messages.first(within: 20, "STOPPING=1") { $0.contains("STOPPING=1") }
+        #expect(try await daemon.waitForExit() == 0)
+        notify.close()
+        await bus.stop()
+        directory.remove()
+    }
+
+    @Test func aBadConfigurationFileIsRefusedByName() async throws {
+        let directory = try TemporaryDirectory()
+        let configuration = try directory.write("nearbyd.conf", "[discovery]\nlost-timout = 3\n")
+        let result = try await runProgram(Programs.path("nearbyd"), ["--session", "--config", configuration])
+        #expect(result.status == 1)
+        #expect(result.output.contains("unknown key 'lost-timout' in [discovery]"))
+        directory.remove()
+    }
+
+    @Test func aSecondDaemonOnTheSameBusGivesUp() async throws {
+        let bus = try await PrivateBus()
+        let directory = try TemporaryDirectory()
+        let arguments = ["--bus", bus.address, "--server", "http://127.0.0.1:9", "--air-socket", directory.file("no-air.sock")]
+        let first = try await ChildProcess(name: "nearbyd", executable: Programs.path("nearbyd"),
+                                           arguments: arguments + ["--state-dir", directory.file("one")])
+        try await first.waitForLine(containing: "nearbyd: ready")
+        let second = try await runProgram(Programs.path("nearbyd"), arguments + ["--state-dir", directory.file("two")])
+        #expect(second.status == 1)
+        #expect(second.output.contains("org.nearbyd is owned by another connection"))
+        await first.stop()
+        await bus.stop()
+        directory.remove()
+    }
+
+    @Test func losingTheBusIsAFailure() async throws {
+        let bus = try await PrivateBus()
+        let directory = try TemporaryDirectory()
+        let daemon = try await ChildProcess(
+            name: "nearbyd", executable: Programs.path("nearbyd"),
+            arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
+                        "--air-socket", directory.file("no-air.sock")])
+        try await daemon.waitForLine(containing: "nearbyd: ready")
+        await bus.stop()
+        #expect(try await daemon.waitForExit() == 1)
+        #expect(daemon.output.contains("the connection to the bus was lost"))
+        directory.remove()
+    }
+}
