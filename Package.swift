@@ -63,13 +63,12 @@ let package = Package(
         .target(
             name: "NearbyServer",
             dependencies: [
-                "NearbyCore", "ServerAPI",
+                "NearbyCore", "ServerAPI", "ConfigFile",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
@@ -100,7 +99,7 @@ let package = Package(
         .executableTarget(
             name: "nearby-server",
             dependencies: [
-                "NearbyServer", "SystemdService",
+                "NearbyServer", "SystemdService", "ConfigFile",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -121,10 +120,12 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
+        // Benchmarks: the real programs in a simulated cluster, against reference
+        // programs measured in the same run (bench/reference, ../shared/bench).
         .executableTarget(
             name: "nearby-bench",
             dependencies: [
-                "NearbyMessages", "DBus",
+                "NearbyMessages", "DBus", "TestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "bench",
@@ -144,7 +145,7 @@ let package = Package(
         .testTarget(
             name: "NearbyServerTests",
             dependencies: [
-                "NearbyServer", "ServerAPI",
+                "NearbyServer", "ServerAPI", "ConfigFile",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
             ]

@@ -50,12 +50,13 @@ public struct ConfigFile {
 
     /// Throws unless every top-level entry is one of `known`, written as a section.
     public func checkSections(_ known: [String]) throws(ConfigurationError) {
+        let sections = known.map { "[\($0)]" }.joined(separator: ", ")
         for name in table.keys {
-            guard known.contains(name) else {
-                throw ConfigurationError("\(source): unknown section [\(name)]; known: \(known.map { "[\($0)]" }.joined(separator: ", "))")
-            }
             guard table[name]?.table != nil else {
-                throw ConfigurationError("\(source): '\(name)' must be a section, written [\(name)]")
+                throw ConfigurationError("\(source): '\(name)' is outside any section; keys belong in one of \(sections)")
+            }
+            guard known.contains(name) else {
+                throw ConfigurationError("\(source): unknown section [\(name)]; known: \(sections)")
             }
         }
     }

@@ -230,6 +230,7 @@ final class NearbyService {
         }
         publications[publication.id] = object
         object.expiry = expire(at: expiresAt) { service in service.expired(object) }
+        if strategy.mediums.contains(.ble) { owner.bleUsers += 1 }
         let state = link(for: owner.manager.apiKey)
         state.use(strategy, by: 1, sightings: sightings.current)
         state.link.send(.publication(publication.id, PublicationSpec(
@@ -255,6 +256,7 @@ final class NearbyService {
         }
         subscriptions[subscription.id] = object
         if expiresAt > 0 { object.expiry = expire(at: expiresAt) { service in service.expired(object) } }
+        if strategy.mediums.contains(.ble) { owner.bleUsers += 1 }
         let state = link(for: owner.manager.apiKey)
         state.use(strategy, by: 1, sightings: sightings.current)
         state.link.send(.subscription(subscription.id, SubscriptionSpec(
@@ -304,7 +306,10 @@ final class NearbyService {
             state.link.send(.publication(publication.id, nil))
         }
         updateMediums()
-        if let owner = managers[ObjectIdentifier(publication.manager)] { refreshErrors(of: owner) }
+        if let owner = managers[ObjectIdentifier(publication.manager)] {
+            if publication.strategy.mediums.contains(.ble) { owner.bleUsers -= 1 }
+            refreshErrors(of: owner)
+        }
     }
 
     private func remove(_ object: SubscriptionObject) {
@@ -319,7 +324,10 @@ final class NearbyService {
             state.link.send(.subscription(subscription.id, nil))
         }
         updateMediums()
-        if let owner = managers[ObjectIdentifier(subscription.manager)] { refreshErrors(of: owner) }
+        if let owner = managers[ObjectIdentifier(subscription.manager)] {
+            if subscription.strategy.mediums.contains(.ble) { owner.bleUsers -= 1 }
+            refreshErrors(of: owner)
+        }
     }
 
     /// Runs `action` at `microseconds` since the epoch unless cancelled first.
@@ -374,7 +382,8 @@ final class NearbyService {
             refreshStatuses(of: state)
         case .registered(let id):
             state.registered.insert(id)
-            refreshStatuses(of: state)
+            if let object = publications[id] { refreshStatus(of: object, state) }
+            if let object = subscriptions[id] { refreshStatus(of: object, state) }
         case .token(let token):
             state.token = token
             if let token {
@@ -424,19 +433,25 @@ final class NearbyService {
 
     private func refreshStatuses(of state: LinkState) {
         for object in publications.values where object.publication.manager.apiKey == state.link.apiKey {
-            let status = self.status(object.publication.id, object.publication.strategy, state)
-            if status != object.publication.status {
-                object.publication.status = status
-                object.changed(["Status"])
-            }
+            refreshStatus(of: object, state)
         }
         for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
-            let status = self.status(object.subscription.id, object.subscription.strategy, state)
-            if status != object.subscription.status {
-                object.subscription.status = status
-                object.changed(["Status"])
-            }
+            refreshStatus(of: object, state)
         }
+    }
+
+    private func refreshStatus(of object: PublicationObject, _ state: LinkState) {
+        let status = self.status(object.publication.id, object.publication.strategy, state)
+        guard status != object.publication.status else { return }
+        object.publication.status = status
+        object.changed(["Status"])
+    }
+
+    private func refreshStatus(of object: SubscriptionObject, _ state: LinkState) {
+        let status = self.status(object.subscription.id, object.subscription.strategy, state)
+        guard status != object.subscription.status else { return }
+        object.subscription.status = status
+        object.changed(["Status"])
     }
 
     /// Active once the server holds it and one of its mediums works; starting until then.
@@ -450,9 +465,7 @@ final class NearbyService {
     /// BluetoothPowerError: BLE is configured, some object of the manager needs
     /// it, and it cannot be used now.
     private func refreshErrors(of object: ManagerObject) {
-        let needsBLE = object.manager.publications.values.contains { $0.strategy.mediums.contains(.ble) }
-            || object.manager.subscriptions.values.contains { $0.strategy.mediums.contains(.ble) }
-        let powerError = needsBLE && enabledMediums.contains(.ble) && !availableMediums.contains(.ble)
+        let powerError = object.bleUsers > 0 && enabledMediums.contains(.ble) && !availableMediums.contains(.ble)
         if powerError != object.bluetoothPowerError {
             object.bluetoothPowerError = powerError
             object.changed(["BluetoothPowerError"])

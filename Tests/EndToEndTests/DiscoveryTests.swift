@@ -153,16 +153,25 @@ import TestSupport
             let b = try await cluster.addDevice("B", at: (1, 1))
             let subscription = try await MessageManager(b, apiKey: key).record()
             let fromA = try await MessageManager(a, apiKey: key).publish("shared")
-            let fromC = try await MessageManager(c, apiKey: key).publish("shared")
             try await subscription.wait(.found, "shared")
-            try await fromA.unpublish()
-            // A marker on the same stream, published after A's copy went.
-            let marker = try await MessageManager(c, apiKey: key).publish("marker")
+            // B hears C once C's first message is found. C's later publications
+            // reach the server in order, and B's stream carries their matches in
+            // order: once "marker" is found, C's copy of "shared" is known too.
+            let publisherC = try await MessageManager(c, apiKey: key)
+            let ready = try await publisherC.publish("c is near")
+            try await subscription.wait(.found, "c is near")
+            let fromC = try await publisherC.publish("shared")
+            let marker = try await publisherC.publish("marker")
             try await subscription.wait(.found, "marker")
-            #expect(subscription.kinds == ["found twice/chat 'shared'", "found twice/chat 'marker'"])
+
+            try await fromA.unpublish()
+            let afterwards = try await publisherC.publish("after A left")
+            try await subscription.wait(.found, "after A left")
+            #expect(subscription.kinds == ["found twice/chat 'shared'", "found twice/chat 'c is near'",
+                                           "found twice/chat 'marker'", "found twice/chat 'after A left'"])
             try await fromC.unpublish()
             try await subscription.wait(.lost, "shared", within: 5)
-            withExtendedLifetime(marker) {}
+            withExtendedLifetime((ready, marker, afterwards)) {}
         }
     }
 

@@ -91,5 +91,10 @@ public final class ChildProcess: Sendable {
 
 public struct ChildProcessError: Error, CustomStringConvertible {
     public let message: String
+
+    public init(message: String) {
+        self.message = message
+    }
+
     public var description: String { message }
 }

@@ -11,6 +11,9 @@ final class ManagerObject {
     unowned let service: NearbyService
     var exported: ExportedObject?
 
+    /// Live publications and subscriptions of this manager that use BLE.
+    var bleUsers = 0
+
     // Stored here until the permission and error handling is wired to them.
     var permissionGranted = true
     var background = false

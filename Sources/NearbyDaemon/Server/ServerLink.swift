@@ -79,6 +79,9 @@ actor ServerLink {
     private var wakeUp: CheckedContinuation<Void, Never>?
     private var drained: [CheckedContinuation<Void, Never>] = []
     private var connected = false
+    /// The publication and subscription ids the server holds: removing one it
+    /// never had costs no request.
+    private var onServer: Set<String> = []
     /// An operation is on its way to the server.
     private var performing = false
     private var token: IssuedToken?
@@ -192,6 +195,7 @@ actor ServerLink {
                 throw StreamClosed()
             }
             let registered = try await synchronize(device)
+            onServer = registered
             connected = true
             logger.info("connected to nearby-server", metadata: ["server": "\(client.baseURL)", "device": "\(device.device)"])
             await notify(.connected(namespace: device.namespace, registered: registered))
@@ -334,30 +338,32 @@ actor ServerLink {
         switch operation {
         case .publication(let id):
             if let spec = publications[id] {
-                do {
-                    _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
-                    await notify(.registered(id))
-                } catch ServerCallError.rejected(let status, let error) {
-                    logger.error("the server refused publication \(id): \(error)", metadata: ["status": "\(status)"])
-                }
-            } else {
+                try await register(id, "publication") { () async throws(ServerCallError) in _ = try await client.put(spec, id: id, device) }
+            } else if onServer.remove(id) != nil {
                 try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(id, device) }
             }
         case .subscription(let id):
             if let spec = subscriptions[id] {
-                do {
-                    _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
-                    await notify(.registered(id))
-                } catch ServerCallError.rejected(let status, let error) {
-                    logger.error("the server refused subscription \(id): \(error)", metadata: ["status": "\(status)"])
-                }
-            } else {
+                try await register(id, "subscription") { () async throws(ServerCallError) in _ = try await client.put(spec, id: id, device) }
+            } else if onServer.remove(id) != nil {
                 try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(id, device) }
             }
         case .sightings:
             try await flushSightings(device)
         case .refreshToken:
             try await refreshToken(device)
+        }
+    }
+
+    /// Puts a publication or subscription on the server. One the server refuses
+    /// (it broke a server-side limit) is logged and stays starting; the link goes on.
+    private func register(_ id: String, _ kind: String, _ put: () async throws(ServerCallError) -> Void) async throws {
+        do {
+            try await authenticated(put)
+            onServer.insert(id)
+            await notify(.registered(id))
+        } catch ServerCallError.rejected(let status, let error) {
+            logger.error("the server refused \(kind) \(id): \(error)", metadata: ["status": "\(status)"])
         }
     }
 

@@ -1,0 +1,547 @@
+import Foundation
+import NearbyCore
+import ServerAPI
+
+/// What a device's stream writer is handed, in order.
+enum StreamOutput: Sendable {
+    case event(StreamEvent)
+    /// The server ends the stream, saying why (a newer stream replaced it, the
+    /// device was unregistered).
+    case close(String)
+}
+
+/// A device's open stream, as the matcher hands it to the connection.
+struct StreamHandle: Sendable {
+    let id: UInt64
+    let outputs: AsyncStream<StreamOutput>
+}
+
+/// An ok sighting, its token already resolved to the device that holds it.
+struct SeenEdge: Sendable {
+    var observed: String
+    var token: Token
+    var medium: Medium
+    var rssi: Int
+    var distance: Double
+}
+
+/// A `gone` entry, resolved.
+struct GoneEdge: Sendable {
+    var observed: String
+    var token: Token
+    var medium: Medium
+}
+
+/// Decides which publications are near which subscriptions and tells the
+/// subscribers, as things change.
+///
+/// An edge is "observer heard observed on medium", from ok sightings. A
+/// publication P of device DP and a subscription S of device DS are near when
+/// the two devices are different devices of one project, S's filter takes P,
+/// both are unexpired, and an edge on a medium both allow goes the way their
+/// modes allow: DS hears DP while P broadcasts and S scans, or DP hears DS
+/// while P scans and S broadcasts.
+///
+/// Everything is indexed by device pair: a change between two devices (an
+/// edge made or lost) re-evaluates only that pair; a changed publication or
+/// subscription re-evaluates only the pairs its device has edges with; and
+/// within a pair a subscription looks only at the publications of its
+/// namespace (and type). A refreshed edge costs a dictionary update.
+actor Matcher {
+    struct Publication: Sendable, Equatable {
+        var id: String
+        var namespace: String
+        var type: String
+        var content: Data
+        var mediums: Set<Medium>
+        var mode: DiscoveryMode
+        var expiresAtMs: UInt64
+
+        init(_ stored: StoredPublication) {
+            id = stored.id
+            namespace = stored.namespace
+            type = stored.type
+            content = stored.content
+            mediums = Set(stored.mediums)
+            mode = stored.mode
+            expiresAtMs = stored.expiresAtMs
+        }
+
+        func isLive(_ nowMs: UInt64) -> Bool { expiresAtMs > nowMs }
+    }
+
+    struct Subscription: Sendable, Equatable {
+        var id: String
+        var filter: MessageFilter
+        var mediums: Set<Medium>
+        var mode: DiscoveryMode
+        var expiresAtMs: UInt64
+
+        init(_ stored: StoredSubscription) {
+            id = stored.id
+            filter = MessageFilter(namespace: stored.namespace, type: stored.type)
+            mediums = Set(stored.mediums)
+            mode = stored.mode
+            expiresAtMs = stored.expiresAtMs
+        }
+
+        func isLive(_ nowMs: UInt64) -> Bool { expiresAtMs == 0 || expiresAtMs > nowMs }
+    }
+
+    private struct Device {
+        var project: String
+        var publications: [String: Publication] = [:]
+        /// Publication ids by namespace, then type.
+        var index: [String: [String: Set<String>]] = [:]
+        var subscriptions: [String: Subscription] = [:]
+
+        mutating func insert(_ publication: Publication) {
+            index[publication.namespace, default: [:]][publication.type, default: []].insert(publication.id)
+            publications[publication.id] = publication
+        }
+
+        mutating func removePublication(_ id: String) {
+            guard let old = publications.removeValue(forKey: id) else { return }
+            index[old.namespace]?[old.type]?.remove(id)
+            if index[old.namespace]?[old.type]?.isEmpty == true { index[old.namespace]?[old.type] = nil }
+            if index[old.namespace]?.isEmpty == true { index[old.namespace] = nil }
+        }
+
+        /// Ids of the publications a subscription's filter takes (namespaces are resolved on both sides).
+        func candidates(for subscription: Subscription) -> [String] {
+            guard let types = index[subscription.filter.namespace] else { return [] }
+            if subscription.filter.type.isEmpty { return types.values.flatMap { $0 } }
+            return Array(types[subscription.filter.type] ?? [])
+        }
+    }
+
+    struct EdgeKey: Hashable, Sendable {
+        var observer: String
+        var observed: String
+        var medium: Medium
+    }
+
+    private struct Edge {
+        /// The observed device's tokens the observer hears, with when each was last reported.
+        var tokens: [Token: UInt64]
+        var rssi: Int
+        var distance: Double
+    }
+
+    private struct Pair: Hashable {
+        var subscriber: String
+        var publisher: String
+    }
+
+    private struct MatchKey: Hashable, Comparable {
+        var subscription: String
+        var publication: String
+
+        static func < (lhs: MatchKey, rhs: MatchKey) -> Bool {
+            (lhs.subscription, lhs.publication) < (rhs.subscription, rhs.publication)
+        }
+    }
+
+    private struct Session {
+        let id: UInt64
+        let continuation: AsyncStream<StreamOutput>.Continuation
+    }
+
+    private enum Deadline: Hashable {
+        case publication(device: String, id: String)
+        case subscription(device: String, id: String)
+        case edge(EdgeKey)
+    }
+
+    private let clock: any WallClock
+    private let edgeTimeoutMs: UInt64
+    private let streamBufferLimit: Int
+
+    private var devices: [String: Device] = [:]
+    private var projectDevices: [String: Set<String>] = [:]
+    private var edges: [EdgeKey: Edge] = [:]
+    /// For each device, the devices it shares edges with (either way), and how many edges.
+    private var links: [String: [String: Int]] = [:]
+    /// The near (subscription, publication) pairs of each device pair.
+    private var matches: [Pair: Set<MatchKey>] = [:]
+    /// For each subscriber, the publishers it has matches with.
+    private var matchedPublishers: [String: Set<String>] = [:]
+    private var sessions: [String: Session] = [:]
+    private var deadlines = DeadlineQueue<Deadline>()
+    private var lastSessionID: UInt64 = 0
+
+    /// `streamBufferLimit`: events a stream may have waiting for a slow
+    /// connection; beyond that the stream is closed (its device reconnects and
+    /// asks for a snapshot) instead of the server holding ever more memory.
+    init(clock: any WallClock, edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192) {
+        self.clock = clock
+        self.edgeTimeoutMs = edgeTimeoutMs
+        self.streamBufferLimit = streamBufferLimit
+    }
+
+    /// Fills an empty matcher from storage at start.
+    func load(devices records: [DeviceRecord], publications: [StoredPublication], subscriptions: [StoredSubscription]) {
+        for record in records {
+            addDevice(record.id, project: record.project)
+        }
+        for stored in publications where devices[stored.device] != nil {
+            devices[stored.device]!.insert(Publication(stored))
+            deadlines.schedule(.publication(device: stored.device, id: stored.id), at: stored.expiresAtMs)
+        }
+        for stored in subscriptions where devices[stored.device] != nil {
+            devices[stored.device]!.subscriptions[stored.id] = Subscription(stored)
+            if stored.expiresAtMs != 0 {
+                deadlines.schedule(.subscription(device: stored.device, id: stored.id), at: stored.expiresAtMs)
+            }
+        }
+    }
+
+    // MARK: Devices
+
+    func addDevice(_ id: String, project: String) {
+        guard devices[id] == nil else { return }
+        devices[id] = Device(project: project)
+        projectDevices[project, default: []].insert(id)
+    }
+
+    func hasDevice(_ id: String) -> Bool { devices[id] != nil }
+
+    /// Forgets a device: its stream is closed, subscribers that had found its
+    /// publications get lost.
+    func removeDevice(_ id: String) {
+        guard let device = devices.removeValue(forKey: id) else { return }
+        projectDevices[device.project]?.remove(id)
+        if projectDevices[device.project]?.isEmpty == true { projectDevices[device.project] = nil }
+        if let session = sessions.removeValue(forKey: id) {
+            session.continuation.yield(.close("device unregistered"))
+            session.continuation.finish()
+        }
+        let others = (links[id] ?? [:]).keys.sorted()
+        for other in others {
+            for medium in Medium.allCases {
+                removeEdge(EdgeKey(observer: id, observed: other, medium: medium))
+                removeEdge(EdgeKey(observer: other, observed: id, medium: medium))
+            }
+        }
+        // With the device gone every pair it was part of evaluates to nothing.
+        for publisher in matchedPublishers[id] ?? [] {
+            recompute(subscriber: id, publisher: publisher)
+        }
+        for other in others {
+            recompute(subscriber: other, publisher: id)
+        }
+    }
+
+    /// The projects that have devices here.
+    var projects: Set<String> { Set(projectDevices.keys) }
+
+    /// Forgets the devices of projects deleted behind the server's back (by
+    /// the CLI); returns their ids.
+    func removeProjects(_ projects: Set<String>) -> [String] {
+        var removed: [String] = []
+        for project in projects.sorted() {
+            for id in (projectDevices[project] ?? []).sorted() {
+                removeDevice(id)
+                removed.append(id)
+            }
+        }
+        return removed
+    }
+
+    // MARK: Publications and subscriptions
+
+    func putPublication(_ stored: StoredPublication) {
+        guard devices[stored.device] != nil else { return }
+        let publication = Publication(stored)
+        if let old = devices[stored.device]!.publications[stored.id],
+           (old.namespace, old.type, old.content) != (publication.namespace, publication.type, publication.content) {
+            // Another message under the same id: subscribers lose the old one first.
+            removePublication(device: stored.device, id: stored.id)
+        }
+        devices[stored.device]!.removePublication(stored.id)
+        devices[stored.device]!.insert(publication)
+        deadlines.schedule(.publication(device: stored.device, id: stored.id), at: stored.expiresAtMs)
+        for other in linkedDevices(stored.device) {
+            recompute(subscriber: other, publisher: stored.device)
+        }
+    }
+
+    func removePublication(device: String, id: String) {
+        guard devices[device]?.publications[id] != nil else { return }
+        devices[device]!.removePublication(id)
+        for other in linkedDevices(device) {
+            recompute(subscriber: other, publisher: device)
+        }
+    }
+
+    func putSubscription(_ stored: StoredSubscription) {
+        guard devices[stored.device] != nil else { return }
+        devices[stored.device]!.subscriptions[stored.id] = Subscription(stored)
+        if stored.expiresAtMs != 0 {
+            deadlines.schedule(.subscription(device: stored.device, id: stored.id), at: stored.expiresAtMs)
+        }
+        for other in linkedDevices(stored.device) {
+            recompute(subscriber: stored.device, publisher: other)
+        }
+    }
+
+    /// Removes a subscription. Its device asked for it, so it is told nothing
+    /// unless `notify` (the server removes it on its own when it expires).
+    func removeSubscription(device: String, id: String, notify: Bool = false) {
+        guard devices[device]?.subscriptions.removeValue(forKey: id) != nil else { return }
+        for publisher in (matchedPublishers[device] ?? []).sorted() {
+            let pair = Pair(subscriber: device, publisher: publisher)
+            let dropped = (matches[pair] ?? []).filter { $0.subscription == id }
+            guard !dropped.isEmpty else { continue }
+            store(matches[pair]!.subtracting(dropped), for: pair)
+            if notify {
+                for key in dropped.sorted() {
+                    emit(.lost(subscription: key.subscription, source: Self.source(publisher, key.publication)), to: device)
+                }
+            }
+        }
+    }
+
+    // MARK: Sightings
+
+    /// Applies one report of `observer`: `seen` makes or refreshes edges, then
+    /// `gone` takes tokens off them (an edge lasts while any token of the
+    /// observed device is heard, so token rotation does not break it).
+    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge]) {
+        guard devices[observer] != nil else { return }
+        let now = clock.nowMs
+        var changed = Set<String>()
+        for sighting in seen where sighting.observed != observer && devices[sighting.observed] != nil {
+            let key = EdgeKey(observer: observer, observed: sighting.observed, medium: sighting.medium)
+            if var edge = edges[key] {
+                edge.tokens[sighting.token] = now
+                edge.rssi = sighting.rssi
+                edge.distance = sighting.distance
+                edges[key] = edge
+            } else {
+                edges[key] = Edge(tokens: [sighting.token: now], rssi: sighting.rssi, distance: sighting.distance)
+                link(observer, sighting.observed, by: 1)
+                deadlines.schedule(.edge(key), at: now + edgeTimeoutMs)
+                changed.insert(sighting.observed)
+            }
+        }
+        for entry in gone {
+            let key = EdgeKey(observer: observer, observed: entry.observed, medium: entry.medium)
+            guard var edge = edges[key] else { continue }
+            edge.tokens[entry.token] = nil
+            if edge.tokens.isEmpty {
+                removeEdge(key)
+                changed.insert(entry.observed)
+            } else {
+                edges[key] = edge
+            }
+        }
+        for other in changed.sorted() {
+            recompute(subscriber: observer, publisher: other)
+            recompute(subscriber: other, publisher: observer)
+        }
+    }
+
+    // MARK: Streams
+
+    /// Opens the device's stream, closing the one it had. Nil for an unknown device.
+    func openStream(device: String) -> StreamHandle? {
+        guard devices[device] != nil else { return nil }
+        if let old = sessions[device] {
+            old.continuation.yield(.close("replaced by a newer stream of this device"))
+            old.continuation.finish()
+        }
+        lastSessionID += 1
+        let (outputs, continuation) = AsyncStream.makeStream(of: StreamOutput.self,
+                                                             bufferingPolicy: .bufferingOldest(streamBufferLimit))
+        sessions[device] = Session(id: lastSessionID, continuation: continuation)
+        return StreamHandle(id: lastSessionID, outputs: outputs)
+    }
+
+    /// The connection of stream `id` ended. Unless a newer stream replaced it,
+    /// the device's sightings as observer go: it reports them again when it
+    /// reconnects.
+    func closeStream(device: String, id: UInt64) {
+        guard let session = sessions[device], session.id == id else { return }
+        sessions[device] = nil
+        session.continuation.finish()
+        var changed: [String] = []
+        for other in (links[device] ?? [:]).keys.sorted() {
+            var removedAny = false
+            for medium in Medium.allCases {
+                removedAny = removeEdge(EdgeKey(observer: device, observed: other, medium: medium)) || removedAny
+            }
+            if removedAny { changed.append(other) }
+        }
+        for other in changed {
+            recompute(subscriber: device, publisher: other)
+            recompute(subscriber: other, publisher: device)
+        }
+    }
+
+    /// Answers a snapshot request in the stream's order of events.
+    func sendSnapshot(device: String, streamID: UInt64) {
+        guard let session = sessions[device], session.id == streamID else { return }
+        emit(.snapshot(snapshot(of: device)), to: device)
+    }
+
+    /// Every current match of the device's subscriptions.
+    func snapshot(of device: String) -> [Match] {
+        var result: [Match] = []
+        for publisher in (matchedPublishers[device] ?? []).sorted() {
+            for key in (matches[Pair(subscriber: device, publisher: publisher)] ?? []).sorted() {
+                if let match = makeMatch(subscriber: device, publisher: publisher, key: key) {
+                    result.append(match)
+                }
+            }
+        }
+        return result
+    }
+
+    // MARK: Time
+
+    /// Removes what expired or timed out by now, with lost events.
+    func sweep() {
+        let now = clock.nowMs
+        for deadline in deadlines.popDue(now: now) {
+            switch deadline {
+            case .publication(let device, let id):
+                guard let publication = devices[device]?.publications[id] else { continue }
+                if publication.isLive(now) {
+                    deadlines.schedule(deadline, at: publication.expiresAtMs)
+                } else {
+                    removePublication(device: device, id: id)
+                }
+            case .subscription(let device, let id):
+                guard let subscription = devices[device]?.subscriptions[id], subscription.expiresAtMs != 0 else { continue }
+                if subscription.isLive(now) {
+                    deadlines.schedule(deadline, at: subscription.expiresAtMs)
+                } else {
+                    removeSubscription(device: device, id: id, notify: true)
+                }
+            case .edge(let key):
+                guard var edge = edges[key] else { continue }
+                edge.tokens = edge.tokens.filter { $0.value + edgeTimeoutMs > now }
+                if let oldest = edge.tokens.values.min() {
+                    edges[key] = edge
+                    deadlines.schedule(deadline, at: oldest + edgeTimeoutMs)
+                } else {
+                    removeEdge(key)
+                    recompute(subscriber: key.observer, publisher: key.observed)
+                    recompute(subscriber: key.observed, publisher: key.observer)
+                }
+            }
+        }
+    }
+
+    // MARK: Evaluation
+
+    /// Re-evaluates one (subscriber device, publisher device) pair and pushes
+    /// the difference: lost for what stopped being near, found for what became near.
+    private func recompute(subscriber: String, publisher: String) {
+        let pair = Pair(subscriber: subscriber, publisher: publisher)
+        let now = clock.nowMs
+        var near = Set<MatchKey>()
+        if subscriber != publisher, let subscriberDevice = devices[subscriber], let publisherDevice = devices[publisher],
+           subscriberDevice.project == publisherDevice.project, !publisherDevice.publications.isEmpty {
+            for subscription in subscriberDevice.subscriptions.values where subscription.isLive(now) {
+                for id in publisherDevice.candidates(for: subscription) {
+                    guard let publication = publisherDevice.publications[id], publication.isLive(now),
+                          strongestEdge(subscription, publication, subscriber: subscriber, publisher: publisher) != nil
+                    else { continue }
+                    near.insert(MatchKey(subscription: subscription.id, publication: id))
+                }
+            }
+        }
+        let previous = matches[pair] ?? []
+        guard near != previous else { return }
+        store(near, for: pair)
+        for key in previous.subtracting(near).sorted() {
+            emit(.lost(subscription: key.subscription, source: Self.source(publisher, key.publication)), to: subscriber)
+        }
+        for key in near.subtracting(previous).sorted() {
+            if let match = makeMatch(subscriber: subscriber, publisher: publisher, key: key) {
+                emit(.found(match), to: subscriber)
+            }
+        }
+    }
+
+    /// The edge that makes the pair near with the highest RSSI, if any does.
+    private func strongestEdge(_ subscription: Subscription, _ publication: Publication, subscriber: String,
+                               publisher: String) -> (medium: Medium, edge: Edge)? {
+        var best: (medium: Medium, edge: Edge)?
+        func consider(_ key: EdgeKey) {
+            guard let edge = edges[key] else { return }
+            if best == nil || edge.rssi > best!.edge.rssi { best = (key.medium, edge) }
+        }
+        for medium in Medium.allCases where publication.mediums.contains(medium) && subscription.mediums.contains(medium) {
+            if publication.mode.broadcasts && subscription.mode.scans {
+                consider(EdgeKey(observer: subscriber, observed: publisher, medium: medium))
+            }
+            if publication.mode.scans && subscription.mode.broadcasts {
+                consider(EdgeKey(observer: publisher, observed: subscriber, medium: medium))
+            }
+        }
+        return best
+    }
+
+    private func makeMatch(subscriber: String, publisher: String, key: MatchKey) -> Match? {
+        guard let subscription = devices[subscriber]?.subscriptions[key.subscription],
+              let publication = devices[publisher]?.publications[key.publication],
+              let (medium, edge) = strongestEdge(subscription, publication, subscriber: subscriber, publisher: publisher)
+        else { return nil }
+        return Match(subscription: subscription.id, source: Self.source(publisher, publication.id),
+                     namespace: publication.namespace, type: publication.type, content: publication.content,
+                     medium: medium, rssi: edge.rssi, distance: edge.distance)
+    }
+
+    /// The opaque id of a publication: unique across devices, stable while it lives.
+    static func source(_ device: String, _ publication: String) -> String { "\(device)/\(publication)" }
+
+    // MARK: Bookkeeping
+
+    private func store(_ near: Set<MatchKey>, for pair: Pair) {
+        if near.isEmpty {
+            matches[pair] = nil
+            matchedPublishers[pair.subscriber]?.remove(pair.publisher)
+            if matchedPublishers[pair.subscriber]?.isEmpty == true { matchedPublishers[pair.subscriber] = nil }
+        } else {
+            matches[pair] = near
+            matchedPublishers[pair.subscriber, default: []].insert(pair.publisher)
+        }
+    }
+
+    private func emit(_ event: StreamEvent, to device: String) {
+        guard let session = sessions[device] else { return }
+        if case .dropped = session.continuation.yield(.event(event)) {
+            // The connection cannot keep up: end the stream rather than lose
+            // events silently; the device reconnects and takes a snapshot.
+            session.continuation.finish()
+        }
+    }
+
+    /// Devices sharing an edge with `device`, in a stable order.
+    private func linkedDevices(_ device: String) -> [String] {
+        (links[device] ?? [:]).keys.sorted()
+    }
+
+    private func link(_ a: String, _ b: String, by delta: Int) {
+        for (from, to) in [(a, b), (b, a)] {
+            let count = (links[from]?[to] ?? 0) + delta
+            if count > 0 {
+                links[from, default: [:]][to] = count
+            } else {
+                links[from]?[to] = nil
+                if links[from]?.isEmpty == true { links[from] = nil }
+            }
+        }
+    }
+
+    /// Removes an edge (without re-evaluating); returns whether there was one.
+    @discardableResult
+    private func removeEdge(_ key: EdgeKey) -> Bool {
+        guard edges.removeValue(forKey: key) != nil else { return false }
+        link(key.observer, key.observed, by: -1)
+        return true
+    }
+}

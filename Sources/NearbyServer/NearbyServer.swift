@@ -1,0 +1,112 @@
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import ServiceLifecycle
+
+/// A whole nearby-server: the service over its storage, served over HTTP and
+/// WebSocket, with a periodic sweep for what expires.
+public struct NearbyServer: Sendable {
+    public let service: NearbyService
+
+    public var configuration: ServerConfiguration { service.configuration }
+
+    public init(service: NearbyService) {
+        self.service = service
+    }
+
+    /// Opens (creating when missing) the SQLite database the configuration
+    /// names and loads what it holds.
+    public static func open(configuration: ServerConfiguration, clock: any WallClock = SystemWallClock(),
+                            logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyServer {
+        let storage = try SQLiteStorage(path: configuration.databasePath)
+        return NearbyServer(service: try await NearbyService.start(storage: storage, configuration: configuration,
+                                                                  clock: clock, logger: logger))
+    }
+
+    /// The application serving the API on the configured address.
+    ///
+    /// - Parameters:
+    ///   - sweepInterval: how often expired publications, subscriptions and
+    ///     stale sightings are removed; nil runs no sweeper (tests call
+    ///     ``NearbyService/sweep()`` themselves).
+    ///   - onListening: called once the socket is bound, with the real port
+    ///     when port 0 was asked for.
+    public func makeApplication(
+        sweepInterval: Duration? = .seconds(1),
+        onListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        let service = self.service
+        let listen = configuration.listen
+        let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(
+            ws: WebSocketServerConfiguration(
+                // Clients' default (WSClient's too): larger events go out as
+                // fragmented messages of frames this size.
+                maxFrameSize: 1 << 14,
+                // Finds half-open connections, whose sightings would otherwise linger.
+                autoPing: .enabled(timePeriod: .seconds(30))
+            )
+        )
+        return Application(
+            router: HTTPAPI(service: service).makeRouter(),
+            server: .http1WebSocketUpgrade(configuration: webSocket) { head, _, _ in
+                await StreamEndpoint.shouldUpgrade(head, service: service)
+            },
+            configuration: ApplicationConfiguration(address: .hostname(listen.host, port: listen.port),
+                                                    serverName: "nearby-server"),
+            services: sweepInterval.map { [SweepService(service: service, interval: $0)] } ?? [],
+            onServerRunning: { channel in
+                await onListening(ListenAddress(host: listen.host, port: channel.localAddress?.port ?? listen.port))
+            },
+            logger: service.logger
+        )
+    }
+
+    /// Serves until SIGTERM or SIGINT, then shuts down gracefully: open
+    /// streams are closed, requests in flight finish.
+    ///
+    /// - Parameters:
+    ///   - onListening: as in ``makeApplication(sweepInterval:onListening:)``.
+    ///   - onShutdown: called when shutdown begins.
+    public func run(onListening: @escaping @Sendable (ListenAddress) async -> Void,
+                    onShutdown: @escaping @Sendable () -> Void) async throws {
+        let application = makeApplication(onListening: onListening)
+        var configuration = ServiceGroupConfiguration(
+            services: [application, ShutdownNotice(action: onShutdown)],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: service.logger
+        )
+        // A peer that never answers a close must not hold the process.
+        configuration.maximumGracefulShutdownDuration = .seconds(10)
+        try await ServiceGroup(configuration: configuration).run()
+    }
+}
+
+/// Calls ``NearbyService/sweep()`` every `interval` until shutdown.
+struct SweepService: Service {
+    let service: NearbyService
+    let interval: Duration
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown {
+                while true {
+                    try await Task.sleep(for: interval)
+                    await service.sweep()
+                }
+            }
+        } catch is CancellationError {
+            // Shutdown: the sleep was cut short.
+        }
+    }
+}
+
+/// Tells its action when graceful shutdown begins. Last in the group, so it
+/// is the first to hear.
+private struct ShutdownNotice: Service {
+    let action: @Sendable () -> Void
+
+    func run() async throws {
+        try await gracefulShutdown()
+        action()
+    }
+}

@@ -1,0 +1,333 @@
+import Foundation
+import Logging
+import NearbyCore
+import ServerAPI
+import Synchronization
+
+/// The server's logic behind the API, free of HTTP: who a caller is, and what
+/// registering, tokens, publications, subscriptions and sightings do to the
+/// stored and the in-memory state. Client mistakes throw ``APIError``; any
+/// other error is the server's own.
+public final class NearbyService: Sendable {
+    public let configuration: ServerConfiguration
+    let storage: any ServerStorage
+    let matcher: Matcher
+    let clock: any WallClock
+    let logger: Logger
+    private let tokens = Mutex(TokenCache())
+    private let serializer = DeviceSerializer()
+
+    private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
+        self.storage = storage
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000)
+    }
+
+    /// A service over `storage`, with the devices, live tokens, publications
+    /// and subscriptions it holds already loaded.
+    public static func start(storage: any ServerStorage, configuration: ServerConfiguration,
+                             clock: any WallClock = SystemWallClock(),
+                             logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyService {
+        let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger)
+        let now = clock.nowMs
+        let live = try await storage.liveTokens(nowMs: now)
+        service.tokens.withLock { cache in live.forEach { cache.insert($0) } }
+        await service.matcher.load(devices: try await storage.devices(),
+                                   publications: try await storage.publications(device: nil),
+                                   subscriptions: try await storage.subscriptions(device: nil))
+        return service
+    }
+
+    // MARK: Callers
+
+    /// The device that `authorization` (`Bearer SECRET`) belongs to, which must
+    /// be `device`, the device the path names.
+    public func authenticate(device: String, authorization: String?) async throws -> DeviceRecord {
+        guard let authorization, !authorization.isEmpty else {
+            throw APIError(.unauthenticated, "missing Authorization header; expected 'Bearer SECRET' with the device's secret")
+        }
+        let parts = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+            throw APIError(.unauthenticated, "Authorization header must be 'Bearer SECRET'")
+        }
+        let secret = parts[1].trimmingCharacters(in: .whitespaces)
+        guard let record = try await storage.device(secretHash: Credentials.hash(secret)) else {
+            throw APIError(.unauthenticated, "unknown device secret")
+        }
+        guard record.id == device else {
+            throw APIError(.permissionDenied, "the credential is of another device than '\(device)'")
+        }
+        return record
+    }
+
+    // MARK: Devices
+
+    /// `POST /v1/devices`: a new device of the API key's project.
+    public func registerDevice(apiKey: String?) async throws -> DeviceRegistration {
+        guard let apiKey, !apiKey.isEmpty else {
+            throw APIError(.unauthenticated, "missing \(ServerAPI.apiKeyHeader) header with the project's API key")
+        }
+        guard let project = try await storage.project(apiKeyHash: Credentials.hash(apiKey)) else {
+            throw APIError(.unauthenticated, "unknown API key")
+        }
+        let limit = configuration.limits.maxDevicesPerProject
+        let record = DeviceRecord(id: Credentials.newDeviceID(), project: project.name, namespace: project.namespace,
+                                  createdAtMs: clock.nowMs)
+        let secret = Credentials.newSecret()
+        let created: Bool
+        do {
+            created = try await storage.createDevice(record, secretHash: Credentials.hash(secret), limit: limit)
+        } catch StorageError.projectNotFound {
+            throw APIError(.unauthenticated, "unknown API key")
+        }
+        guard created else {
+            throw APIError(.limitExceeded, "project '\(project.name)' has \(limit) devices, its limit ([limits] max-devices-per-project)")
+        }
+        await matcher.addDevice(record.id, project: project.name)
+        logger.info("device registered", metadata: ["device": "\(record.id)", "project": "\(project.name)"])
+        return DeviceRegistration(device: record.id, secret: secret, project: project.name, namespace: project.namespace)
+    }
+
+    /// `DELETE /v1/devices/{device}`: the device and all it had; subscribers
+    /// that had found its publications get lost.
+    public func unregister(_ device: DeviceRecord) async throws {
+        try await serializer.run(device.id) {
+            _ = try await self.storage.deleteDevice(id: device.id)
+            self.tokens.withLock { $0.remove(devices: [device.id]) }
+            await self.matcher.removeDevice(device.id)
+        }
+        logger.info("device unregistered", metadata: ["device": "\(device.id)"])
+    }
+
+    // MARK: Tokens
+
+    /// `POST /v1/devices/{device}/tokens`: a fresh random token, unused by any
+    /// stored token. Earlier tokens stay valid until their own expiry.
+    public func issueToken(for device: DeviceRecord) async throws -> IssuedToken {
+        let now = clock.nowMs
+        let expires = now + UInt64(configuration.tokenLifetimeSeconds) * 1000
+        let refresh = expires - UInt64(configuration.tokenOverlapSeconds) * 1000
+        // 64 random bits: a clash is all but impossible, but must not be fatal.
+        for _ in 0..<8 {
+            let token = Token(bytes: Credentials.randomBytes(Token.byteCount))!
+            guard tokens.withLock({ $0.byToken[token] == nil }) else { continue }
+            let record = TokenRecord(token: token, device: device.id, issuedAtMs: now, expiresAtMs: expires)
+            let inserted = try await mapStorageErrors { try await storage.insertToken(record) }
+            if inserted {
+                tokens.withLock { $0.insert(record) }
+                return IssuedToken(token: token, expiresAtMs: expires, refreshAtMs: refresh)
+            }
+        }
+        throw APIError(.internalError, "could not draw an unused token")
+    }
+
+    // MARK: Publications
+
+    /// `PUT /v1/devices/{device}/publications/{id}`: creates or replaces.
+    public func putPublication(_ spec: PublicationSpec, id: String, for device: DeviceRecord) async throws -> PublicationRecord {
+        let stored = try Validation.publication(spec, id: id, device: device.id, projectNamespace: device.namespace,
+                                                nowMs: clock.nowMs)
+        let limit = configuration.limits.maxPublicationsPerDevice
+        try await serializer.run(device.id) {
+            let outcome = try await self.mapStorageErrors { try await self.storage.putPublication(stored, limit: limit) }
+            guard outcome != .limitReached else {
+                throw APIError(.limitExceeded, "the device has \(limit) publications, its limit ([limits] max-publications-per-device)")
+            }
+            await self.matcher.putPublication(stored)
+        }
+        return Self.record(stored)
+    }
+
+    /// `GET /v1/devices/{device}/publications`: the device's unexpired publications, by id.
+    public func publications(of device: DeviceRecord) async throws -> PublicationList {
+        let now = clock.nowMs
+        let stored = try await storage.publications(device: device.id)
+        return PublicationList(publications: stored.filter { $0.expiresAtMs > now }.map(Self.record))
+    }
+
+    /// `DELETE /v1/devices/{device}/publications/{id}`.
+    public func deletePublication(id: String, of device: DeviceRecord) async throws {
+        try Validation.checkID(id, kind: "publication")
+        try await serializer.run(device.id) {
+            guard try await self.storage.deletePublication(device: device.id, id: id) else {
+                throw APIError(.notFound, "no publication '\(id)' on this device")
+            }
+            await self.matcher.removePublication(device: device.id, id: id)
+        }
+    }
+
+    private static func record(_ stored: StoredPublication) -> PublicationRecord {
+        PublicationRecord(id: stored.id, namespace: stored.namespace, type: stored.type, mediums: stored.mediums,
+                          mode: stored.mode, expiresAtMs: stored.expiresAtMs)
+    }
+
+    // MARK: Subscriptions
+
+    /// `PUT /v1/devices/{device}/subscriptions/{id}`: creates or replaces.
+    public func putSubscription(_ spec: SubscriptionSpec, id: String, for device: DeviceRecord) async throws -> SubscriptionRecord {
+        let stored = try Validation.subscription(spec, id: id, device: device.id, projectNamespace: device.namespace,
+                                                 nowMs: clock.nowMs)
+        let limit = configuration.limits.maxSubscriptionsPerDevice
+        try await serializer.run(device.id) {
+            let outcome = try await self.mapStorageErrors { try await self.storage.putSubscription(stored, limit: limit) }
+            guard outcome != .limitReached else {
+                throw APIError(.limitExceeded, "the device has \(limit) subscriptions, its limit ([limits] max-subscriptions-per-device)")
+            }
+            await self.matcher.putSubscription(stored)
+        }
+        return Self.record(stored)
+    }
+
+    /// `GET /v1/devices/{device}/subscriptions`: the device's unexpired subscriptions, by id.
+    public func subscriptions(of device: DeviceRecord) async throws -> SubscriptionList {
+        let now = clock.nowMs
+        let stored = try await storage.subscriptions(device: device.id)
+        return SubscriptionList(subscriptions: stored.filter { $0.expiresAtMs == 0 || $0.expiresAtMs > now }.map(Self.record))
+    }
+
+    /// `DELETE /v1/devices/{device}/subscriptions/{id}`: its matches end
+    /// without lost events (the device knows).
+    public func deleteSubscription(id: String, of device: DeviceRecord) async throws {
+        try Validation.checkID(id, kind: "subscription")
+        try await serializer.run(device.id) {
+            guard try await self.storage.deleteSubscription(device: device.id, id: id) else {
+                throw APIError(.notFound, "no subscription '\(id)' on this device")
+            }
+            await self.matcher.removeSubscription(device: device.id, id: id)
+        }
+    }
+
+    private static func record(_ stored: StoredSubscription) -> SubscriptionRecord {
+        SubscriptionRecord(id: stored.id, namespace: stored.namespace, type: stored.type, mediums: stored.mediums,
+                           mode: stored.mode, expiresAtMs: stored.expiresAtMs)
+    }
+
+    // MARK: Sightings
+
+    /// `POST /v1/devices/{device}/sightings`: resolves each heard token and
+    /// updates the device's edges; found and lost go out on the streams
+    /// before this returns.
+    public func reportSightings(_ report: SightingReport, from device: DeviceRecord) async throws -> SightingResults {
+        let limit = configuration.limits.maxSightingsPerReport
+        let count = report.seen.count + report.gone.count
+        guard count <= limit else {
+            throw APIError(.payloadTooLarge,
+                           "the report holds \(count) sightings (seen and gone); at most \(limit) are taken at once ([limits] max-sightings-per-report)")
+        }
+        let records = try await resolve(report.seen.map(\.token) + report.gone.map(\.token))
+        let now = clock.nowMs
+        var results: [SightingResults.Result] = []
+        var seen: [SeenEdge] = []
+        results.reserveCapacity(report.seen.count)
+        for sighting in report.seen {
+            guard let record = records[sighting.token] else {
+                results.append(.init(token: sighting.token, status: .unknown))
+                continue
+            }
+            guard record.expiresAtMs > now else {
+                results.append(.init(token: sighting.token, status: .expired))
+                continue
+            }
+            results.append(.init(token: sighting.token, status: .ok))
+            seen.append(SeenEdge(observed: record.device, token: sighting.token, medium: sighting.medium,
+                                 rssi: sighting.rssi, distance: sighting.distance))
+        }
+        // A gone token may have expired since it was heard: it still names its device.
+        let gone = report.gone.compactMap { entry in
+            records[entry.token].map { GoneEdge(observed: $0.device, token: entry.token, medium: entry.medium) }
+        }
+        await matcher.applySightings(observer: device.id, seen: seen, gone: gone)
+        return SightingResults(results: results)
+    }
+
+    /// The stored records of `wanted`, from memory for live tokens and from
+    /// storage for the rest.
+    private func resolve(_ wanted: [Token]) async throws -> [Token: TokenRecord] {
+        var missing: [Token] = []
+        var found: [Token: TokenRecord] = [:]
+        tokens.withLock { cache in
+            for token in wanted {
+                if let record = cache.byToken[token] { found[token] = record } else { missing.append(token) }
+            }
+        }
+        guard !missing.isEmpty else { return found }
+        let stored = try await storage.tokens(missing)
+        let now = clock.nowMs
+        // Tokens issued by another server sharing the storage become known here.
+        tokens.withLock { cache in
+            for record in stored.values where record.expiresAtMs > now { cache.insert(record) }
+        }
+        return found.merging(stored) { cached, _ in cached }
+    }
+
+    // MARK: Housekeeping
+
+    /// Removes what expired or timed out, in memory (with lost events) and in
+    /// storage, forgets tokens a day past expiry, and notices projects deleted
+    /// by another process. The server calls this every second; tests call it
+    /// after moving their clock.
+    public func sweep() async {
+        let now = clock.nowMs
+        await matcher.sweep()
+        tokens.withLock { $0.removeExpired(nowMs: now) }
+        do {
+            try await storage.deleteExpiredPublications(nowMs: now)
+            try await storage.deleteExpiredSubscriptions(nowMs: now)
+            try await storage.purgeTokens(expiredBeforeMs: now > Self.tokenRetentionMs ? now - Self.tokenRetentionMs : 0)
+            // Read what the matcher holds first: a project created in between is then not taken for deleted.
+            let held = await matcher.projects
+            let deleted = held.subtracting(try await storage.projectNames())
+            if !deleted.isEmpty {
+                let devices = await matcher.removeProjects(deleted)
+                tokens.withLock { $0.remove(devices: Set(devices)) }
+                logger.info("projects deleted elsewhere were dropped", metadata: ["projects": "\(deleted.sorted())"])
+            }
+        } catch {
+            logger.error("storage housekeeping failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// How long an expired token is still told apart from an unknown one.
+    static let tokenRetentionMs: UInt64 = 86_400_000
+
+    /// Storage says the device is gone: it was unregistered while this request ran.
+    private func mapStorageErrors<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch StorageError.deviceNotFound {
+            throw APIError(.unauthenticated, "the device is no longer registered")
+        }
+    }
+}
+
+/// Live tokens in memory: most sightings resolve without storage.
+private struct TokenCache {
+    var byToken: [Token: TokenRecord] = [:]
+    var byDevice: [String: Set<Token>] = [:]
+    private var nextScanMs: UInt64 = 0
+
+    mutating func insert(_ record: TokenRecord) {
+        byToken[record.token] = record
+        byDevice[record.device, default: []].insert(record.token)
+    }
+
+    mutating func remove(devices: Set<String>) {
+        for device in devices {
+            for token in byDevice.removeValue(forKey: device) ?? [] { byToken[token] = nil }
+        }
+    }
+
+    /// Drops expired entries, at most once a minute: an expired entry still
+    /// resolves correctly (its expiry is checked), it only takes memory.
+    mutating func removeExpired(nowMs: UInt64) {
+        guard nowMs >= nextScanMs else { return }
+        nextScanMs = nowMs + 60_000
+        for (token, record) in byToken where record.expiresAtMs <= nowMs {
+            byToken[token] = nil
+            byDevice[record.device]?.remove(token)
+            if byDevice[record.device]?.isEmpty == true { byDevice[record.device] = nil }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+import Foundation
+import GRDB
+import NearbyCore
+
+/// ``ServerStorage`` in one SQLite file: a GRDB `DatabasePool` in WAL mode
+/// (readers never wait for the writer), foreign keys on, so deleting a project
+/// or device takes everything it owns with it. Several processes may open the
+/// same file: `nearby-server project create` while the server runs.
+public final class SQLiteStorage: ServerStorage {
+    private let pool: DatabasePool
+
+    /// Opens (creating when missing, with its directory) and migrates the database at `path`.
+    public init(path: String) throws {
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw DatabaseOpenError(message: "cannot create the database directory \(directory): \(Self.reason(error))")
+        }
+        var configuration = Configuration()
+        configuration.foreignKeysEnabled = true
+        // Another process (the CLI) may hold the write lock for a moment.
+        configuration.busyMode = .timeout(10)
+        configuration.label = "nearby-server"
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+            try Self.migrator.migrate(pool)
+        } catch {
+            throw DatabaseOpenError(message: "cannot open the database \(path): \(error)")
+        }
+    }
+
+    /// Foundation's file errors, as the one-line POSIX reason when there is one.
+    private static func reason(_ error: any Error) -> String {
+        if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error,
+           (underlying as NSError).domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32((underlying as NSError).code)))
+        }
+        return (error as NSError).localizedDescription
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE project (
+                    name TEXT PRIMARY KEY NOT NULL,
+                    namespace TEXT NOT NULL UNIQUE,
+                    createdAtMs INTEGER NOT NULL
+                );
+                CREATE TABLE apiKey (
+                    hash BLOB PRIMARY KEY NOT NULL,
+                    project TEXT NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    createdAtMs INTEGER NOT NULL
+                );
+                CREATE INDEX apiKey_project ON apiKey(project);
+                CREATE TABLE device (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    project TEXT NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    secretHash BLOB NOT NULL UNIQUE,
+                    createdAtMs INTEGER NOT NULL
+                );
+                CREATE INDEX device_project ON device(project);
+                CREATE TABLE token (
+                    token BLOB PRIMARY KEY NOT NULL,
+                    device TEXT NOT NULL REFERENCES device(id) ON DELETE CASCADE,
+                    issuedAtMs INTEGER NOT NULL,
+                    expiresAtMs INTEGER NOT NULL
+                );
+                CREATE INDEX token_device ON token(device);
+                CREATE INDEX token_expiresAtMs ON token(expiresAtMs);
+                CREATE TABLE publication (
+                    device TEXT NOT NULL REFERENCES device(id) ON DELETE CASCADE,
+                    id TEXT NOT NULL,
+                    namespace TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    content BLOB NOT NULL,
+                    mediums TEXT NOT NULL,
+                    mode TEXT NOT NULL,
+                    expiresAtMs INTEGER NOT NULL,
+                    PRIMARY KEY (device, id)
+                );
+                CREATE INDEX publication_expiresAtMs ON publication(expiresAtMs);
+                CREATE TABLE subscription (
+                    device TEXT NOT NULL REFERENCES device(id) ON DELETE CASCADE,
+                    id TEXT NOT NULL,
+                    namespace TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    mediums TEXT NOT NULL,
+                    mode TEXT NOT NULL,
+                    expiresAtMs INTEGER NOT NULL,
+                    PRIMARY KEY (device, id)
+                );
+                CREATE INDEX subscription_expiresAtMs ON subscription(expiresAtMs);
+                """)
+        }
+        return migrator
+    }
+
+    // MARK: Projects
+
+    public func createProject(_ project: ProjectRecord, apiKeyHash: Data) async throws {
+        try await pool.write { db in
+            let taken = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM project WHERE name = ? OR namespace = ?)",
+                                          arguments: [project.name, project.namespace]) ?? false
+            guard !taken else { throw StorageError.duplicateProject(project.name) }
+            try db.execute(sql: "INSERT INTO project (name, namespace, createdAtMs) VALUES (?, ?, ?)",
+                           arguments: [project.name, project.namespace, Int64(clamping: project.createdAtMs)])
+            try db.execute(sql: "INSERT INTO apiKey (hash, project, createdAtMs) VALUES (?, ?, ?)",
+                           arguments: [apiKeyHash, project.name, Int64(clamping: project.createdAtMs)])
+        }
+    }
+
+    public func projects() async throws -> [ProjectSummary] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT p.name, p.namespace, p.createdAtMs, (SELECT COUNT(*) FROM device d WHERE d.project = p.name) AS devices
+                FROM project p ORDER BY p.name
+                """).map { row in
+                ProjectSummary(project: Self.project(row), deviceCount: row["devices"])
+            }
+        }
+    }
+
+    public func deleteProject(name: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM project WHERE name = ?", arguments: [name])
+            return db.changesCount > 0
+        }
+    }
+
+    public func project(apiKeyHash: Data) async throws -> ProjectRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: """
+                SELECT p.name, p.namespace, p.createdAtMs FROM apiKey k JOIN project p ON p.name = k.project WHERE k.hash = ?
+                """, arguments: [apiKeyHash]).map(Self.project)
+        }
+    }
+
+    public func projectNames() async throws -> Set<String> {
+        try await pool.read { db in Set(try String.fetchAll(db, sql: "SELECT name FROM project")) }
+    }
+
+    private static func project(_ row: Row) -> ProjectRecord {
+        ProjectRecord(name: row["name"], namespace: row["namespace"], createdAtMs: milliseconds(row["createdAtMs"]))
+    }
+
+    // MARK: Devices
+
+    public func createDevice(_ device: DeviceRecord, secretHash: Data, limit: Int) async throws -> Bool {
+        try await pool.write { db in
+            let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM project WHERE name = ?)",
+                                           arguments: [device.project]) ?? false
+            guard exists else { throw StorageError.projectNotFound(device.project) }
+            let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM device WHERE project = ?", arguments: [device.project]) ?? 0
+            guard count < limit else { return false }
+            try db.execute(sql: "INSERT INTO device (id, project, secretHash, createdAtMs) VALUES (?, ?, ?, ?)",
+                           arguments: [device.id, device.project, secretHash, Int64(clamping: device.createdAtMs)])
+            return true
+        }
+    }
+
+    public func device(secretHash: Data) async throws -> DeviceRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "\(Self.deviceQuery) WHERE d.secretHash = ?", arguments: [secretHash]).map(Self.device)
+        }
+    }
+
+    public func devices() async throws -> [DeviceRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: Self.deviceQuery).map(Self.device)
+        }
+    }
+
+    public func deleteDevice(id: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM device WHERE id = ?", arguments: [id])
+            return db.changesCount > 0
+        }
+    }
+
+    private static let deviceQuery = "SELECT d.id, d.project, p.namespace, d.createdAtMs FROM device d JOIN project p ON p.name = d.project"
+
+    private static func device(_ row: Row) -> DeviceRecord {
+        DeviceRecord(id: row["id"], project: row["project"], namespace: row["namespace"], createdAtMs: milliseconds(row["createdAtMs"]))
+    }
+
+    // MARK: Tokens
+
+    public func insertToken(_ token: TokenRecord) async throws -> Bool {
+        try await pool.write { db in
+            try Self.requireDevice(token.device, db)
+            try db.execute(sql: "INSERT OR IGNORE INTO token (token, device, issuedAtMs, expiresAtMs) VALUES (?, ?, ?, ?)",
+                           arguments: [Data(token.token.bytes), token.device, Int64(clamping: token.issuedAtMs),
+                                       Int64(clamping: token.expiresAtMs)])
+            return db.changesCount > 0
+        }
+    }
+
+    public func tokens(_ tokens: [Token]) async throws -> [Token: TokenRecord] {
+        guard !tokens.isEmpty else { return [:] }
+        let unique = Array(Set(tokens))
+        return try await pool.read { db in
+            var found: [Token: TokenRecord] = [:]
+            // Stay well below SQLite's limit on bound parameters.
+            for start in stride(from: 0, to: unique.count, by: 500) {
+                let chunk = unique[start..<min(start + 500, unique.count)]
+                let placeholders = Array(repeating: "?", count: chunk.count).joined(separator: ",")
+                let rows = try Row.fetchAll(db, sql: "SELECT token, device, issuedAtMs, expiresAtMs FROM token WHERE token IN (\(placeholders))",
+                                            arguments: StatementArguments(chunk.map { Data($0.bytes) }))
+                for row in rows {
+                    let record = try Self.token(row)
+                    found[record.token] = record
+                }
+            }
+            return found
+        }
+    }
+
+    public func liveTokens(nowMs: UInt64) async throws -> [TokenRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT token, device, issuedAtMs, expiresAtMs FROM token WHERE expiresAtMs > ?",
+                             arguments: [Int64(clamping: nowMs)]).map(Self.token)
+        }
+    }
+
+    public func purgeTokens(expiredBeforeMs: UInt64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM token WHERE expiresAtMs <= ?", arguments: [Int64(clamping: expiredBeforeMs)])
+        }
+    }
+
+    private static func token(_ row: Row) throws -> TokenRecord {
+        let bytes: Data = row["token"]
+        guard let token = Token(bytes: Array(bytes)) else { throw CorruptRow("token of \(bytes.count) bytes") }
+        return TokenRecord(token: token, device: row["device"], issuedAtMs: milliseconds(row["issuedAtMs"]),
+                           expiresAtMs: milliseconds(row["expiresAtMs"]))
+    }
+
+    // MARK: Publications
+
+    public func putPublication(_ publication: StoredPublication, limit: Int) async throws -> PutOutcome {
+        try await pool.write { db in
+            try Self.requireDevice(publication.device, db)
+            let outcome = try Self.outcome(table: "publication", device: publication.device, id: publication.id, limit: limit, db)
+            guard outcome != .limitReached else { return outcome }
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO publication (device, id, namespace, type, content, mediums, mode, expiresAtMs)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [publication.device, publication.id, publication.namespace, publication.type,
+                                 publication.content, Self.text(publication.mediums), publication.mode.rawValue,
+                                 Int64(clamping: publication.expiresAtMs)])
+            return outcome
+        }
+    }
+
+    public func deletePublication(device: String, id: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM publication WHERE device = ? AND id = ?", arguments: [device, id])
+            return db.changesCount > 0
+        }
+    }
+
+    public func publications(device: String?) async throws -> [StoredPublication] {
+        try await pool.read { db in
+            let columns = "device, id, namespace, type, content, mediums, mode, expiresAtMs"
+            let rows = if let device {
+                try Row.fetchAll(db, sql: "SELECT \(columns) FROM publication WHERE device = ? ORDER BY id", arguments: [device])
+            } else {
+                try Row.fetchAll(db, sql: "SELECT \(columns) FROM publication")
+            }
+            return try rows.map { row in
+                StoredPublication(device: row["device"], id: row["id"], namespace: row["namespace"], type: row["type"],
+                                  content: row["content"], mediums: try Self.mediums(row["mediums"]),
+                                  mode: try Self.mode(row["mode"]), expiresAtMs: milliseconds(row["expiresAtMs"]))
+            }
+        }
+    }
+
+    public func deleteExpiredPublications(nowMs: UInt64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM publication WHERE expiresAtMs <= ?", arguments: [Int64(clamping: nowMs)])
+        }
+    }
+
+    // MARK: Subscriptions
+
+    public func putSubscription(_ subscription: StoredSubscription, limit: Int) async throws -> PutOutcome {
+        try await pool.write { db in
+            try Self.requireDevice(subscription.device, db)
+            let outcome = try Self.outcome(table: "subscription", device: subscription.device, id: subscription.id, limit: limit, db)
+            guard outcome != .limitReached else { return outcome }
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO subscription (device, id, namespace, type, mediums, mode, expiresAtMs)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [subscription.device, subscription.id, subscription.namespace, subscription.type,
+                                 Self.text(subscription.mediums), subscription.mode.rawValue,
+                                 Int64(clamping: subscription.expiresAtMs)])
+            return outcome
+        }
+    }
+
+    public func deleteSubscription(device: String, id: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM subscription WHERE device = ? AND id = ?", arguments: [device, id])
+            return db.changesCount > 0
+        }
+    }
+
+    public func subscriptions(device: String?) async throws -> [StoredSubscription] {
+        try await pool.read { db in
+            let columns = "device, id, namespace, type, mediums, mode, expiresAtMs"
+            let rows = if let device {
+                try Row.fetchAll(db, sql: "SELECT \(columns) FROM subscription WHERE device = ? ORDER BY id", arguments: [device])
+            } else {
+                try Row.fetchAll(db, sql: "SELECT \(columns) FROM subscription")
+            }
+            return try rows.map { row in
+                StoredSubscription(device: row["device"], id: row["id"], namespace: row["namespace"], type: row["type"],
+                                   mediums: try Self.mediums(row["mediums"]), mode: try Self.mode(row["mode"]),
+                                   expiresAtMs: milliseconds(row["expiresAtMs"]))
+            }
+        }
+    }
+
+    public func deleteExpiredSubscriptions(nowMs: UInt64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM subscription WHERE expiresAtMs != 0 AND expiresAtMs <= ?",
+                           arguments: [Int64(clamping: nowMs)])
+        }
+    }
+
+    // MARK: Helpers
+
+    private static func requireDevice(_ device: String, _ db: Database) throws {
+        let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM device WHERE id = ?)", arguments: [device]) ?? false
+        guard exists else { throw StorageError.deviceNotFound(device) }
+    }
+
+    private static func outcome(table: String, device: String, id: String, limit: Int, _ db: Database) throws -> PutOutcome {
+        let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(table) WHERE device = ? AND id = ?)",
+                                       arguments: [device, id]) ?? false
+        if exists { return .replaced }
+        let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(table) WHERE device = ?", arguments: [device]) ?? 0
+        return count < limit ? .created : .limitReached
+    }
+
+    private static func text(_ mediums: [Medium]) -> String {
+        mediums.map(\.rawValue).joined(separator: ",")
+    }
+
+    private static func mediums(_ text: String) throws -> [Medium] {
+        try text.split(separator: ",").map { name in
+            guard let medium = Medium(rawValue: String(name)) else { throw CorruptRow("medium '\(name)'") }
+            return medium
+        }
+    }
+
+    private static func mode(_ text: String) throws -> DiscoveryMode {
+        guard let mode = DiscoveryMode(rawValue: text) else { throw CorruptRow("mode '\(text)'") }
+        return mode
+    }
+}
+
+/// Stored times are signed 64-bit; negative ones never come from this server.
+private func milliseconds(_ value: Int64) -> UInt64 {
+    UInt64(clamping: value)
+}
+
+/// The database file cannot be opened or created.
+public struct DatabaseOpenError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
+}
+
+/// A row holds a value this server never writes.
+struct CorruptRow: Error, CustomStringConvertible {
+    var what: String
+    init(_ what: String) { self.what = what }
+    var description: String { "corrupt database row: \(what)" }
+}

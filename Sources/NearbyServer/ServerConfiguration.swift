@@ -1,0 +1,144 @@
+import ConfigFile
+import Foundation
+
+/// Everything `nearby-server` can be told, from its TOML file and then its
+/// command line. doc/nearby-server.md describes each key.
+public struct ServerConfiguration: Sendable, Equatable {
+    /// Where the file is looked for when no `--config` is given.
+    public static let defaultPath = "/etc/nearby-server/nearby-server.conf"
+
+    /// `[http] listen`: the address the HTTP and WebSocket API is served on.
+    public var listen = ListenAddress(host: "127.0.0.1", port: 8080)
+    /// `[database] path`: the SQLite database file.
+    public var databasePath = "/var/lib/nearby-server/nearby.sqlite"
+    /// `[tokens] lifetime-seconds`: how long an issued token stays valid.
+    public var tokenLifetimeSeconds = 600
+    /// `[tokens] overlap-seconds`: how long before expiry the device should ask
+    /// for the next token, so that two are valid at once.
+    public var tokenOverlapSeconds = 60
+    /// `[discovery] edge-timeout-seconds`: a sighting its observer does not
+    /// refresh for this long is dropped.
+    public var edgeTimeoutSeconds = 30
+    /// `[limits]`.
+    public var limits = Limits()
+
+    public struct Limits: Sendable, Equatable {
+        public var maxBodyBytes = 262_144
+        public var maxPublicationsPerDevice = 1024
+        public var maxSubscriptionsPerDevice = 256
+        public var maxSightingsPerReport = 256
+        public var maxDevicesPerProject = 100_000
+
+        public init() {}
+    }
+
+    public init() {}
+
+    /// Reads the file at `path`. A missing file is an error only when
+    /// `required` (it was named explicitly); otherwise the defaults apply.
+    public static func load(path: String, required: Bool) throws(ConfigurationError) -> ServerConfiguration {
+        try ServerConfiguration().applying(ConfigFile(path: path, required: required))
+    }
+
+    /// Parses a TOML document. `source` names it in error messages.
+    public static func parse(_ text: String, source: String) throws(ConfigurationError) -> ServerConfiguration {
+        try ServerConfiguration().applying(ConfigFile(text: text, source: source))
+    }
+
+    /// These settings overridden by what `file` sets.
+    public func applying(_ file: ConfigFile) throws(ConfigurationError) -> ServerConfiguration {
+        var configuration = self
+        try file.checkSections(["http", "database", "tokens", "discovery", "limits"])
+        let http = try file.section("http", keys: ["listen"])
+        if let listen = try http.string("listen") {
+            configuration.listen = try ListenAddress(parsing: listen, what: "\(file.source): [http] listen")
+        }
+        let database = try file.section("database", keys: ["path"])
+        if let path = try database.string("path") { configuration.databasePath = path }
+        let tokens = try file.section("tokens", keys: ["lifetime-seconds", "overlap-seconds"])
+        if let value = try tokens.integer("lifetime-seconds") { configuration.tokenLifetimeSeconds = value }
+        if let value = try tokens.integer("overlap-seconds") { configuration.tokenOverlapSeconds = value }
+        let discovery = try file.section("discovery", keys: ["edge-timeout-seconds"])
+        if let value = try discovery.integer("edge-timeout-seconds") { configuration.edgeTimeoutSeconds = value }
+        let limits = try file.section("limits", keys: [
+            "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
+            "max-sightings-per-report", "max-devices-per-project",
+        ])
+        if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
+        if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
+        if let value = try limits.integer("max-subscriptions-per-device") { configuration.limits.maxSubscriptionsPerDevice = value }
+        if let value = try limits.integer("max-sightings-per-report") { configuration.limits.maxSightingsPerReport = value }
+        if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
+        do {
+            try configuration.validate()
+        } catch {
+            throw ConfigurationError("\(file.source): \(error.message)")
+        }
+        return configuration
+    }
+
+    /// Checks every value against its range and the values against each other.
+    public func validate() throws(ConfigurationError) {
+        guard !databasePath.isEmpty else { throw ConfigurationError("[database] path must not be empty") }
+        try Self.check(tokenLifetimeSeconds, in: 60...86_400, "[tokens] lifetime-seconds")
+        guard tokenOverlapSeconds >= 0, tokenOverlapSeconds < tokenLifetimeSeconds else {
+            throw ConfigurationError("[tokens] overlap-seconds is \(tokenOverlapSeconds); it must be at least 0 and less than lifetime-seconds (\(tokenLifetimeSeconds))")
+        }
+        try Self.check(edgeTimeoutSeconds, in: 1...3600, "[discovery] edge-timeout-seconds")
+        // A publication of the largest content is about 137 KiB of JSON (base64).
+        try Self.check(limits.maxBodyBytes, in: 140_000...16_777_216, "[limits] max-body-bytes")
+        try Self.check(limits.maxPublicationsPerDevice, in: 1...100_000, "[limits] max-publications-per-device")
+        try Self.check(limits.maxSubscriptionsPerDevice, in: 1...100_000, "[limits] max-subscriptions-per-device")
+        try Self.check(limits.maxSightingsPerReport, in: 1...100_000, "[limits] max-sightings-per-report")
+        try Self.check(limits.maxDevicesPerProject, in: 1...1_000_000_000, "[limits] max-devices-per-project")
+    }
+
+    private static func check(_ value: Int, in range: ClosedRange<Int>, _ name: String) throws(ConfigurationError) {
+        guard range.contains(value) else {
+            throw ConfigurationError("\(name) is \(value); it must be between \(range.lowerBound) and \(range.upperBound)")
+        }
+    }
+}
+
+/// A `HOST:PORT` to listen on; IPv6 hosts in brackets (`[::1]:8080`). Port 0
+/// asks the system for a free port.
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `what` names the setting in the error message.
+    public init(parsing text: String, what: String = "listen address") throws(ConfigurationError) {
+        let hostPart: Substring
+        let portPart: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else {
+                throw ConfigurationError("\(what) '\(text)' must be HOST:PORT, an IPv6 host in brackets ([::1]:8080)")
+            }
+            hostPart = text[text.index(after: text.startIndex)..<close]
+            portPart = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else {
+                throw ConfigurationError("\(what) '\(text)' must be HOST:PORT, an IPv6 host in brackets ([::1]:8080)")
+            }
+            hostPart = text[..<colon]
+            portPart = text[text.index(after: colon)...]
+        }
+        guard !hostPart.isEmpty else { throw ConfigurationError("\(what) '\(text)' has no host") }
+        guard let port = Int(portPart), (0...65_535).contains(port) else {
+            throw ConfigurationError("\(what) '\(text)' needs a port between 0 and 65535")
+        }
+        self.init(host: String(hostPart), port: port)
+    }
+
+    public var description: String { Self.format(host: host, port: port) }
+
+    /// `host:port`, with brackets around an IPv6 host.
+    public static func format(host: String, port: Int) -> String {
+        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+}

@@ -1,0 +1,190 @@
+import Foundation
+import NearbyCore
+
+/// What the server keeps across restarts. One protocol, several engines: SQLite
+/// for one machine (``SQLiteStorage``), and later PostgreSQL for replicas that
+/// share the load. Every method is one transaction. Times are milliseconds
+/// since the epoch; credentials arrive already hashed.
+public protocol ServerStorage: Sendable {
+    // MARK: Projects
+
+    /// Creates a project with its first API key. Throws ``StorageError/duplicateProject(_:)``.
+    func createProject(_ project: ProjectRecord, apiKeyHash: Data) async throws
+    /// Every project, by name, with how many devices it has.
+    func projects() async throws -> [ProjectSummary]
+    /// Deletes a project with its keys, devices, tokens, publications and
+    /// subscriptions. Returns whether it existed.
+    func deleteProject(name: String) async throws -> Bool
+    /// The project an API key belongs to.
+    func project(apiKeyHash: Data) async throws -> ProjectRecord?
+    /// The names of every project (cheap: the server asks every sweep, to
+    /// notice projects deleted by `nearby-server project delete`).
+    func projectNames() async throws -> Set<String>
+
+    // MARK: Devices
+
+    /// Registers a device unless its project already has `limit` devices:
+    /// returns false then. Throws ``StorageError/projectNotFound(_:)``.
+    func createDevice(_ device: DeviceRecord, secretHash: Data, limit: Int) async throws -> Bool
+    /// The device a secret belongs to.
+    func device(secretHash: Data) async throws -> DeviceRecord?
+    /// Every device (to rebuild the in-memory state at start).
+    func devices() async throws -> [DeviceRecord]
+    /// Deletes a device with its tokens, publications and subscriptions.
+    /// Returns whether it existed.
+    func deleteDevice(id: String) async throws -> Bool
+
+    // MARK: Tokens
+
+    /// Stores a token unless the same bytes are already stored (returns false).
+    /// Throws ``StorageError/deviceNotFound(_:)``.
+    func insertToken(_ token: TokenRecord) async throws -> Bool
+    /// The stored records of these tokens, expired or not.
+    func tokens(_ tokens: [Token]) async throws -> [Token: TokenRecord]
+    /// Tokens that expire after `nowMs`.
+    func liveTokens(nowMs: UInt64) async throws -> [TokenRecord]
+    /// Forgets tokens that expired at or before `expiredBeforeMs`.
+    func purgeTokens(expiredBeforeMs: UInt64) async throws
+
+    // MARK: Publications and subscriptions
+
+    /// Creates or replaces a publication; a new one only while the device has
+    /// fewer than `limit`. Throws ``StorageError/deviceNotFound(_:)``.
+    func putPublication(_ publication: StoredPublication, limit: Int) async throws -> PutOutcome
+    /// Returns whether it existed.
+    func deletePublication(device: String, id: String) async throws -> Bool
+    /// One device's publications, by id; or every device's when `device` is nil.
+    func publications(device: String?) async throws -> [StoredPublication]
+    /// Deletes publications that expire at or before `nowMs`.
+    func deleteExpiredPublications(nowMs: UInt64) async throws
+
+    /// Creates or replaces a subscription, as ``putPublication(_:limit:)``.
+    func putSubscription(_ subscription: StoredSubscription, limit: Int) async throws -> PutOutcome
+    func deleteSubscription(device: String, id: String) async throws -> Bool
+    func subscriptions(device: String?) async throws -> [StoredSubscription]
+    /// Deletes subscriptions with an expiry at or before `nowMs` (never those with 0).
+    func deleteExpiredSubscriptions(nowMs: UInt64) async throws
+}
+
+/// A project: an application's devices, keys and messages. Its namespace is
+/// what an empty namespace in a publication or subscription stands for.
+public struct ProjectRecord: Sendable, Equatable, Codable {
+    public var name: String
+    public var namespace: String
+    public var createdAtMs: UInt64
+
+    public init(name: String, namespace: String, createdAtMs: UInt64) {
+        self.name = name
+        self.namespace = namespace
+        self.createdAtMs = createdAtMs
+    }
+}
+
+/// A project as `project list` shows it.
+public struct ProjectSummary: Sendable, Equatable {
+    public var project: ProjectRecord
+    public var deviceCount: Int
+
+    public init(project: ProjectRecord, deviceCount: Int) {
+        self.project = project
+        self.deviceCount = deviceCount
+    }
+}
+
+public struct DeviceRecord: Sendable, Equatable {
+    public var id: String
+    public var project: String
+    /// The project's namespace (read with the device; not stored with it).
+    public var namespace: String
+    public var createdAtMs: UInt64
+
+    public init(id: String, project: String, namespace: String, createdAtMs: UInt64) {
+        self.id = id
+        self.project = project
+        self.namespace = namespace
+        self.createdAtMs = createdAtMs
+    }
+}
+
+public struct TokenRecord: Sendable, Equatable {
+    public var token: Token
+    public var device: String
+    public var issuedAtMs: UInt64
+    public var expiresAtMs: UInt64
+
+    public init(token: Token, device: String, issuedAtMs: UInt64, expiresAtMs: UInt64) {
+        self.token = token
+        self.device = device
+        self.issuedAtMs = issuedAtMs
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+/// A publication as stored: namespace already resolved, mediums sorted.
+public struct StoredPublication: Sendable, Equatable {
+    public var device: String
+    public var id: String
+    public var namespace: String
+    public var type: String
+    public var content: Data
+    public var mediums: [Medium]
+    public var mode: DiscoveryMode
+    public var expiresAtMs: UInt64
+
+    public init(device: String, id: String, namespace: String, type: String, content: Data, mediums: [Medium],
+                mode: DiscoveryMode, expiresAtMs: UInt64) {
+        self.device = device
+        self.id = id
+        self.namespace = namespace
+        self.type = type
+        self.content = content
+        self.mediums = mediums
+        self.mode = mode
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+/// A subscription as stored: namespace resolved, mediums sorted, expiry 0 for never.
+public struct StoredSubscription: Sendable, Equatable {
+    public var device: String
+    public var id: String
+    public var namespace: String
+    public var type: String
+    public var mediums: [Medium]
+    public var mode: DiscoveryMode
+    public var expiresAtMs: UInt64
+
+    public init(device: String, id: String, namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode,
+                expiresAtMs: UInt64) {
+        self.device = device
+        self.id = id
+        self.namespace = namespace
+        self.type = type
+        self.mediums = mediums
+        self.mode = mode
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+/// What a create-or-replace did.
+public enum PutOutcome: Sendable, Equatable {
+    case created
+    case replaced
+    /// It would be new, and the device is at its limit.
+    case limitReached
+}
+
+/// Failures a caller can act on; anything else is the engine's own error.
+public enum StorageError: Error, Equatable, CustomStringConvertible {
+    case duplicateProject(String)
+    case projectNotFound(String)
+    case deviceNotFound(String)
+
+    public var description: String {
+        switch self {
+        case .duplicateProject(let name): "a project named '\(name)' already exists"
+        case .projectNotFound(let name): "no project named '\(name)'"
+        case .deviceNotFound(let id): "no device '\(id)'"
+        }
+    }
+}

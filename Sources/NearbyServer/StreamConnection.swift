@@ -1,0 +1,102 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NearbyCore
+import ServerAPI
+
+/// `GET /v1/devices/{device}/stream`: the WebSocket a device keeps open to
+/// hear found and lost. The server writes ``StreamEvent`` text frames; the
+/// device may write ``StreamRequest``s, answered in order on the same stream.
+enum StreamEndpoint {
+    /// Largest request a device may send; `{"request":"snapshot"}` is 22 bytes.
+    static let maximumRequestBytes = 4096
+
+    /// The device id of a stream path, or nil for any other path.
+    static func device(inPath path: String?) -> String? {
+        guard let path else { return nil }
+        let pathOnly = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let parts = pathOnly.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 5, parts[0].isEmpty, parts[1] == "v1", parts[2] == "devices", !parts[3].isEmpty,
+              parts[4] == "stream" else { return nil }
+        return String(parts[3])
+    }
+
+    /// Decides on an upgrade request: only a stream path with that device's
+    /// credential is upgraded. Anything else continues as plain HTTP, where
+    /// the router answers with the APIError that says why.
+    static func shouldUpgrade(_ head: HTTPRequest, service: NearbyService) async -> ShouldUpgradeResult<
+        WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>
+    > {
+        guard let device = device(inPath: head.path),
+              let record = try? await service.authenticate(device: device, authorization: head.headerFields[.authorization])
+        else { return .dontUpgrade }
+        return .upgrade([:]) { inbound, outbound, _ in
+            try await run(device: record.id, service: service, inbound: inbound, outbound: outbound)
+        }
+    }
+
+    /// Serves one stream until either side ends it.
+    static func run(device: String, service: NearbyService, inbound: WebSocketInboundStream,
+                    outbound: WebSocketOutboundWriter) async throws {
+        guard let handle = await service.matcher.openStream(device: device) else {
+            try await outbound.close(.policyViolation, reason: "device is not registered")
+            return
+        }
+        let logger = service.logger
+        logger.debug("stream opened", metadata: ["device": "\(device)", "stream": "\(handle.id)"])
+        defer { logger.debug("stream closed", metadata: ["device": "\(device)", "stream": "\(handle.id)"]) }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await writeEvents(handle, to: outbound, logger: logger)
+            }
+            group.addTask {
+                await readRequests(device: device, handle: handle, service: service, inbound: inbound, outbound: outbound)
+            }
+            // Whichever side ends first ends the stream.
+            await group.next()
+            group.cancelAll()
+        }
+        await service.matcher.closeStream(device: device, id: handle.id)
+    }
+
+    private static func writeEvents(_ handle: StreamHandle, to outbound: WebSocketOutboundWriter, logger: Logger) async {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        do {
+            for await output in handle.outputs {
+                switch output {
+                case .event(let event):
+                    let text = String(decoding: try encoder.encode(event), as: UTF8.self)
+                    try await outbound.writeTextMessage(text)
+                case .close(let reason):
+                    try await outbound.close(.normalClosure, reason: reason)
+                    return
+                }
+            }
+            // Finished without a close: the stream overflowed.
+            guard !Task.isCancelled else { return }
+            try await outbound.close(.policyViolation, reason: "too many events waiting; reconnect and ask for a snapshot")
+        } catch {
+            logger.debug("stream write failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private static func readRequests(device: String, handle: StreamHandle, service: NearbyService,
+                                     inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async {
+        do {
+            for try await message in inbound.messages(maxSize: maximumRequestBytes) {
+                guard case .text(let text) = message,
+                      (try? JSONDecoder().decode(StreamRequest.self, from: Data(text.utf8))) == .snapshot
+                else {
+                    try await outbound.close(.unacceptableData, reason: #"expected a text frame {"request":"snapshot"}"#)
+                    return
+                }
+                await service.matcher.sendSnapshot(device: device, streamID: handle.id)
+            }
+        } catch {
+            // A request over the size limit, or the connection failed.
+            service.logger.debug("stream read ended", metadata: ["error": "\(error)"])
+        }
+    }
+}

@@ -1,0 +1,129 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NearbyServer
+import SystemdService
+
+struct ProjectCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "project",
+        abstract: "Create, list and delete projects.",
+        discussion: """
+            A project is one application's world: its API keys, its devices and their publications \
+            and subscriptions. Messages never cross projects. A project's namespace is its name: \
+            what an empty namespace in a publication or subscription stands for.
+
+            These commands work on the database directly and may run while the server runs.
+            """,
+        subcommands: [Create.self, List.self, Delete.self]
+    )
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a project and print its API key.",
+            discussion: """
+                NAME is 1 to 63 characters of a-z, 0-9 and '-', starting with a letter or digit; it is \
+                also the project's namespace. The API key is printed once and stored only as a \
+                SHA-256 hash: keep it, it cannot be shown again. Devices register with it \
+                (POST /v1/devices, header X-Api-Key).
+
+                Output:
+                  project: NAME
+                  api-key: KEY
+                or with --json: {"project":"NAME","namespace":"NAME","apiKey":"KEY"}
+
+                A name that is taken is an error (exit status 1).
+                """
+        )
+
+        @Argument(help: "The project's name and namespace.")
+        var name: String
+
+        @OptionGroup var storage: StorageOptions
+
+        @Flag(help: "Print JSON instead of text.")
+        var json = false
+
+        func run() async throws {
+            let created = try await admin(storage).create(name: name)
+            if json {
+                try printJSON(created)
+            } else {
+                print("project: \(created.project)\napi-key: \(created.apiKey)")
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List projects.",
+            discussion: """
+                One line per project: name, namespace, number of devices, creation time (UTC). \
+                With --json: an array of {"project","namespace","devices","createdAtMs"}.
+                """
+        )
+
+        @OptionGroup var storage: StorageOptions
+
+        @Flag(help: "Print JSON instead of text.")
+        var json = false
+
+        func run() async throws {
+            let projects = try await admin(storage).list()
+            if json {
+                try printJSON(projects.map {
+                    ListedProject(project: $0.project.name, namespace: $0.project.namespace, devices: $0.deviceCount,
+                                  createdAtMs: $0.project.createdAtMs)
+                })
+            } else if projects.isEmpty {
+                print("no projects")
+            } else {
+                let formatter = ISO8601DateFormatter()
+                for summary in projects {
+                    let created = formatter.string(from: Date(timeIntervalSince1970: Double(summary.project.createdAtMs) / 1000))
+                    print("\(summary.project.name)\tnamespace=\(summary.project.namespace)\tdevices=\(summary.deviceCount)\tcreated=\(created)")
+                }
+            }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a project with everything it has.",
+            discussion: """
+                Deletes the project's API keys, devices, tokens, publications and subscriptions. A \
+                running server notices within a second: the devices' streams are closed and their \
+                sightings dropped. Deleting a project that does not exist is an error (exit status 1).
+                """
+        )
+
+        @Argument(help: "The project to delete.")
+        var name: String
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            try await admin(storage).delete(name: name)
+            print("deleted project \(name)")
+        }
+    }
+}
+
+private struct ListedProject: Encodable {
+    var project: String
+    var namespace: String
+    var devices: Int
+    var createdAtMs: UInt64
+}
+
+private func admin(_ options: StorageOptions) throws -> ProjectAdmin {
+    let configuration = try options.load()
+    ServiceLogging.bootstrap(identifier: "nearby-server", level: .warning)
+    return ProjectAdmin(storage: try SQLiteStorage(path: configuration.databasePath))
+}
+
+private func printJSON(_ value: some Encodable) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NearbyServer
+import SystemdService
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve the HTTP and WebSocket API (the default command).",
+        discussion: """
+            Reads the configuration file (default \(ServerConfiguration.defaultPath); a missing \
+            default file means built-in defaults, a missing file named with --config is an error), \
+            applies the command-line overrides, opens the database (creating it and its directory \
+            when missing) and listens.
+
+            Once listening it prints exactly one line to standard output:
+
+              nearby-server: listening on http://HOST:PORT
+
+            with the real port (--listen 127.0.0.1:0 picks a free one), and tells systemd it is \
+            ready (Type=notify). SIGTERM or SIGINT shut it down gracefully: open streams are \
+            closed, requests in flight finish, and it exits with status 0.
+
+            Logs go to the systemd journal when stderr is connected to it, to stderr otherwise.
+            """
+    )
+
+    @OptionGroup var storage: StorageOptions
+
+    @Option(name: .long, help: ArgumentHelp("Address to listen on; overrides [http] listen. IPv6 in brackets: [::1]:8080.",
+                                            valueName: "host:port"))
+    var listen: String?
+
+    @Option(name: .long, help: ArgumentHelp("trace, debug, info, notice, warning, error or critical.", valueName: "level"))
+    var logLevel: String = "info"
+
+    func validate() throws {
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ValidationError("--log-level must be one of: \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+    }
+
+    func run() async throws {
+        var configuration = try storage.load()
+        if let listen {
+            configuration.listen = try ListenAddress(parsing: listen, what: "--listen")
+        }
+        ServiceLogging.bootstrap(identifier: "nearby-server", level: Logger.Level(rawValue: logLevel) ?? .info)
+        let logger = Logger(label: "nearby-server")
+        let server = try await NearbyServer.open(configuration: configuration, logger: logger)
+        let databasePath = configuration.databasePath
+        try await server.run(
+            onListening: { address in
+                // Unbuffered, so a parent waiting on the pipe sees the line at once.
+                FileHandle.standardOutput.write(Data("nearby-server: listening on http://\(address)\n".utf8))
+                ServiceNotifier.ready(status: "listening on \(address)")
+                logger.info("listening", metadata: ["address": "\(address)", "database": "\(databasePath)"])
+            },
+            onShutdown: {
+                ServiceNotifier.stopping()
+                logger.info("shutting down")
+            }
+        )
+    }
+}

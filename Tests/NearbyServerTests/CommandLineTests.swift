@@ -1,0 +1,117 @@
+import Foundation
+import Testing
+
+/// The `nearby-server` executable, where the build put it next to the tests.
+private let executable: URL? = {
+    let candidate = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("nearby-server")
+    return FileManager.default.isExecutableFile(atPath: candidate.path) ? candidate : nil
+}()
+
+/// A finished run of the executable.
+private struct Run {
+    var status: Int32
+    var output: String
+    var errors: String
+}
+
+/// Runs the executable to completion, off the cooperative pool.
+private func run(_ arguments: [String]) async throws -> Run {
+    try await Task.detached {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
+                   errors: String(decoding: errorData, as: UTF8.self))
+    }.value
+}
+
+@Suite(.enabled(if: executable != nil, "needs the nearby-server executable (swift build --build-tests builds it)"))
+struct CommandLineTests {
+    @Test func projectCommands() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = ["--database", directory.appendingPathComponent("db/nearby.sqlite").path]
+            let created = try await run(["project", "create", "alpha", "--json"] + database)
+            #expect(created.status == 0)
+            let json = try JSONSerialization.jsonObject(with: Data(created.output.utf8)) as? [String: String]
+            #expect(json?["project"] == "alpha")
+            #expect(json?["namespace"] == "alpha")
+            #expect(json?["apiKey"]?.count == 43)
+
+            let human = try await run(["project", "create", "beta"] + database)
+            #expect(human.status == 0)
+            #expect(human.output.hasPrefix("project: beta\napi-key: "))
+
+            let duplicate = try await run(["project", "create", "alpha"] + database)
+            #expect(duplicate.status == 1)
+            #expect(duplicate.errors == "nearby-server: a project named 'alpha' already exists\n")
+
+            let invalid = try await run(["project", "create", "Not_Valid"] + database)
+            #expect(invalid.status == 1)
+            #expect(invalid.errors.split(separator: "\n").count == 1)
+
+            let listed = try await run(["project", "list", "--json"] + database)
+            let projects = try JSONSerialization.jsonObject(with: Data(listed.output.utf8)) as? [[String: Any]]
+            #expect(projects?.compactMap { $0["project"] as? String } == ["alpha", "beta"])
+
+            #expect(try await run(["project", "delete", "alpha"] + database).status == 0)
+            let missing = try await run(["project", "delete", "alpha"] + database)
+            #expect(missing.status == 1)
+            #expect(missing.errors == "nearby-server: no project named 'alpha'\n")
+            #expect(try await run(["project", "list"] + database).output.hasPrefix("beta\t"))
+        }
+    }
+
+    @Test func configurationErrorsAreOneLine() async throws {
+        try await withTemporaryDirectory { directory in
+            let missing = try await run(["serve", "--config", directory.appendingPathComponent("none.conf").path])
+            #expect(missing.status == 1)
+            #expect(missing.errors.hasSuffix("none.conf: no such file\n"))
+
+            let path = directory.appendingPathComponent("bad.conf").path
+            try Data("[http]\nlisten = \"127.0.0.1:1\"\ncolour = \"blue\"\n".utf8).write(to: URL(fileURLWithPath: path))
+            let bad = try await run(["serve", "--config", path])
+            #expect(bad.status == 1)
+            #expect(bad.errors == "nearby-server: \(path): unknown key 'colour' in [http]; known: listen\n")
+        }
+    }
+
+    /// Serves on a free port, says so in one line, and exits 0 on SIGTERM.
+    @Test func serveAnnouncesItsPortAndStopsOnSIGTERM() async throws {
+        try await withTemporaryDirectory { directory in
+            let status = try await Task.detached { () throws -> (String, Int32) in
+                let process = Process()
+                process.executableURL = executable
+                process.arguments = ["--listen", "127.0.0.1:0", "--database", directory.appendingPathComponent("db.sqlite").path,
+                                     "--log-level", "critical"]
+                let output = Pipe()
+                process.standardOutput = output
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                // Blocks until the server has written its line.
+                var line = Data()
+                while !line.contains(UInt8(ascii: "\n")) {
+                    let chunk = output.fileHandleForReading.availableData
+                    if chunk.isEmpty { break }
+                    line.append(chunk)
+                }
+                process.terminate()
+                process.waitUntilExit()
+                return (String(decoding: line, as: UTF8.self), process.terminationStatus)
+            }.value
+            let (line, exitStatus) = status
+            let pattern = #/^nearby-server: listening on http://127\.0\.0\.1:(\d+)\n$/#
+            let port = try #require(line.wholeMatch(of: pattern)).1
+            #expect(Int(port).map { $0 > 0 } == true)
+            #expect(exitStatus == 0)
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import ConfigFile
+import Foundation
+@testable import NearbyServer
+import Testing
+
+@Suite struct ConfigurationTests {
+    @Test func emptyFileMeansDefaults() throws {
+        let configuration = try ServerConfiguration.parse("", source: "test.conf")
+        #expect(configuration == ServerConfiguration())
+        #expect(configuration.listen == ListenAddress(host: "127.0.0.1", port: 8080))
+        #expect(configuration.databasePath == "/var/lib/nearby-server/nearby.sqlite")
+        #expect(configuration.tokenLifetimeSeconds == 600)
+        #expect(configuration.tokenOverlapSeconds == 60)
+        #expect(configuration.edgeTimeoutSeconds == 30)
+        #expect(configuration.limits.maxBodyBytes == 262_144)
+        #expect(configuration.limits.maxPublicationsPerDevice == 1024)
+        #expect(configuration.limits.maxSubscriptionsPerDevice == 256)
+        #expect(configuration.limits.maxSightingsPerReport == 256)
+        #expect(configuration.limits.maxDevicesPerProject == 100_000)
+    }
+
+    @Test func everyKeyIsRead() throws {
+        let configuration = try ServerConfiguration.parse("""
+            [http]
+            listen = "[::1]:9000"
+            [database]
+            path = "/tmp/x.sqlite"
+            [tokens]
+            lifetime-seconds = 300
+            overlap-seconds = 30
+            [discovery]
+            edge-timeout-seconds = 10
+            [limits]
+            max-body-bytes = 500000
+            max-publications-per-device = 10
+            max-subscriptions-per-device = 11
+            max-sightings-per-report = 12
+            max-devices-per-project = 13
+            """, source: "test.conf")
+        #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
+        #expect(configuration.databasePath == "/tmp/x.sqlite")
+        #expect(configuration.tokenLifetimeSeconds == 300)
+        #expect(configuration.tokenOverlapSeconds == 30)
+        #expect(configuration.edgeTimeoutSeconds == 10)
+        #expect(configuration.limits.maxBodyBytes == 500_000)
+        #expect(configuration.limits.maxPublicationsPerDevice == 10)
+        #expect(configuration.limits.maxSubscriptionsPerDevice == 11)
+        #expect(configuration.limits.maxSightingsPerReport == 12)
+        #expect(configuration.limits.maxDevicesPerProject == 13)
+    }
+
+    @Test(arguments: [
+        ("[nope]\nx = 1", "unknown section [nope]"),
+        ("[http]\nport = 80", "unknown key 'port' in [http]"),
+        ("[tokens]\nlifetime-seconds = \"600\"", "[tokens] lifetime-seconds must be an integer"),
+        ("[tokens]\nlifetime-seconds = 600\noverlap-seconds = 600", "overlap-seconds is 600"),
+        ("[tokens]\nlifetime-seconds = 10", "[tokens] lifetime-seconds is 10"),
+        ("[discovery]\nedge-timeout-seconds = 0", "[discovery] edge-timeout-seconds is 0"),
+        ("[limits]\nmax-body-bytes = 1000", "[limits] max-body-bytes is 1000"),
+        ("[limits]\nmax-devices-per-project = 0", "[limits] max-devices-per-project is 0"),
+        ("[http]\nlisten = \"localhost\"", "must be HOST:PORT"),
+        ("[http]\nlisten = \"localhost:70000\"", "port between 0 and 65535"),
+        ("[database]\npath = \"\"", "[database] path must not be empty"),
+        ("listen = 1", "'listen' is outside any section"),
+        ("[http\n", "test.conf: line 1"),
+    ])
+    func rejectsWithAClearMessage(text: String, expected: String) {
+        #expect {
+            try ServerConfiguration.parse(text, source: "test.conf")
+        } throws: { error in
+            let message = "\(error)"
+            return message.hasPrefix("test.conf") && message.contains(expected)
+        }
+    }
+
+    @Test func missingFile() async throws {
+        // The default file may be absent; a file named on the command line may not.
+        #expect(try ServerConfiguration.load(path: "/nonexistent/nearby-server.conf", required: false) == ServerConfiguration())
+        #expect(throws: ConfigurationError("/nonexistent/nearby-server.conf: no such file")) {
+            try ServerConfiguration.load(path: "/nonexistent/nearby-server.conf", required: true)
+        }
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("n.conf").path
+            try Data("[discovery]\nedge-timeout-seconds = 5\n".utf8).write(to: URL(fileURLWithPath: path))
+            #expect(try ServerConfiguration.load(path: path, required: true).edgeTimeoutSeconds == 5)
+        }
+    }
+
+    @Test func listenAddresses() throws {
+        #expect(try ListenAddress(parsing: "0.0.0.0:0") == ListenAddress(host: "0.0.0.0", port: 0))
+        #expect(try ListenAddress(parsing: "[::]:443") == ListenAddress(host: "::", port: 443))
+        #expect(ListenAddress(host: "::1", port: 80).description == "[::1]:80")
+        #expect(ListenAddress(host: "example.org", port: 80).description == "example.org:80")
+        #expect(throws: ConfigurationError.self) { try ListenAddress(parsing: ":80") }
+        #expect(throws: ConfigurationError.self) { try ListenAddress(parsing: "::1:80") }
+        #expect(throws: ConfigurationError.self) { try ListenAddress(parsing: "[::1]80") }
+    }
+}

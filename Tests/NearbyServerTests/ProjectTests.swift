@@ -1,0 +1,83 @@
+import Foundation
+@testable import NearbyServer
+import ServerAPI
+import Testing
+
+@Suite struct ProjectTests {
+    @Test func createListDelete() async throws {
+        try await withTemporaryDirectory { directory in
+            let clock = ManualWallClock(nowMs: startMs)
+            let admin = ProjectAdmin(storage: try SQLiteStorage(path: directory.appendingPathComponent("a/b/db.sqlite").path),
+                                     clock: clock)
+            let created = try await admin.create(name: "alpha")
+            #expect(created.project == "alpha")
+            #expect(created.namespace == "alpha")
+            #expect(created.apiKey.count == 43)
+            let other = try await admin.create(name: "beta-2")
+            #expect(other.apiKey != created.apiKey)
+
+            let listed = try await admin.list()
+            #expect(listed.map(\.project.name) == ["alpha", "beta-2"])
+            #expect(listed.map(\.deviceCount) == [0, 0])
+            #expect(listed[0].project.createdAtMs == startMs)
+
+            try await admin.delete(name: "alpha")
+            #expect(try await admin.list().map(\.project.name) == ["beta-2"])
+            await #expect(throws: StorageError.projectNotFound("alpha")) { try await admin.delete(name: "alpha") }
+        }
+    }
+
+    @Test func duplicateNameIsAnError() async throws {
+        try await withTemporaryDirectory { directory in
+            let admin = ProjectAdmin(storage: try SQLiteStorage(path: directory.appendingPathComponent("db.sqlite").path))
+            _ = try await admin.create(name: "alpha")
+            await #expect(throws: StorageError.duplicateProject("alpha")) { try await admin.create(name: "alpha") }
+        }
+    }
+
+    @Test(arguments: ["", "-alpha", "Alpha", "al_pha", "al pha", "ä", String(repeating: "a", count: 64)])
+    func invalidNames(name: String) {
+        #expect(throws: ProjectNameError.self) { try ProjectAdmin.checkName(name) }
+    }
+
+    @Test(arguments: ["a", "0", "alpha-beta", "a-", String(repeating: "a", count: 63)])
+    func validNames(name: String) throws {
+        try ProjectAdmin.checkName(name)
+    }
+
+    @Test func keysAreStoredOnlyAsHashes() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("db.sqlite").path
+            let storage = try SQLiteStorage(path: path)
+            let created = try await ProjectAdmin(storage: storage).create(name: "alpha")
+            #expect(try await storage.project(apiKeyHash: Credentials.hash(created.apiKey))?.name == "alpha")
+            #expect(try await storage.project(apiKeyHash: Credentials.hash("wrong")) == nil)
+            let file = try Data(contentsOf: URL(fileURLWithPath: path)) + ((try? Data(contentsOf: URL(fileURLWithPath: path + "-wal"))) ?? Data())
+            #expect(file.range(of: Data(created.apiKey.utf8)) == nil)
+        }
+    }
+
+    @Test func deletingAProjectRemovesItsDevices() async throws {
+        try await withServer { harness in
+            let key = try await harness.createProject("alpha")
+            let publisher = try await harness.register(apiKey: key)
+            let otherKey = try await harness.createProject("beta")
+            let subscriber = try await harness.register(apiKey: otherKey)
+            let token = try await harness.issueToken(publisher)
+            try await harness.publish(publisher, "p1")
+
+            try await ProjectAdmin(storage: harness.service.storage).delete(name: "alpha")
+            let listed = try await harness.request(.get, APIPath.publications(publisher.id), headers: publisher.auth)
+            expectError(listed, .unauthorized, .unauthenticated)
+            let registration = try await harness.request(.post, APIPath.devices, headers: [HTTPAPI.apiKeyField: key])
+            expectError(registration, .unauthorized, .unauthenticated, mentioning: "API key")
+
+            // The running server notices at its next sweep.
+            await harness.service.sweep()
+            #expect(await harness.service.matcher.hasDevice(publisher.id) == false)
+            #expect(await harness.service.matcher.hasDevice(subscriber.id))
+            #expect(try await harness.report(subscriber, seen: [(token.token, .ble)]) == [.unknown])
+            #expect(try await harness.service.storage.publications(device: nil).isEmpty)
+        }
+    }
+}

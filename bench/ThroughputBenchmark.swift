@@ -1,0 +1,68 @@
+import DBus
+import Foundation
+import TestSupport
+
+/// Publish+Unpublish pairs per second from one pipelined client against
+/// nearbyd, and Register calls per second against the reference C service,
+/// on the same private bus, alternating.
+enum ThroughputBenchmark {
+    static func run(locations: Locations, pairs: Int, window: Int, rounds: Int) async throws {
+        let cluster = try await Cluster()
+        let device = try await cluster.addDevice("A", at: (0, 0))
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": device.busAddress]
+        let reference = try await ChildProcess(name: "svc_sdbus", executable: locations.program("svc_sdbus"),
+                                               arguments: ["probe.Ref"], environment: environment)
+        try await waitForName("probe.Ref", on: device.busAddress)
+
+        var ours: [Double] = [], oursPairs: [Double] = [], theirs: [Double] = []
+        var lines: [String] = []
+        for _ in 0..<rounds {
+            let referenceRun = try await runProgram(locations.program("bench"),
+                                                    ["call", "probe.Ref", "register", "\(2 * pairs)", "\(window)"],
+                                                    environment: environment)
+            theirs.append(try value("calls/s", in: referenceRun.output))
+            let ourRun = try await runProgram(locations.program("pairs"), ["\(pairs)", "\(window)"], environment: environment)
+            ours.append(try value("calls/s", in: ourRun.output))
+            oursPairs.append(try value("pairs/s", in: ourRun.output))
+            lines = [referenceRun.output, ourRun.output]
+        }
+        await reference.stop()
+        await cluster.stop()
+
+        let median = { (values: [Double]) in Sample(values).p50 }
+        print("""
+            D-Bus throughput, one client, \(window) in flight, median of \(rounds) alternating rounds:
+            | service | calls/s | pairs/s | ratio to reference calls/s |
+            | --- | --- | --- | --- |
+            | reference C sd-bus service (Register) | \(format(median(theirs), 0)) | | 1.00 |
+            | nearbyd (Publish + Unpublish) | \(format(median(ours), 0)) | \(format(median(oursPairs), 0)) | \(format(median(ours) / median(theirs), 2)) |
+            last round, raw:
+            \(lines.joined())
+            """)
+    }
+
+    /// The number after `name=` in a load client's report.
+    private static func value(_ name: String, in output: String) throws -> Double {
+        guard let range = output.range(of: name + "="),
+              let number = Double(output[range.upperBound...].drop { $0 == " " }.prefix { $0.isNumber || $0 == "." }) else {
+            throw ChildProcessError(message: "no \(name) in: \(output)")
+        }
+        return number
+    }
+
+    /// Polls the bus until `name` has an owner: the reference service says nothing when ready.
+    @BusActor
+    static func waitForName(_ name: String, on address: String) async throws {
+        let connection = try BusConnection(.address(address))
+        defer { connection.close() }
+        for _ in 0..<500 {
+            let owned = try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: { writer throws(DBusError) in try writer.append(name) }
+            ) { reader throws(DBusError) in try reader.read(Bool.self) }
+            if owned { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw ChildProcessError(message: "\(name) never appeared on the bus")
+    }
+}
