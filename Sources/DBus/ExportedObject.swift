@@ -118,22 +118,22 @@ private func sender(ofCurrentMessageOn bus: OpaquePointer?) -> String {
     string(sd_bus_message_get_sender(sd_bus_get_current_message(bus)))
 }
 
-let methodTrampoline: sd_bus_message_handler_t = { message, userdata, errorOut in
-    BusActor.assumeIsolated((message, userdata, errorOut)) { message, userdata, errorOut in
+let methodTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
+    BusActor.assumeIsolated((message, userdata)) { message, userdata in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
         let call = MethodCall(message!)
         do throws(DBusError) {
             try target.access.check(call.caller.uniqueName)
             try target.implementation.call(call.member, call)
         } catch {
-            if call.isAnswered { return 1 }
-            return error.store(in: errorOut)
+            call.fail(error)
         }
         if !call.isAnswered {
-            guard target.implementation.outputsAreEmpty(call.member) else {
-                return DBusError.failed("\(call.member) sent no reply").store(in: errorOut)
+            if target.implementation.outputsAreEmpty(call.member) {
+                call.reply()
+            } else {
+                call.fail(.failed("\(call.member) sent no reply"))
             }
-            call.reply()
         }
         return 1
     }

@@ -9,44 +9,41 @@ public final class MethodCall {
     public let path: ObjectPath
     public let member: String
     public let arguments: MessageReader
-    private let message: OpaquePointer
-    public private(set) var isAnswered = false
+    private let answer: PendingReply
+    private var deferred = false
 
     init(_ message: OpaquePointer) {
-        self.message = sd_bus_message_ref(message)
+        answer = PendingReply(message)
         caller = Caller(uniqueName: sd_bus_message_get_sender(message).map { String(cString: $0) } ?? "")
         path = ObjectPath(trusted: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "/")
         member = sd_bus_message_get_member(message).map { String(cString: $0) } ?? ""
+        // The reader is valid as long as `answer` holds the message.
         arguments = MessageReader(message)
     }
 
-    isolated deinit {
-        sd_bus_message_unref(message)
-    }
+    /// Replied, failed, or deferred.
+    public var isAnswered: Bool { deferred || answer.isAnswered }
 
     /// Sends the method return; `body` appends the output arguments.
     public func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) {
-        guard !isAnswered else { return }
-        isAnswered = true
-        send(message, body)
+        answer.reply(body)
     }
 
     /// Answers the call with an error.
     public func fail(_ error: DBusError) {
-        guard !isAnswered else { return }
-        isAnswered = true
-        sendError(message, error)
+        answer.fail(error)
     }
 
     /// Takes over the answer: the call stays open until the returned
     /// ``PendingReply`` is answered.
     public func deferReply() -> PendingReply {
-        isAnswered = true
-        return PendingReply(message)
+        deferred = true
+        return answer
     }
 }
 
-/// The answer to a method call that its handler deferred.
+/// The answer to a method call; one dropped unanswered answers with an error,
+/// so no caller waits for a reply that never comes.
 @BusActor
 public final class PendingReply {
     private let message: OpaquePointer

@@ -47,7 +47,7 @@ public enum MessageRules {
         guard namespace.utf8.count <= maximumNamespaceLength else {
             throw .invalidArguments("namespace is longer than \(maximumNamespaceLength) characters")
         }
-        guard namespace.utf8.allSatisfy(isNamespaceByte) else {
+        guard namespace.utf8.allSatisfy(isIdentifierByte) else {
             throw .invalidArguments("namespace '\(namespace)' may only hold letters, digits, '.', '_' and '-'")
         }
         guard !namespace.hasPrefix(reservedPrefix) else {
@@ -55,7 +55,8 @@ public enum MessageRules {
         }
     }
 
-    private static func isNamespaceByte(_ byte: UInt8) -> Bool {
+    /// The bytes namespaces and ids are made of: ASCII letters, digits, `.`, `_`, `-`.
+    public static func isIdentifierByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
              UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):

@@ -16,7 +16,7 @@ enum Validation {
         guard (1...128).contains(bytes.count) else {
             throw APIError(.invalidArgument, "\(kind) id must be 1 to 128 characters long")
         }
-        guard bytes.allSatisfy(isIDByte) else {
+        guard bytes.allSatisfy(MessageRules.isIdentifierByte) else {
             throw APIError(.invalidArgument, "\(kind) id '\(id)' may only hold letters, digits, '.', '_' and '-'")
         }
     }
@@ -76,16 +76,6 @@ enum Validation {
             try check()
         } catch {
             throw APIError(.invalidArgument, error.message)
-        }
-    }
-
-    private static func isIDByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
-            true
-        default:
-            false
         }
     }
 }
