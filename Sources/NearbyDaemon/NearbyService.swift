@@ -39,6 +39,7 @@ final class NearbyService {
     private var mediumWishes: [Medium: AsyncStream<MediumWish>.Continuation] = [:]
     private var lastWishes: [Medium: MediumWish] = [:]
     private var tasks: [Task<Void, Never>] = []
+    private var sightingsTimer: BusTimer?
 
     var enabledMediums: Set<Medium> { configuration.enabledMediums }
 
@@ -76,13 +77,15 @@ final class NearbyService {
                 for await available in backend.availabilityChanges { self?.medium(medium, isAvailable: available) }
             })
         }
-        tasks.append(Task { @BusActor [weak self] in
-            // Tokens not heard for the lost timeout are gone; checked ten times a second.
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(100))
-                self?.expireSightings()
-            }
-        })
+        expireSightingsSoon()
+    }
+
+    /// Tokens not heard for the lost timeout are gone; checked ten times a second.
+    private func expireSightingsSoon() {
+        sightingsTimer = BusTimer(after: .milliseconds(100)) { [weak self] in
+            self?.expireSightings()
+            self?.expireSightingsSoon()
+        }
     }
 
     /// Ends every client's objects (so subscribers elsewhere see them lost),
@@ -102,6 +105,7 @@ final class NearbyService {
         timeout.cancel()
         for state in states { state.task.cancel() }
         for task in tasks { task.cancel() }
+        sightingsTimer?.cancel()
     }
 
     // MARK: Clients and managers
@@ -331,12 +335,9 @@ final class NearbyService {
     }
 
     /// Runs `action` at `microseconds` since the epoch unless cancelled first.
-    private func expire(at microseconds: UInt64, _ action: @escaping @BusActor (NearbyService) -> Void) -> Task<Void, Never> {
-        let delay = Int64(microseconds) - Int64(Self.nowMicroseconds)
-        return Task { @BusActor [weak self] in
-            try? await Task.sleep(for: .microseconds(max(delay, 0)))
-            guard !Task.isCancelled, let self else { return }
-            action(self)
+    private func expire(at microseconds: UInt64, _ action: @escaping @BusActor (NearbyService) -> Void) -> BusTimer {
+        BusTimer(after: .microseconds(Int64(microseconds) - Int64(Self.nowMicroseconds))) { [weak self] in
+            if let self { action(self) }
         }
     }
 
@@ -346,11 +347,10 @@ final class NearbyService {
         if let state = links[apiKey] { return state }
         let backoff = ServerLink.Backoff(initial: .milliseconds(Int64(configuration.reconnectInitialDelay * 1000)),
                                          maximum: .milliseconds(Int64(configuration.reconnectMaxDelay * 1000)))
-        let holder = LinkEventSink()
         let link = ServerLink(apiKey: apiKey, client: serverClient, credentials: credentials, backoff: backoff,
-                              logger: logger) { event in await holder.deliver(event) }
+                              logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
-        holder.target = { [weak self, weak state] event in
+        link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }
             self.handle(event, from: state)
         }
@@ -575,17 +575,6 @@ final class LinkState {
                 if !heard.isEmpty { link.send(.seen(heard)) }
             }
         }
-    }
-}
-
-/// Hands a link's events to the daemon once it exists (the link is made before
-/// the state that receives its events).
-@BusActor
-private final class LinkEventSink {
-    var target: ((LinkEvent) -> Void)?
-
-    func deliver(_ event: LinkEvent) {
-        target?(event)
     }
 }
 

@@ -10,7 +10,7 @@ final class PublicationObject {
     let path: ObjectPath
     unowned let service: NearbyService
     var exported: ExportedObject?
-    var expiry: Task<Void, Never>?
+    var expiry: BusTimer?
 
     init(publication: Publication, path: ObjectPath, service: NearbyService) {
         self.publication = publication

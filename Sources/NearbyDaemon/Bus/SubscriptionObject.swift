@@ -10,7 +10,7 @@ final class SubscriptionObject {
     let path: ObjectPath
     unowned let service: NearbyService
     var exported: ExportedObject?
-    var expiry: Task<Void, Never>?
+    var expiry: BusTimer?
 
     init(subscription: Subscription, path: ObjectPath, service: NearbyService) {
         self.subscription = subscription

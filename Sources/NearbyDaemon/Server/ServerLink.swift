@@ -1,3 +1,4 @@
+import DBus
 import DequeModule
 import Foundation
 import HTTPTypes
@@ -27,9 +28,13 @@ enum LinkEvent: Sendable {
 /// stream of found and lost. When the server is unreachable or restarts it
 /// reconnects with backoff and restores all of it, without anyone asking.
 ///
+/// It lives on the bus actor: the daemon hands it changes synchronously, which
+/// costs a D-Bus call no thread hop; the requests themselves run off the actor.
 /// Changes are queued and applied one at a time in order, so the server never
-/// sees a removal overtake the creation it undoes.
-actor ServerLink {
+/// sees a removal overtake the creation it undoes, and a change undone before
+/// its turn costs no request at all.
+@BusActor
+final class ServerLink {
     struct Backoff: Sendable {
         var initial: Duration
         var maximum: Duration
@@ -54,19 +59,15 @@ actor ServerLink {
         case seen([Sighting])
         /// Tokens no longer heard.
         case gone([Sighting.Key])
-        /// Resume once the changes sent before this have reached the server (or
-        /// the link is disconnected, when the next connection catches up).
-        case drain(CheckedContinuation<Void, Never>)
     }
 
-    nonisolated let apiKey: String
-    private nonisolated let commands: AsyncStream<Command>.Continuation
-    private let commandStream: AsyncStream<Command>
+    let apiKey: String
     private let client: ServerClient
     private let credentials: CredentialStore
     private let backoff: Backoff
     private let logger: Logger
-    private let notify: @Sendable (LinkEvent) async -> Void
+    /// Where the link's events go, in order.
+    var onEvent: (LinkEvent) -> Void = { _ in }
 
     private var publications: [String: PublicationSpec] = [:]
     private var subscriptions: [String: SubscriptionSpec] = [:]
@@ -86,25 +87,18 @@ actor ServerLink {
     private var performing = false
     private var token: IssuedToken?
 
-    init(apiKey: String, client: ServerClient, credentials: CredentialStore, backoff: Backoff, logger: Logger,
-         notify: @escaping @Sendable (LinkEvent) async -> Void) {
+    init(apiKey: String, client: ServerClient, credentials: CredentialStore, backoff: Backoff, logger: Logger) {
         self.apiKey = apiKey
         self.client = client
         self.credentials = credentials
         self.backoff = backoff
         self.logger = logger
-        self.notify = notify
-        (commandStream, commands) = AsyncStream.makeStream()
     }
 
     // MARK: What the daemon asks for
 
-    /// Queues a change; callable from any context, and changes apply in the order sent.
-    nonisolated func send(_ command: Command) {
-        commands.yield(command)
-    }
-
-    private func apply(_ command: Command) {
+    /// Takes a change; it reaches the server in turn.
+    func send(_ command: Command) {
         switch command {
         case .publication(let id, let spec):
             publications[id] = spec
@@ -125,34 +119,20 @@ actor ServerLink {
                 pendingGone.insert(key)
             }
             enqueue(.sightings)
-        case .drain(let waiter):
-            if connected, performing || !operations.isEmpty {
-                drained.append(waiter)
-            } else {
-                waiter.resume()
-            }
         }
     }
 
     /// Waits until every change sent so far has reached the server, or the link
     /// is disconnected (then the next connection brings the server in step).
-    nonisolated func drain() async {
-        await withCheckedContinuation { commands.yield(.drain($0)) }
+    func drain() async {
+        guard connected, performing || !operations.isEmpty else { return }
+        await withCheckedContinuation { drained.append($0) }
     }
 
     // MARK: The connection
 
-    /// Applies commands and keeps connected to the server until the task is cancelled.
+    /// Keeps connected to the server until the task is cancelled.
     func run() async {
-        await withDiscardingTaskGroup { group in
-            group.addTask {
-                for await command in self.commandStream { await self.apply(command) }
-            }
-            group.addTask { await self.connectAndReconnect() }
-        }
-    }
-
-    private func connectAndReconnect() async {
         var delay = backoff.initial
         while !Task.isCancelled {
             do {
@@ -163,11 +143,11 @@ actor ServerLink {
             }
             // A session that got as far as connecting starts the backoff over.
             if connected { delay = backoff.initial }
-            await disconnect()
+            disconnect()
             await pause(delay)
             delay = min(delay * 2, backoff.maximum)
         }
-        await disconnect()
+        disconnect()
     }
 
     private func session() async throws {
@@ -198,7 +178,7 @@ actor ServerLink {
             onServer = registered
             connected = true
             logger.info("connected to nearby-server", metadata: ["server": "\(client.baseURL)", "device": "\(device.device)"])
-            await notify(.connected(namespace: device.namespace, registered: registered))
+            notify(.connected(namespace: device.namespace, registered: registered))
             try await flushSightings(device)
             // After the resync and the re-reported sightings: what was lost meanwhile drops out.
             outgoing.yield(.snapshot)
@@ -209,12 +189,12 @@ actor ServerLink {
         }
     }
 
-    private func disconnect() async {
+    private func disconnect() {
         let wasConnected = connected
         connected = false
         for waiter in drained { waiter.resume() }
         drained.removeAll()
-        if wasConnected { await notify(.disconnected) }
+        if wasConnected { notify(.disconnected) }
     }
 
     /// Waits out the backoff; drops the token if it expires meanwhile.
@@ -223,7 +203,7 @@ actor ServerLink {
             let remaining = Int64(token.expiresAtMs) - Self.nowMilliseconds
             if remaining <= 0 {
                 self.token = nil
-                await notify(.token(nil))
+                notify(.token(nil))
             } else if .milliseconds(remaining) < delay {
                 try? await Task.sleep(for: .milliseconds(remaining))
                 return await pause(delay - .milliseconds(remaining))
@@ -259,7 +239,7 @@ actor ServerLink {
     private func refreshToken(_ device: DeviceRegistration) async throws {
         let issued = try await authenticated { () async throws(ServerCallError) in try await client.issueToken(device) }
         token = issued
-        await notify(.token(issued.token))
+        notify(.token(issued.token))
     }
 
     private func refreshTokenWhenDue() async throws {
@@ -321,7 +301,7 @@ actor ServerLink {
             await withTaskCancellationHandler {
                 await withCheckedContinuation { wakeUp = $0 }
             } onCancel: {
-                Task { await self.cancelWait() }
+                Task { @BusActor in self.cancelWait() }
             }
         }
         let operation = operations.removeFirst()
@@ -361,7 +341,7 @@ actor ServerLink {
         do {
             try await authenticated(put)
             onServer.insert(id)
-            await notify(.registered(id))
+            notify(.registered(id))
         } catch ServerCallError.rejected(let status, let error) {
             logger.error("the server refused \(kind) \(id): \(error)", metadata: ["status": "\(status)"])
         }
@@ -385,6 +365,10 @@ actor ServerLink {
     }
 
     // MARK: The stream
+
+    private func notify(_ event: LinkEvent) {
+        onEvent(event)
+    }
 
     private func stream(_ device: DeviceRegistration, requests: AsyncStream<StreamRequest>,
                         opened: AsyncStream<Void>.Continuation) async throws {
@@ -415,9 +399,9 @@ actor ServerLink {
         }
     }
 
-    private static let sightingsPerReport = 256
+    private nonisolated static let sightingsPerReport = 256
     /// A snapshot carries whole messages; this bounds one at 64 MiB.
-    private static let maximumMessageBytes = 64 << 20
+    private nonisolated static let maximumMessageBytes = 64 << 20
 
-    private static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    private nonisolated static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }
