@@ -25,6 +25,7 @@ public final class BusConnection {
     }
 
     let bus: OpaquePointer
+    private var pump: BusPump?
     private var disconnectHandlers: [@BusActor () -> Void] = []
     private var disconnectSlot: OpaquePointer?
 
@@ -45,15 +46,18 @@ public final class BusConnection {
         }
         guard let handle else { throw .failed("connecting to \(address)") }
         bus = handle
-        if sd_bus_attach_event(bus, nil, 0) < 0 {
+        do {
+            pump = try BusPump(bus)
+        } catch {
             sd_bus_unref(bus)
-            throw .failed("attaching \(address) to the bus thread's event loop")
+            throw error
         }
         try watchDisconnect()
     }
 
     isolated deinit {
         if let disconnectSlot { sd_bus_slot_unref(disconnectSlot) }
+        pump?.stop()
         sd_bus_flush_close_unref(bus)
     }
 
@@ -83,6 +87,7 @@ public final class BusConnection {
     public func close() {
         sd_bus_flush(bus)
         sd_bus_close(bus)
+        pump?.stop()
     }
 
     /// Whether the connection is still open.
