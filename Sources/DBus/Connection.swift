@@ -25,6 +25,7 @@ public final class BusConnection {
     }
 
     let bus: OpaquePointer
+    let objects = ObjectTable()
     private var pump: BusPump?
     private var disconnectHandlers: [@BusActor () -> Void] = []
     private var disconnectSlot: OpaquePointer?
@@ -57,6 +58,7 @@ public final class BusConnection {
 
     isolated deinit {
         if let disconnectSlot { sd_bus_slot_unref(disconnectSlot) }
+        objects.close()
         pump?.stop()
         sd_bus_flush_close_unref(bus)
     }

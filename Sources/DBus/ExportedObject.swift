@@ -1,4 +1,5 @@
 import CSystemd
+import Glibc
 
 /// Who may call an exported object's methods and read or write its properties.
 public enum Access: Sendable {
@@ -7,8 +8,9 @@ public enum Access: Sendable {
     /// Signals and PropertiesChanged of such an object are unicast to the owner.
     case owner(String, denied: DBusError)
 
-    func check(_ sender: String) throws(DBusError) {
-        if case .owner(let owner, let denied) = self, owner != sender { throw denied }
+    func check(_ sender: UnsafePointer<CChar>?) throws(DBusError) {
+        guard case .owner(let owner, let denied) = self else { return }
+        guard let sender, owner.withCString({ strcmp($0, sender) }) == 0 else { throw denied }
     }
 
     var destination: String? {
@@ -23,7 +25,6 @@ public final class ExportedObject {
     public let path: ObjectPath
     public let access: Access
     private let connection: BusConnection
-    private var slots: [OpaquePointer] = []
     private var interfaces: [String: any InterfaceImplementation] = [:]
 
     fileprivate init(connection: BusConnection, path: ObjectPath, access: Access) {
@@ -35,7 +36,7 @@ public final class ExportedObject {
     /// Emits one of the object's signals (to the owner only, for owned objects).
     public func emitSignal(interface: String, member: String,
                            arguments: @BusActor (MessageWriter) throws(DBusError) -> Void) throws(DBusError) {
-        guard !slots.isEmpty else { return }
+        guard !interfaces.isEmpty else { return }
         try connection.emitSignal(path: path, interface: interface, member: member,
                                   destination: access.destination, arguments: arguments)
     }
@@ -43,7 +44,7 @@ public final class ExportedObject {
     /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` with the current
     /// values of `names`. sd-bus's own emitter broadcasts; this one honours ``access``.
     public func emitPropertiesChanged(interface: String, _ names: [String]) throws(DBusError) {
-        guard !slots.isEmpty, let implementation = interfaces[interface] else { return }
+        guard let implementation = interfaces[interface] else { return }
         let caller = Caller(uniqueName: access.destination ?? connection.uniqueName)
         try connection.emitSignal(path: path, interface: "org.freedesktop.DBus.Properties",
                                   member: "PropertiesChanged", destination: access.destination) { writer throws(DBusError) in
@@ -59,25 +60,13 @@ public final class ExportedObject {
 
     /// Removes the object from the bus; calls to its path fail from now on.
     public func unregister() {
-        for slot in slots { sd_bus_slot_unref(slot) }
-        slots.removeAll()
+        for name in interfaces.keys { connection.objects.remove(path, interface: name) }
         interfaces.removeAll()
     }
 
     fileprivate func add(_ binding: InterfaceBinding) throws(DBusError) {
-        let box = SlotTarget(implementation: binding.implementation, access: access)
-        let userdata = Unmanaged.passRetained(box).toOpaque()
-        var slot: OpaquePointer?
-        let result = sd_bus_add_object_vtable(connection.bus, &slot, path.rawValue, binding.name,
-                                              nearby_vtable_array(binding.vtable), userdata)
-        guard result >= 0, let slot else {
-            Unmanaged<SlotTarget>.fromOpaque(userdata).release()
-            throw .system(result, "exporting \(binding.name) at \(path)")
-        }
-        sd_bus_slot_set_destroy_callback(slot) { userdata in
-            Unmanaged<SlotTarget>.fromOpaque(userdata!).release()
-        }
-        slots.append(slot)
+        try connection.objects.add(SlotTarget(implementation: binding.implementation, access: access),
+                                   at: path, for: binding, on: connection.bus)
         interfaces[binding.name] = binding.implementation
     }
 }
@@ -98,9 +87,83 @@ extension BusConnection {
     }
 }
 
-/// The userdata of one vtable registration; released by the slot's destroy callback.
+/// Every object a connection exports, by interface and path.
+///
+/// sd-bus sees one fallback vtable per interface, registered at `/` the first
+/// time the interface is exported, and asks this table which object (if any)
+/// implements it at a path. Exporting an object is then a dictionary insert,
+/// not a registration of every member in sd-bus's own tables: a daemon making
+/// and ending thousands of objects a second cares.
 @BusActor
-private final class SlotTarget {
+final class ObjectTable {
+    /// The objects of one interface, and its sd-bus registration.
+    final class InterfaceObjects {
+        let vtable: OpaquePointer
+        var targets: [String: SlotTarget] = [:]
+        var slot: OpaquePointer?
+
+        init(vtable: OpaquePointer) {
+            self.vtable = vtable
+        }
+    }
+
+    private var interfaces: [String: InterfaceObjects] = [:]
+    private var enumerator: OpaquePointer?
+
+    func add(_ target: SlotTarget, at path: ObjectPath, for binding: InterfaceBinding, on bus: OpaquePointer) throws(DBusError) {
+        let objects = try registered(binding, on: bus)
+        guard objects.targets[path.rawValue] == nil else {
+            throw DBusError("org.freedesktop.DBus.Error.FileExists", "\(path) already implements \(binding.name)")
+        }
+        objects.targets[path.rawValue] = target
+    }
+
+    func remove(_ path: ObjectPath, interface: String) {
+        interfaces[interface]?.targets.removeValue(forKey: path.rawValue)
+    }
+
+    /// Every exported path, for introspection's child nodes.
+    var paths: Set<String> {
+        interfaces.values.reduce(into: Set<String>()) { $0.formUnion($1.targets.keys) }
+    }
+
+    func close() {
+        for objects in interfaces.values {
+            if let slot = objects.slot { sd_bus_slot_unref(slot) }
+        }
+        interfaces.removeAll()
+        if let enumerator { sd_bus_slot_unref(enumerator) }
+        enumerator = nil
+    }
+
+    private func registered(_ binding: InterfaceBinding, on bus: OpaquePointer) throws(DBusError) -> InterfaceObjects {
+        if let objects = interfaces[binding.name] {
+            guard objects.vtable == binding.vtable else {
+                throw .failed("two different definitions of \(binding.name) cannot be exported on one connection")
+            }
+            return objects
+        }
+        if enumerator == nil {
+            var slot: OpaquePointer?
+            try check(sd_bus_add_node_enumerator(bus, &slot, "/", enumerateTrampoline, Unmanaged.passUnretained(self).toOpaque()),
+                      "listing exported objects")
+            enumerator = slot
+        }
+        let objects = InterfaceObjects(vtable: binding.vtable)
+        var slot: OpaquePointer?
+        try check(sd_bus_add_fallback_vtable(bus, &slot, "/", binding.name, nearby_vtable_array(binding.vtable),
+                                             findTrampoline, Unmanaged.passUnretained(objects).toOpaque()),
+                  "exporting \(binding.name)")
+        objects.slot = slot
+        interfaces[binding.name] = objects
+        return objects
+    }
+}
+
+/// What a vtable callback gets as userdata: the object's implementation of the
+/// interface and who may use it. Owned by the ``ObjectTable``.
+@BusActor
+final class SlotTarget {
     let implementation: any InterfaceImplementation
     let access: Access
 
@@ -110,12 +173,37 @@ private final class SlotTarget {
     }
 }
 
+/// sd-bus asks which object implements an interface at a path.
+private let findTrampoline: sd_bus_object_find_t = { _, path, _, userdata, found, _ in
+    BusActor.assumeIsolated((path, userdata, found)) { path, userdata, found in
+        let objects = Unmanaged<ObjectTable.InterfaceObjects>.fromOpaque(userdata!).takeUnretainedValue()
+        guard let path, let target = objects.targets[String(cString: path)] else { return 0 }
+        found?.pointee = Unmanaged.passUnretained(target).toOpaque()
+        return 1
+    }
+}
+
+/// sd-bus asks for the objects below a path (introspection's child nodes).
+private let enumerateTrampoline: sd_bus_node_enumerator_t = { _, prefix, userdata, nodes, _ in
+    BusActor.assumeIsolated((prefix, userdata, nodes)) { prefix, userdata, nodes in
+        let table = Unmanaged<ObjectTable>.fromOpaque(userdata!).takeUnretainedValue()
+        let below = prefix.map { String(cString: $0) } ?? "/"
+        let paths = table.paths.filter { ObjectPath(trusted: $0).isDescendant(of: ObjectPath(trusted: below)) }
+        // A NULL-terminated array of strings that sd-bus frees.
+        guard let array = calloc(paths.count + 1, MemoryLayout<UnsafeMutablePointer<CChar>?>.size)?
+            .assumingMemoryBound(to: UnsafeMutablePointer<CChar>?.self) else { return -ENOMEM }
+        for (index, path) in paths.enumerated() { array[index] = strdup(path) }
+        nodes?.pointee = array
+        return 0
+    }
+}
+
 private func string(_ pointer: UnsafePointer<CChar>?) -> String {
     pointer.map { String(cString: $0) } ?? ""
 }
 
-private func sender(ofCurrentMessageOn bus: OpaquePointer?) -> String {
-    string(sd_bus_message_get_sender(sd_bus_get_current_message(bus)))
+private func sender(ofCurrentMessageOn bus: OpaquePointer?) -> UnsafePointer<CChar>? {
+    sd_bus_message_get_sender(sd_bus_get_current_message(bus))
 }
 
 let methodTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
@@ -123,17 +211,10 @@ let methodTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
         let call = MethodCall(message!)
         do throws(DBusError) {
-            try target.access.check(call.caller.uniqueName)
-            try target.implementation.call(call.member, call)
+            try target.access.check(call.senderName)
+            try target.implementation.call(call)
         } catch {
             call.fail(error)
-        }
-        if !call.isAnswered {
-            if target.implementation.outputsAreEmpty(call.member) {
-                call.reply()
-            } else {
-                call.fail(.failed("\(call.member) sent no reply"))
-            }
         }
         return 1
     }
@@ -142,9 +223,10 @@ let methodTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
 let propertyGetTrampoline: sd_bus_property_get_t = { bus, _, _, property, reply, userdata, errorOut in
     BusActor.assumeIsolated((bus, property, reply, userdata, errorOut)) { bus, property, reply, userdata, errorOut in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
-        let caller = Caller(uniqueName: sender(ofCurrentMessageOn: bus))
+        let sender = sender(ofCurrentMessageOn: bus)
+        let caller = Caller(uniqueName: string(sender))
         do throws(DBusError) {
-            try target.access.check(caller.uniqueName)
+            try target.access.check(sender)
             let value = try target.implementation.get(string(property), caller)
             try MessageWriter(reply!).append(value)
             return 1
@@ -157,9 +239,10 @@ let propertyGetTrampoline: sd_bus_property_get_t = { bus, _, _, property, reply,
 let propertySetTrampoline: sd_bus_property_set_t = { bus, _, _, property, value, userdata, errorOut in
     BusActor.assumeIsolated((bus, property, value, userdata, errorOut)) { bus, property, value, userdata, errorOut in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
-        let caller = Caller(uniqueName: sender(ofCurrentMessageOn: bus))
+        let sender = sender(ofCurrentMessageOn: bus)
+        let caller = Caller(uniqueName: string(sender))
         do throws(DBusError) {
-            try target.access.check(caller.uniqueName)
+            try target.access.check(sender)
             let name = string(property)
             let newValue = try MessageReader(value!).readValue()
             try target.implementation.set(name, newValue, caller)

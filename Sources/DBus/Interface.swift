@@ -1,4 +1,5 @@
 import CSystemd
+import Glibc
 
 /// A named argument of a method or signal, for introspection.
 public struct Argument: Sendable {
@@ -72,14 +73,16 @@ public struct Caller: Sendable, Hashable {
 @BusActor
 public final class Interface<Object: AnyObject> {
     public let name: String
-    let methods: [String: Method<Object>]
+    /// Searched by name with strcmp: for the few methods of an interface that
+    /// beats making a String of each call's member and hashing it.
+    let methods: [Method<Object>]
     let properties: [String: Property<Object>]
     let vtable: OpaquePointer
 
     public init(_ name: String, methods: [Method<Object>] = [], properties: [Property<Object>] = [],
                 signals: [SignalDescription] = []) {
         self.name = name
-        self.methods = Dictionary(uniqueKeysWithValues: methods.map { ($0.name, $0) })
+        self.methods = methods
         self.properties = Dictionary(uniqueKeysWithValues: properties.map { ($0.name, $0) })
         guard let vtable = nearby_vtable_new(methods.count + properties.count + signals.count) else {
             fatalError("out of memory building the vtable of \(name)")
@@ -143,8 +146,9 @@ public struct InterfaceBinding {
 /// What the C trampolines call: the type-erased face of an ``Interface`` bound to an object.
 @BusActor
 protocol InterfaceImplementation: AnyObject {
-    func call(_ member: String, _ call: MethodCall) throws(DBusError)
-    func outputsAreEmpty(_ member: String) -> Bool
+    /// Runs the method the call names; one without outputs that its handler
+    /// did not answer gets an empty reply.
+    func call(_ call: MethodCall) throws(DBusError)
     func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue
     func set(_ property: String, _ value: DBusValue, _ caller: Caller) throws(DBusError)
     func signature(of property: String) -> Signature?
@@ -160,15 +164,18 @@ final class BoundInterface<Object: AnyObject>: InterfaceImplementation {
         self.object = object
     }
 
-    func call(_ member: String, _ call: MethodCall) throws(DBusError) {
-        guard let method = interface.methods[member] else {
-            throw DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(member) on \(interface.name)")
+    func call(_ call: MethodCall) throws(DBusError) {
+        guard let member = call.memberName,
+              let method = interface.methods.first(where: { $0.name.withCString { strcmp($0, member) == 0 } }) else {
+            throw DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.member) on \(interface.name)")
         }
         try method.handler(object, call)
-    }
-
-    func outputsAreEmpty(_ member: String) -> Bool {
-        interface.methods[member]?.outputs.isEmpty ?? true
+        guard !call.isAnswered else { return }
+        if method.outputs.isEmpty {
+            call.reply()
+        } else {
+            call.fail(.failed("\(method.name) sent no reply"))
+        }
     }
 
     func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue {

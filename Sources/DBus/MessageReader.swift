@@ -95,16 +95,35 @@ public struct MessageReader {
         return (UInt8(bitPattern: type), contents.map { String(cString: $0) } ?? "")
     }
 
-    /// Throws unless the next value has exactly `signature`.
+    /// Throws unless the next value has exactly `signature`. Compares in
+    /// place: this runs for every argument of every call.
     func expect(_ signature: Signature) throws(DBusError) {
-        let (code, contents) = try peek()
-        let found: String
-        switch code {
-        case UInt8(ascii: "a"): found = "a" + contents
-        case UInt8(ascii: "r"): found = "(" + contents + ")"
-        default: found = String(Unicode.Scalar(code))
+        var type: CChar = 0
+        var contents: UnsafePointer<CChar>?
+        let result = sd_bus_message_peek_type(message, &type, &contents)
+        try check(result, "reading message")
+        guard result > 0 else { throw .invalidArgs("message has fewer arguments than expected") }
+        let code = UInt8(bitPattern: type)
+        var expected = signature.rawValue
+        let matches = expected.withUTF8 { bytes -> Bool in
+            switch code {
+            case UInt8(ascii: "a"):
+                guard let contents, bytes.first == code else { return false }
+                return strlen(contents) == bytes.count - 1 && memcmp(contents, bytes.baseAddress! + 1, bytes.count - 1) == 0
+            case UInt8(ascii: "r"):
+                guard let contents, bytes.count >= 2, bytes.first == UInt8(ascii: "(") else { return false }
+                return strlen(contents) == bytes.count - 2 && memcmp(contents, bytes.baseAddress! + 1, bytes.count - 2) == 0
+            default:
+                return bytes.count == 1 && bytes[0] == code
+            }
         }
-        guard found == signature.rawValue else {
+        guard matches else {
+            let inner = contents.map { String(cString: $0) } ?? ""
+            let found = switch code {
+            case UInt8(ascii: "a"): "a" + inner
+            case UInt8(ascii: "r"): "(" + inner + ")"
+            default: String(Unicode.Scalar(code))
+            }
             throw .invalidArgs("expected a value of type '\(signature)', found '\(found)'")
         }
     }

@@ -5,20 +5,40 @@ import CSystemd
 /// (after an await) without holding up the bus.
 @BusActor
 public final class MethodCall {
-    public let caller: Caller
-    public let path: ObjectPath
-    public let member: String
     public let arguments: MessageReader
+    private let message: OpaquePointer
     private let answer: PendingReply
     private var deferred = false
 
     init(_ message: OpaquePointer) {
+        // `answer` holds a reference: the message, and the reader, stay valid as long as this call.
         answer = PendingReply(message)
-        caller = Caller(uniqueName: sd_bus_message_get_sender(message).map { String(cString: $0) } ?? "")
-        path = ObjectPath(trusted: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "/")
-        member = sd_bus_message_get_member(message).map { String(cString: $0) } ?? ""
-        // The reader is valid as long as `answer` holds the message.
+        self.message = message
         arguments = MessageReader(message)
+    }
+
+    // Read from the message when asked: most handlers need none of them.
+
+    /// The connection that made the call.
+    public var caller: Caller {
+        Caller(uniqueName: senderName.map { String(cString: $0) } ?? "")
+    }
+
+    public var member: String {
+        memberName.map { String(cString: $0) } ?? ""
+    }
+
+    var senderName: UnsafePointer<CChar>? {
+        sd_bus_message_get_sender(message)
+    }
+
+    var memberName: UnsafePointer<CChar>? {
+        sd_bus_message_get_member(message)
+    }
+
+    /// The object path the call was made on.
+    public var path: ObjectPath {
+        ObjectPath(trusted: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "/")
     }
 
     /// Replied, failed, or deferred.

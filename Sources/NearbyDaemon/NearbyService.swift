@@ -40,11 +40,13 @@ final class NearbyService {
     private var lastWishes: [Medium: MediumWish] = [:]
     private var tasks: [Task<Void, Never>] = []
     private var sightingsTimer: BusTimer?
+    private var shrinkTimers: [Medium: BusTimer] = [:]
 
-    var enabledMediums: Set<Medium> { configuration.enabledMediums }
+    let enabledMediums: Set<Medium>
 
     init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], logger: Logger) {
         self.configuration = configuration
+        enabledMediums = configuration.enabledMediums
         self.connection = connection
         self.logger = logger
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
@@ -236,7 +238,7 @@ final class NearbyService {
         object.expiry = expire(at: expiresAt) { service in service.expired(object) }
         if strategy.mediums.contains(.ble) { owner.bleUsers += 1 }
         let state = link(for: owner.manager.apiKey)
-        state.use(strategy, by: 1, sightings: sightings.current)
+        startListening(state, on: state.use(strategy, by: 1))
         state.link.send(.publication(publication.id, PublicationSpec(
             namespace: message.namespace, type: message.type, content: Data(message.content),
             mediums: strategy.mediums.sorted(), mode: strategy.mode, expiresAtMs: expiresAt / 1000)))
@@ -262,7 +264,7 @@ final class NearbyService {
         if expiresAt > 0 { object.expiry = expire(at: expiresAt) { service in service.expired(object) } }
         if strategy.mediums.contains(.ble) { owner.bleUsers += 1 }
         let state = link(for: owner.manager.apiKey)
-        state.use(strategy, by: 1, sightings: sightings.current)
+        startListening(state, on: state.use(strategy, by: 1))
         state.link.send(.subscription(subscription.id, SubscriptionSpec(
             namespace: filter.namespace, type: filter.type, mediums: strategy.mediums.sorted(), mode: strategy.mode,
             expiresAtMs: expiresAt / 1000)))
@@ -305,7 +307,7 @@ final class NearbyService {
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
         if let state = links[publication.manager.apiKey] {
-            state.use(publication.strategy, by: -1, sightings: [])
+            state.use(publication.strategy, by: -1)
             state.registered.remove(publication.id)
             state.link.send(.publication(publication.id, nil))
         }
@@ -323,7 +325,7 @@ final class NearbyService {
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
         if let state = links[subscription.manager.apiKey] {
-            state.use(subscription.strategy, by: -1, sightings: [])
+            state.use(subscription.strategy, by: -1)
             state.registered.remove(subscription.id)
             state.link.send(.subscription(subscription.id, nil))
         }
@@ -483,19 +485,53 @@ final class NearbyService {
         for object in managers.values { refreshErrors(of: object) }
     }
 
-    /// Tells each medium which tokens to broadcast and whether to listen.
+    /// Tells each medium which tokens to broadcast and whether to listen. More
+    /// is asked at once; less only after a short grace, so a burst of
+    /// publications coming and going does not toggle the radio each time.
     private func updateMediums() {
         for medium in backends.keys {
-            var wish = MediumWish(tokens: [], scanning: false)
-            for state in links.values {
-                let usage = state.usage[medium] ?? LinkState.Usage()
-                if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
-                if usage.scanning > 0 { wish.scanning = true }
+            let wish = currentWish(for: medium)
+            guard let last = lastWishes[medium], wish != last else {
+                if lastWishes[medium] == nil { apply(wish, to: medium) }
+                shrinkTimers.removeValue(forKey: medium)?.cancel()
+                continue
             }
-            guard lastWishes[medium] != wish else { continue }
-            lastWishes[medium] = wish
-            mediumWishes[medium]?.yield(wish)
+            if wish.tokens.isSuperset(of: last.tokens), wish.scanning || !last.scanning {
+                shrinkTimers.removeValue(forKey: medium)?.cancel()
+                apply(wish, to: medium)
+            } else if shrinkTimers[medium] == nil {
+                shrinkTimers[medium] = BusTimer(after: Self.shrinkGrace) { [weak self] in
+                    guard let self else { return }
+                    self.shrinkTimers.removeValue(forKey: medium)
+                    self.apply(self.currentWish(for: medium), to: medium)
+                }
+            }
         }
+    }
+
+    private static let shrinkGrace = Duration.milliseconds(500)
+
+    private func currentWish(for medium: Medium) -> MediumWish {
+        var wish = MediumWish(tokens: [], scanning: false)
+        for state in links.values {
+            let usage = state.usage[medium] ?? LinkState.Usage()
+            if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
+            if usage.scanning > 0 { wish.scanning = true }
+        }
+        return wish
+    }
+
+    private func apply(_ wish: MediumWish, to medium: Medium) {
+        guard lastWishes[medium] != wish else { return }
+        lastWishes[medium] = wish
+        mediumWishes[medium]?.yield(wish)
+    }
+
+    /// A link that starts listening on mediums is told what is already heard there.
+    private func startListening(_ state: LinkState, on mediums: [Medium]) {
+        guard !mediums.isEmpty else { return }
+        let heard = sightings.current.filter { mediums.contains($0.medium) }
+        if !heard.isEmpty { state.link.send(.seen(heard)) }
     }
 
     private func heard(_ sighting: Sighting) {
@@ -561,20 +597,20 @@ final class LinkState {
         (usage[medium]?.scanning ?? 0) > 0
     }
 
-    /// Counts an object's strategy in (`delta` 1) or out (-1). A link that starts
-    /// listening on a medium is told what is already heard there.
-    func use(_ strategy: Strategy, by delta: Int, sightings: [Sighting]) {
+    /// Counts an object's strategy in (`delta` 1) or out (-1); returns the
+    /// mediums the link starts listening on.
+    @discardableResult
+    func use(_ strategy: Strategy, by delta: Int) -> [Medium] {
+        var started: [Medium] = []
         for medium in strategy.mediums {
             var counts = usage[medium] ?? Usage()
             let wasScanning = counts.scanning > 0
             if strategy.mode.broadcasts { counts.broadcasting += delta }
             if strategy.mode.scans { counts.scanning += delta }
             usage[medium] = counts
-            if !wasScanning, counts.scanning > 0 {
-                let heard = sightings.filter { $0.medium == medium }
-                if !heard.isEmpty { link.send(.seen(heard)) }
-            }
+            if !wasScanning, counts.scanning > 0 { started.append(medium) }
         }
+        return started
     }
 }
 
