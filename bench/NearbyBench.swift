@@ -55,7 +55,7 @@ struct All: AsyncParsableCommand {
     func run() async throws {
         locations.apply()
         try await DiscoveryBenchmark.run(trials: 100)
-        try await ThroughputBenchmark.run(locations: locations, pairs: 20_000, window: 64, rounds: 3)
+        try await ThroughputBenchmark.run(locations: locations, pairs: 20_000, window: 64, rounds: 7)
         try await MemoryBenchmark.run(locations: locations, publications: 10_000)
     }
 }
@@ -85,8 +85,8 @@ struct Throughput: AsyncParsableCommand {
     @Option(help: "Calls in flight.")
     var window = 64
 
-    @Option(help: "Alternating rounds of each; the median is reported.")
-    var rounds = 3
+    @Option(help: "Rounds of each, alternating; medians are reported.")
+    var rounds = 7
 
     func run() async throws {
         locations.apply()

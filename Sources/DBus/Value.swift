@@ -23,11 +23,9 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// The path of a child element the caller builds from known-valid parts
     /// (letters, digits, underscores); anything else is a programming error.
     public func child(_ element: String) -> ObjectPath {
-        do {
-            return try appending(element)
-        } catch {
-            preconditionFailure("invalid object path element '\(element)'")
-        }
+        // Only the new element needs checking: `self` is valid already.
+        precondition(!element.isEmpty && element.utf8.allSatisfy(Self.isElementByte), "invalid object path element '\(element)'")
+        return ObjectPath(trusted: rawValue == "/" ? "/" + element : rawValue + "/" + element)
     }
 
     /// Whether `self` is `other` or lies below it.

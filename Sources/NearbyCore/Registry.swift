@@ -110,13 +110,14 @@ public final class Registry {
     public private(set) var clients: [String: Client] = [:]
     private var nextClient: UInt64 = 1
     private var idCounter: UInt64 = 0
+    /// `<prefix>-`, ready for the counter.
     private let idPrefix: String
 
     /// `idPrefix` makes server ids unique across daemon restarts (ids are
     /// `<prefix>-<counter>`).
     public init(limits: RegistryLimits, idPrefix: String) {
         self.limits = limits
-        self.idPrefix = idPrefix
+        self.idPrefix = idPrefix + "-"
     }
 
     public func client(busName: String) -> Client? {
@@ -200,6 +201,6 @@ public final class Registry {
 
     private func newID() -> String {
         idCounter += 1
-        return "\(idPrefix)-\(idCounter)"
+        return idPrefix + String(idCounter)
     }
 }

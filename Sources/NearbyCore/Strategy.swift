@@ -47,7 +47,7 @@ public struct Strategy: Equatable, Hashable, Codable, Sendable {
     }
 
     /// Which object kind a strategy belongs to; they differ in the TTLs they accept.
-    public enum Owner: String, Sendable {
+    public enum Owner: String, Sendable, Hashable {
         case publication
         case subscription
     }

@@ -43,10 +43,17 @@ final class NearbyService {
     private var shrinkTimers: [Medium: BusTimer] = [:]
 
     let enabledMediums: Set<Medium>
+    /// The strategy of a call that gives none, worked out once.
+    private let defaultStrategies: [Strategy.Owner: Strategy]
 
     init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], logger: Logger) {
         self.configuration = configuration
         enabledMediums = configuration.enabledMediums
+        var defaults: [Strategy.Owner: Strategy] = [:]
+        for owner in [Strategy.Owner.publication, .subscription] {
+            defaults[owner] = try? StrategyOptions.parse(nil, for: owner, enabled: enabledMediums)
+        }
+        defaultStrategies = defaults
         self.connection = connection
         self.logger = logger
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
@@ -221,6 +228,13 @@ final class NearbyService {
 
     // MARK: Publications and subscriptions
 
+    /// The `Strategy` entry of Publish or Subscribe params, checked.
+    func strategy(_ params: Options, for owner: Strategy.Owner) throws(NearbyError) -> Strategy {
+        let options = try params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy")
+        if options == nil, let strategy = defaultStrategies[owner] { return strategy }
+        return try StrategyOptions.parse(options, for: owner, enabled: enabledMediums)
+    }
+
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
         let expiresAt = Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
         let publication = try registry.addPublication(to: owner.manager, message: message, strategy: strategy,
@@ -236,14 +250,9 @@ final class NearbyService {
         }
         publications[publication.id] = object
         object.expiry = expire(at: expiresAt) { service in service.expired(object) }
-        if strategy.mediums.contains(.ble) { owner.bleUsers += 1 }
         let state = link(for: owner.manager.apiKey)
-        startListening(state, on: state.use(strategy, by: 1))
-        state.link.send(.publication(publication.id, PublicationSpec(
-            namespace: message.namespace, type: message.type, content: Data(message.content),
-            mediums: strategy.mediums.sorted(), mode: strategy.mode, expiresAtMs: expiresAt / 1000)))
-        updateMediums()
-        refreshErrors(of: owner)
+        counted(strategy, by: 1, in: state, owner: owner)
+        state.link.send(.publish(publication))
         return path
     }
 
@@ -262,14 +271,9 @@ final class NearbyService {
         }
         subscriptions[subscription.id] = object
         if expiresAt > 0 { object.expiry = expire(at: expiresAt) { service in service.expired(object) } }
-        if strategy.mediums.contains(.ble) { owner.bleUsers += 1 }
         let state = link(for: owner.manager.apiKey)
-        startListening(state, on: state.use(strategy, by: 1))
-        state.link.send(.subscription(subscription.id, SubscriptionSpec(
-            namespace: filter.namespace, type: filter.type, mediums: strategy.mediums.sorted(), mode: strategy.mode,
-            expiresAtMs: expiresAt / 1000)))
-        updateMediums()
-        refreshErrors(of: owner)
+        counted(strategy, by: 1, in: state, owner: owner)
+        state.link.send(.subscribe(subscription))
         return path
     }
 
@@ -307,14 +311,9 @@ final class NearbyService {
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
         if let state = links[publication.manager.apiKey] {
-            state.use(publication.strategy, by: -1)
+            counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)])
             state.registered.remove(publication.id)
-            state.link.send(.publication(publication.id, nil))
-        }
-        updateMediums()
-        if let owner = managers[ObjectIdentifier(publication.manager)] {
-            if publication.strategy.mediums.contains(.ble) { owner.bleUsers -= 1 }
-            refreshErrors(of: owner)
+            state.link.send(.unpublish(publication.id))
         }
     }
 
@@ -325,14 +324,9 @@ final class NearbyService {
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
         if let state = links[subscription.manager.apiKey] {
-            state.use(subscription.strategy, by: -1)
+            counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)])
             state.registered.remove(subscription.id)
-            state.link.send(.subscription(subscription.id, nil))
-        }
-        updateMediums()
-        if let owner = managers[ObjectIdentifier(subscription.manager)] {
-            if subscription.strategy.mediums.contains(.ble) { owner.bleUsers -= 1 }
-            refreshErrors(of: owner)
+            state.link.send(.unsubscribe(subscription.id))
         }
     }
 
@@ -527,6 +521,19 @@ final class NearbyService {
         mediumWishes[medium]?.yield(wish)
     }
 
+    /// Counts an object in (`delta` 1) or out (-1) of its link's and manager's
+    /// use of the mediums; the mediums and error properties are revisited only
+    /// when a count starts or stops being zero.
+    private func counted(_ strategy: Strategy, by delta: Int, in state: LinkState, owner: ManagerObject?) {
+        let change = state.use(strategy, by: delta)
+        startListening(state, on: change.startedListening)
+        if change.changed { updateMediums() }
+        if let owner, strategy.mediums.contains(.ble) {
+            owner.bleUsers += delta
+            if owner.bleUsers == 0 || (delta > 0 && owner.bleUsers == delta) { refreshErrors(of: owner) }
+        }
+    }
+
     /// A link that starts listening on mediums is told what is already heard there.
     private func startListening(_ state: LinkState, on mediums: [Medium]) {
         guard !mediums.isEmpty else { return }
@@ -597,20 +604,24 @@ final class LinkState {
         (usage[medium]?.scanning ?? 0) > 0
     }
 
-    /// Counts an object's strategy in (`delta` 1) or out (-1); returns the
-    /// mediums the link starts listening on.
-    @discardableResult
-    func use(_ strategy: Strategy, by delta: Int) -> [Medium] {
+    /// Counts an object's strategy in (`delta` 1) or out (-1). Says whether any
+    /// count started or stopped being zero, and on which mediums the link
+    /// starts listening.
+    func use(_ strategy: Strategy, by delta: Int) -> (changed: Bool, startedListening: [Medium]) {
+        var changed = false
         var started: [Medium] = []
         for medium in strategy.mediums {
-            var counts = usage[medium] ?? Usage()
-            let wasScanning = counts.scanning > 0
-            if strategy.mode.broadcasts { counts.broadcasting += delta }
-            if strategy.mode.scans { counts.scanning += delta }
-            usage[medium] = counts
-            if !wasScanning, counts.scanning > 0 { started.append(medium) }
+            let before = usage[medium] ?? Usage()
+            var after = before
+            if strategy.mode.broadcasts { after.broadcasting += delta }
+            if strategy.mode.scans { after.scanning += delta }
+            usage[medium] = after
+            if (before.broadcasting > 0) != (after.broadcasting > 0) || (before.scanning > 0) != (after.scanning > 0) {
+                changed = true
+            }
+            if before.scanning == 0, after.scanning > 0 { started.append(medium) }
         }
-        return started
+        return (changed, started)
     }
 }
 

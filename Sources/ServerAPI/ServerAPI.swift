@@ -17,6 +17,7 @@ public enum APIPath {
     public static func subscriptions(_ device: String) -> String { "/v1/devices/\(device)/subscriptions" }
     public static func subscription(_ device: String, _ id: String) -> String { "/v1/devices/\(device)/subscriptions/\(id)" }
     public static func sightings(_ device: String) -> String { "/v1/devices/\(device)/sightings" }
+    public static func changes(_ device: String) -> String { "/v1/devices/\(device)/changes" }
     public static func stream(_ device: String) -> String { "/v1/devices/\(device)/stream" }
 }
 
@@ -147,6 +148,90 @@ public struct SubscriptionList: Codable, Sendable, Equatable {
 
     public init(subscriptions: [SubscriptionRecord]) {
         self.subscriptions = subscriptions
+    }
+}
+
+/// `POST /v1/devices/{device}/changes`: several publication and subscription
+/// changes in one request, applied in order. Each is answered on its own: one
+/// that is refused (invalid, over a limit) does not stop the others. A device
+/// that makes and ends many objects quickly sends one request per round trip
+/// instead of one per change.
+public struct ChangeBatch: Codable, Sendable, Equatable {
+    public var changes: [Change]
+
+    public init(changes: [Change]) {
+        self.changes = changes
+    }
+
+    public enum Change: Codable, Sendable, Equatable {
+        /// As `PUT /v1/devices/{device}/publications/{id}`.
+        case putPublication(id: String, PublicationSpec)
+        /// As `DELETE /v1/devices/{device}/publications/{id}`; an unknown id is not an error.
+        case deletePublication(id: String)
+        case putSubscription(id: String, SubscriptionSpec)
+        case deleteSubscription(id: String)
+
+        private enum CodingKeys: String, CodingKey {
+            case op, id, publication, subscription
+        }
+
+        public var id: String {
+            switch self {
+            case .putPublication(let id, _), .deletePublication(let id), .putSubscription(let id, _),
+                 .deleteSubscription(let id):
+                id
+            }
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let id = try container.decode(String.self, forKey: .id)
+            switch try container.decode(String.self, forKey: .op) {
+            case "put-publication": self = .putPublication(id: id, try container.decode(PublicationSpec.self, forKey: .publication))
+            case "delete-publication": self = .deletePublication(id: id)
+            case "put-subscription": self = .putSubscription(id: id, try container.decode(SubscriptionSpec.self, forKey: .subscription))
+            case "delete-subscription": self = .deleteSubscription(id: id)
+            case let other:
+                throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op \(other)")
+            }
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            switch self {
+            case .putPublication(_, let spec):
+                try container.encode("put-publication", forKey: .op)
+                try container.encode(spec, forKey: .publication)
+            case .deletePublication:
+                try container.encode("delete-publication", forKey: .op)
+            case .putSubscription(_, let spec):
+                try container.encode("put-subscription", forKey: .op)
+                try container.encode(spec, forKey: .subscription)
+            case .deleteSubscription:
+                try container.encode("delete-subscription", forKey: .op)
+            }
+        }
+    }
+}
+
+/// The answer to each change of a ``ChangeBatch``, in the same order: `error`
+/// is absent when the change was applied.
+public struct ChangeResults: Codable, Sendable, Equatable {
+    public var results: [Result]
+
+    public init(results: [Result]) {
+        self.results = results
+    }
+
+    public struct Result: Codable, Sendable, Equatable {
+        public var id: String
+        public var error: APIError?
+
+        public init(id: String, error: APIError? = nil) {
+            self.id = id
+            self.error = error
+        }
     }
 }
 

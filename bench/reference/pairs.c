@@ -2,7 +2,8 @@
 // flight. The same shape of client as ../shared/bench/dbus-reference/bench.c
 // (sd-bus, async calls, one thread), so the two services are measured alike.
 //
-//   pairs N W [CONTENT_BYTES]    on $DBUS_SESSION_BUS_ADDRESS
+//   pairs N W [CONTENT_BYTES]    on $DBUS_SESSION_BUS_ADDRESS, with the API key in
+//                                 $NEARBY_API_KEY (default "bench-key")
 #include <systemd/sd-bus.h>
 #include <errno.h>
 #include <stdint.h>
@@ -96,7 +97,8 @@ int main(int argc, char **argv) {
         sd_bus_message *call, *reply = NULL;
         sd_bus_error error = SD_BUS_ERROR_NULL;
         sd_bus_message_new_method_call(bus, &call, "org.nearbyd", "/org/nearbyd", "org.nearbyd.Nearby1", "CreateManager");
-        sd_bus_message_append_basic(call, 's', "bench-key");
+        const char *key = getenv("NEARBY_API_KEY");
+        sd_bus_message_append_basic(call, 's', key && *key ? key : "bench-key");
         sd_bus_message_open_container(call, 'a', "{sv}");
         sd_bus_message_close_container(call);
         if ((r = sd_bus_call(bus, call, 0, &error, &reply)) < 0 || sd_bus_message_read_basic(reply, 'o', &manager) < 0) {

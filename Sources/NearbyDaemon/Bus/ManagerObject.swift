@@ -50,9 +50,7 @@ final class ManagerObject {
                     try MessageRules.checkType(type)
                     let namespace = params.string("Namespace") ?? ""
                     try MessageRules.checkNamespace(namespace)
-                    let strategy = try StrategyOptions.parse(
-                        params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy"),
-                        for: .publication, enabled: object.service.enabledMediums)
+                    let strategy = try object.service.strategy(params, for: .publication)
                     return try object.service.publish(Message(namespace: namespace, type: type, content: content),
                                                       strategy: strategy, in: object)
                 }
@@ -67,9 +65,7 @@ final class ManagerObject {
                     try MessageRules.checkNamespace(filter.namespace)
                     try MessageRules.checkType(filter.type)
                     try checkDeviceTypes(params)
-                    let strategy = try StrategyOptions.parse(
-                        params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy"),
-                        for: .subscription, enabled: object.service.enabledMediums)
+                    let strategy = try object.service.strategy(params, for: .subscription)
                     return try object.service.subscribe(filter, strategy: strategy, in: object)
                 }
                 call.reply { writer throws(DBusError) in try writer.append(path) }

@@ -51,10 +51,11 @@ final class ServerLink {
     private struct StreamClosed: Error {}
 
     /// A change the daemon asks for; applied in the order sent.
-    enum Command: Sendable {
-        /// Add, replace or (nil) remove a publication.
-        case publication(String, PublicationSpec?)
-        case subscription(String, SubscriptionSpec?)
+    enum Command {
+        case publish(Publication)
+        case unpublish(String)
+        case subscribe(Subscription)
+        case unsubscribe(String)
         /// Tokens heard for the first time, or again after the refresh interval.
         case seen([Sighting])
         /// Tokens no longer heard.
@@ -69,8 +70,13 @@ final class ServerLink {
     /// Where the link's events go, in order.
     var onEvent: (LinkEvent) -> Void = { _ in }
 
-    private var publications: [String: PublicationSpec] = [:]
-    private var subscriptions: [String: SubscriptionSpec] = [:]
+    /// What the server should hold. Kept as the daemon's own objects: their
+    /// request bodies are made only when they are sent.
+    private var publications: [String: Publication] = [:]
+    private var subscriptions: [String: Subscription] = [:]
+    /// Between the start of a session and its end: changes made meanwhile are
+    /// queued; outside a session the next one's synchronisation covers them.
+    private var inSession = false
     private var heard: [Sighting.Key: Sighting] = [:]
     private var pendingSeen: [Sighting.Key: Sighting] = [:]
     private var pendingGone: Set<Sighting.Key> = []
@@ -100,11 +106,17 @@ final class ServerLink {
     /// Takes a change; it reaches the server in turn.
     func send(_ command: Command) {
         switch command {
-        case .publication(let id, let spec):
-            publications[id] = spec
+        case .publish(let publication):
+            publications[publication.id] = publication
+            enqueue(.publication(publication.id))
+        case .unpublish(let id):
+            publications.removeValue(forKey: id)
             enqueue(.publication(id))
-        case .subscription(let id, let spec):
-            subscriptions[id] = spec
+        case .subscribe(let subscription):
+            subscriptions[subscription.id] = subscription
+            enqueue(.subscription(subscription.id))
+        case .unsubscribe(let id):
+            subscriptions.removeValue(forKey: id)
             enqueue(.subscription(id))
         case .seen(let sightings):
             for sighting in sightings {
@@ -154,6 +166,8 @@ final class ServerLink {
         let device = try await registration()
         operations.removeAll()
         queued.removeAll()
+        inSession = true
+        defer { inSession = false }
         pendingSeen = heard
         pendingGone.removeAll()
         // A token that is still good is kept, so devices hearing it hear no change.
@@ -257,7 +271,8 @@ final class ServerLink {
             try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(record.id, device) }
         }
         var registered = Set(heldPublications.map(\.id)).intersection(publications.keys)
-        for (id, spec) in publications where !registered.contains(id) {
+        for (id, publication) in publications where !registered.contains(id) {
+            let spec = Self.spec(of: publication)
             _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
             registered.insert(id)
         }
@@ -266,7 +281,8 @@ final class ServerLink {
             try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(record.id, device) }
         }
         var subscribed = Set(heldSubscriptions.map(\.id)).intersection(subscriptions.keys)
-        for (id, spec) in subscriptions where !subscribed.contains(id) {
+        for (id, subscription) in subscriptions where !subscribed.contains(id) {
+            let spec = Self.spec(of: subscription)
             _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
             subscribed.insert(id)
         }
@@ -276,7 +292,7 @@ final class ServerLink {
     // MARK: Applying changes
 
     private func enqueue(_ operation: Operation) {
-        guard queued.insert(operation).inserted else { return }
+        guard inSession, queued.insert(operation).inserted else { return }
         operations.append(operation)
         wakeUp?.resume()
         wakeUp = nil
@@ -317,13 +333,15 @@ final class ServerLink {
     private func perform(_ operation: Operation, _ device: DeviceRegistration) async throws {
         switch operation {
         case .publication(let id):
-            if let spec = publications[id] {
+            if let publication = publications[id] {
+                let spec = Self.spec(of: publication)
                 try await register(id, "publication") { () async throws(ServerCallError) in _ = try await client.put(spec, id: id, device) }
             } else if onServer.remove(id) != nil {
                 try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(id, device) }
             }
         case .subscription(let id):
-            if let spec = subscriptions[id] {
+            if let subscription = subscriptions[id] {
+                let spec = Self.spec(of: subscription)
                 try await register(id, "subscription") { () async throws(ServerCallError) in _ = try await client.put(spec, id: id, device) }
             } else if onServer.remove(id) != nil {
                 try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(id, device) }
@@ -365,6 +383,19 @@ final class ServerLink {
     }
 
     // MARK: The stream
+
+    private static func spec(of publication: Publication) -> PublicationSpec {
+        let message = publication.message
+        return PublicationSpec(namespace: message.namespace, type: message.type, content: Data(message.content),
+                               mediums: publication.strategy.mediums.sorted(), mode: publication.strategy.mode,
+                               expiresAtMs: publication.expiresAt / 1000)
+    }
+
+    private static func spec(of subscription: Subscription) -> SubscriptionSpec {
+        SubscriptionSpec(namespace: subscription.filter.namespace, type: subscription.filter.type,
+                         mediums: subscription.strategy.mediums.sorted(), mode: subscription.strategy.mode,
+                         expiresAtMs: subscription.expiresAt / 1000)
+    }
 
     private func notify(_ event: LinkEvent) {
         onEvent(event)
