@@ -22,9 +22,7 @@ public final class BusLoop: SerialExecutor {
         wakeFD = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
         precondition(wakeFD >= 0, "eventfd failed: \(String(cString: strerror(errno)))")
         let started = DispatchSemaphore(value: 0)
-        let worker = Thread { [self] in run(started) }
-        worker.name = "sd-bus"
-        worker.start()
+        Thread.detachNewThread { [self] in run(started) }
         started.wait()
     }
 
@@ -56,6 +54,8 @@ public final class BusLoop: SerialExecutor {
 
     private func run(_ started: DispatchSemaphore) {
         thread.store(UInt(pthread_self()), ordering: .releasing)
+        // Named for top, perf and gdb.
+        _ = nearby_name_thread("sd-bus")
         var event: OpaquePointer?
         precondition(sd_event_default(&event) >= 0, "sd_event_default failed")
         let onWake: sd_event_io_handler_t = { _, fd, _, userdata in

@@ -103,15 +103,13 @@ final class NearbyService {
         for busName in registry.clients.keys { clientLeft(busName) }
         root?.exported?.unregister()
         let states = Array(links.values)
-        let drained = Task {
-            for state in states { await state.link.drain() }
-        }
-        let timeout = Task {
+        // Past the grace the links stop, which releases anyone waiting on them.
+        let deadline = Task {
             try? await Task.sleep(for: grace)
-            drained.cancel()
+            for state in states { state.task.cancel() }
         }
-        _ = await drained.result
-        timeout.cancel()
+        for state in states { await state.link.drain() }
+        deadline.cancel()
         for state in states { state.task.cancel() }
         for task in tasks { task.cancel() }
         sightingsTimer?.cancel()

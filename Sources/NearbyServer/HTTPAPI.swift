@@ -62,6 +62,12 @@ struct HTTPAPI: Sendable {
             return Response(status: .noContent)
         }
 
+        router.post("/v1/devices/:device/changes") { request, context in
+            let device = try await authenticate(request, context)
+            let batch = try await decode(ChangeBatch.self, from: request)
+            return try Self.json(try await service.applyChanges(batch, for: device))
+        }
+
         router.post("/v1/devices/:device/sightings") { request, context in
             let device = try await authenticate(request, context)
             let report = try await decode(SightingReport.self, from: request)

@@ -232,23 +232,29 @@ actor Matcher {
         }
     }
 
-    /// The projects that have devices here.
-    var projects: Set<String> { Set(projectDevices.keys) }
+    /// The devices held of these projects.
+    func devices(inProjects projects: Set<String>) -> Set<String> {
+        projects.reduce(into: []) { $0.formUnion(projectDevices[$1] ?? []) }
+    }
 
-    /// Forgets the devices of projects deleted behind the server's back (by
-    /// the CLI); returns their ids.
-    func removeProjects(_ projects: Set<String>) -> [String] {
-        var removed: [String] = []
-        for project in projects.sorted() {
-            for id in (projectDevices[project] ?? []).sorted() {
-                removeDevice(id)
-                removed.append(id)
-            }
-        }
-        return removed
+    /// Forgets devices deleted behind the server's back (with their project, by the CLI).
+    func removeDevices(_ ids: Set<String>) {
+        for id in ids.sorted() { removeDevice(id) }
     }
 
     // MARK: Publications and subscriptions
+
+    /// Applies stored changes of `device`, in order, each with its found and lost.
+    func apply(_ changes: [ObjectChange], device: String) {
+        for change in changes {
+            switch change {
+            case .putPublication(let publication): putPublication(publication)
+            case .deletePublication(let id): removePublication(device: device, id: id)
+            case .putSubscription(let subscription): putSubscription(subscription)
+            case .deleteSubscription(let id): removeSubscription(device: device, id: id)
+            }
+        }
+    }
 
     func putPublication(_ stored: StoredPublication) {
         guard devices[stored.device] != nil else { return }

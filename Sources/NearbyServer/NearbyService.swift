@@ -15,6 +15,9 @@ public final class NearbyService: Sendable {
     let clock: any WallClock
     let logger: Logger
     private let tokens = Mutex(TokenCache())
+    let authenticated = Mutex(DeviceCache())
+    /// How far the log of project deletions has been read.
+    private let projectDeletionPosition = Mutex<Int64>(0)
     private let serializer = DeviceSerializer()
 
     private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
@@ -31,6 +34,9 @@ public final class NearbyService: Sendable {
                              clock: any WallClock = SystemWallClock(),
                              logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyService {
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger)
+        // Read before the devices: a project deleted while they load is noticed at the first sweep.
+        let deletions = try await storage.projectDeletions(after: 0)
+        service.projectDeletionPosition.withLock { $0 = deletions.position }
         let now = clock.nowMs
         let live = try await storage.liveTokens(nowMs: now)
         service.tokens.withLock { cache in live.forEach { cache.insert($0) } }
@@ -53,13 +59,23 @@ public final class NearbyService: Sendable {
             throw APIError(.unauthenticated, "Authorization header must be 'Bearer SECRET'")
         }
         let secret = parts[1].trimmingCharacters(in: .whitespaces)
-        guard let record = try await storage.device(secretHash: Credentials.hash(secret)) else {
+        guard let record = try await knownDevice(secretHash: Credentials.hash(secret)) else {
             throw APIError(.unauthenticated, "unknown device secret")
         }
         guard record.id == device else {
             throw APIError(.permissionDenied, "the credential is of another device than '\(device)'")
         }
         return record
+    }
+
+    /// The device a secret belongs to: from memory, or read from storage and
+    /// then kept in memory.
+    private func knownDevice(secretHash: Data) async throws -> DeviceRecord? {
+        let (cached, generation) = authenticated.withLock { ($0.device(secretHash: secretHash), $0.generation) }
+        if let cached { return cached }
+        guard let stored = try await storage.device(secretHash: secretHash) else { return nil }
+        authenticated.withLock { $0.insert(stored, secretHash: secretHash, readAt: generation) }
+        return stored
     }
 
     // MARK: Devices
@@ -95,6 +111,7 @@ public final class NearbyService: Sendable {
     public func unregister(_ device: DeviceRecord) async throws {
         try await serializer.run(device.id) {
             _ = try await self.storage.deleteDevice(id: device.id)
+            self.authenticated.withLock { $0.remove(device) }
             self.tokens.withLock { $0.remove(devices: [device.id]) }
             await self.matcher.removeDevice(device.id)
         }
@@ -129,14 +146,7 @@ public final class NearbyService: Sendable {
     public func putPublication(_ spec: PublicationSpec, id: String, for device: DeviceRecord) async throws -> PublicationRecord {
         let stored = try Validation.publication(spec, id: id, device: device.id, projectNamespace: device.namespace,
                                                 nowMs: clock.nowMs)
-        let limit = configuration.limits.maxPublicationsPerDevice
-        try await serializer.run(device.id) {
-            let outcome = try await self.mapStorageErrors { try await self.storage.putPublication(stored, limit: limit) }
-            guard outcome != .limitReached else {
-                throw APIError(.limitExceeded, "the device has \(limit) publications, its limit ([limits] max-publications-per-device)")
-            }
-            await self.matcher.putPublication(stored)
-        }
+        _ = try await commit([.putPublication(stored)], for: device)[0].get()
         return Self.record(stored)
     }
 
@@ -150,11 +160,8 @@ public final class NearbyService: Sendable {
     /// `DELETE /v1/devices/{device}/publications/{id}`.
     public func deletePublication(id: String, of device: DeviceRecord) async throws {
         try Validation.checkID(id, kind: "publication")
-        try await serializer.run(device.id) {
-            guard try await self.storage.deletePublication(device: device.id, id: id) else {
-                throw APIError(.notFound, "no publication '\(id)' on this device")
-            }
-            await self.matcher.removePublication(device: device.id, id: id)
+        guard try await commit([.deletePublication(id: id)], for: device)[0].get() != .absent else {
+            throw APIError(.notFound, "no publication '\(id)' on this device")
         }
     }
 
@@ -169,14 +176,7 @@ public final class NearbyService: Sendable {
     public func putSubscription(_ spec: SubscriptionSpec, id: String, for device: DeviceRecord) async throws -> SubscriptionRecord {
         let stored = try Validation.subscription(spec, id: id, device: device.id, projectNamespace: device.namespace,
                                                  nowMs: clock.nowMs)
-        let limit = configuration.limits.maxSubscriptionsPerDevice
-        try await serializer.run(device.id) {
-            let outcome = try await self.mapStorageErrors { try await self.storage.putSubscription(stored, limit: limit) }
-            guard outcome != .limitReached else {
-                throw APIError(.limitExceeded, "the device has \(limit) subscriptions, its limit ([limits] max-subscriptions-per-device)")
-            }
-            await self.matcher.putSubscription(stored)
-        }
+        _ = try await commit([.putSubscription(stored)], for: device)[0].get()
         return Self.record(stored)
     }
 
@@ -191,17 +191,72 @@ public final class NearbyService: Sendable {
     /// without lost events (the device knows).
     public func deleteSubscription(id: String, of device: DeviceRecord) async throws {
         try Validation.checkID(id, kind: "subscription")
-        try await serializer.run(device.id) {
-            guard try await self.storage.deleteSubscription(device: device.id, id: id) else {
-                throw APIError(.notFound, "no subscription '\(id)' on this device")
-            }
-            await self.matcher.removeSubscription(device: device.id, id: id)
+        guard try await commit([.deleteSubscription(id: id)], for: device)[0].get() != .absent else {
+            throw APIError(.notFound, "no subscription '\(id)' on this device")
         }
     }
 
     private static func record(_ stored: StoredSubscription) -> SubscriptionRecord {
         SubscriptionRecord(id: stored.id, namespace: stored.namespace, type: stored.type, mediums: stored.mediums,
                            mode: stored.mode, expiresAtMs: stored.expiresAtMs)
+    }
+
+    // MARK: Batches
+
+    /// `POST /v1/devices/{device}/changes`: each change as its own request
+    /// would apply it, except that deleting an unknown id is no error, in
+    /// order, in one storage transaction. A refused change does not stop the
+    /// later ones.
+    public func applyChanges(_ batch: ChangeBatch, for device: DeviceRecord) async throws -> ChangeResults {
+        let limit = configuration.limits.maxChangesPerBatch
+        guard batch.changes.count <= limit else {
+            throw APIError(.payloadTooLarge,
+                           "the batch holds \(batch.changes.count) changes; at most \(limit) are taken at once ([limits] max-changes-per-batch)")
+        }
+        let now = clock.nowMs
+        var errors = [APIError?](repeating: nil, count: batch.changes.count)
+        var valid: [ObjectChange] = []
+        var positions: [Int] = []
+        for (position, change) in batch.changes.enumerated() {
+            do throws(APIError) {
+                valid.append(try Validation.change(change, device: device.id, projectNamespace: device.namespace, nowMs: now))
+                positions.append(position)
+            } catch {
+                errors[position] = error
+            }
+        }
+        for (position, outcome) in zip(positions, try await commit(valid, for: device)) {
+            if case .failure(let error) = outcome { errors[position] = error }
+        }
+        return ChangeResults(results: zip(batch.changes, errors).map { ChangeResults.Result(id: $0.id, error: $1) })
+    }
+
+    /// Stores `changes` in one transaction and hands those that took effect to
+    /// the matcher, in the device's turn, so that both see every change of the
+    /// device in the same order. Returns what each did, or why it was refused.
+    private func commit(_ changes: [ObjectChange], for device: DeviceRecord) async throws -> [Result<ChangeOutcome, APIError>] {
+        guard !changes.isEmpty else { return [] }
+        let limits = ObjectLimits(publications: configuration.limits.maxPublicationsPerDevice,
+                                  subscriptions: configuration.limits.maxSubscriptionsPerDevice)
+        return try await serializer.run(device.id) {
+            let outcomes = try await self.mapStorageErrors {
+                try await self.storage.applyChanges(changes, device: device.id, limits: limits)
+            }
+            let applied = zip(changes, outcomes).filter { $0.1 != .limitReached && $0.1 != .absent }.map(\.0)
+            await self.matcher.apply(applied, device: device.id)
+            return zip(changes, outcomes).map { change, outcome in
+                outcome == .limitReached ? .failure(Self.limitExceeded(change, limits)) : .success(outcome)
+            }
+        }
+    }
+
+    private static func limitExceeded(_ change: ObjectChange, _ limits: ObjectLimits) -> APIError {
+        if case .putSubscription = change {
+            return APIError(.limitExceeded,
+                            "the device has \(limits.subscriptions) subscriptions, its limit ([limits] max-subscriptions-per-device)")
+        }
+        return APIError(.limitExceeded,
+                        "the device has \(limits.publications) publications, its limit ([limits] max-publications-per-device)")
     }
 
     // MARK: Sightings
@@ -276,17 +331,28 @@ public final class NearbyService: Sendable {
             try await storage.deleteExpiredPublications(nowMs: now)
             try await storage.deleteExpiredSubscriptions(nowMs: now)
             try await storage.purgeTokens(expiredBeforeMs: now > Self.tokenRetentionMs ? now - Self.tokenRetentionMs : 0)
-            // Read what the matcher holds first: a project created in between is then not taken for deleted.
-            let held = await matcher.projects
-            let deleted = held.subtracting(try await storage.projectNames())
-            if !deleted.isEmpty {
-                let devices = await matcher.removeProjects(deleted)
-                tokens.withLock { $0.remove(devices: Set(devices)) }
-                logger.info("projects deleted elsewhere were dropped", metadata: ["projects": "\(deleted.sorted())"])
-            }
+            try await dropDeletedProjects()
         } catch {
             logger.error("storage housekeeping failed", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// Forgets the devices of projects deleted by another process (the CLI)
+    /// since the last look: they stop authenticating, their streams close.
+    /// A project of the same name may already have been created again: its
+    /// devices stay.
+    private func dropDeletedProjects() async throws {
+        let deletions = try await storage.projectDeletions(after: projectDeletionPosition.withLock { $0 })
+        guard !deletions.projects.isEmpty else { return }
+        // Taken before storage is asked: a device registered in between is then not taken for deleted.
+        let held = await matcher.devices(inProjects: deletions.projects)
+        let remaining = try await storage.deviceIDs(projects: deletions.projects)
+        let gone = held.subtracting(remaining)
+        let uncached = authenticated.withLock { $0.remove(projects: deletions.projects, keeping: remaining) }
+        tokens.withLock { $0.remove(devices: gone.union(uncached)) }
+        await matcher.removeDevices(gone)
+        projectDeletionPosition.withLock { $0 = deletions.position }
+        logger.info("projects deleted elsewhere were dropped", metadata: ["projects": "\(deletions.projects.sorted())"])
     }
 
     /// How long an expired token is still told apart from an unknown one.

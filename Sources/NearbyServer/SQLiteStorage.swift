@@ -94,6 +94,20 @@ public final class SQLiteStorage: ServerStorage {
                 CREATE INDEX subscription_expiresAtMs ON subscription(expiresAtMs);
                 """)
         }
+        // A running server learns of projects deleted by another process
+        // (the CLI) from this log: by name alone it would miss a project
+        // deleted and created again between two of its sweeps.
+        migrator.registerMigration("v2") { db in
+            try db.execute(sql: """
+                CREATE TABLE projectDeletion (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    project TEXT NOT NULL
+                );
+                CREATE TRIGGER project_deleted AFTER DELETE ON project BEGIN
+                    INSERT INTO projectDeletion (project) VALUES (OLD.name);
+                END;
+                """)
+        }
         return migrator
     }
 
@@ -137,8 +151,12 @@ public final class SQLiteStorage: ServerStorage {
         }
     }
 
-    public func projectNames() async throws -> Set<String> {
-        try await pool.read { db in Set(try String.fetchAll(db, sql: "SELECT name FROM project")) }
+    public func projectDeletions(after position: Int64) async throws -> ProjectDeletions {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT position, project FROM projectDeletion WHERE position > ? ORDER BY position",
+                                        arguments: [position])
+            return ProjectDeletions(position: rows.last?["position"] ?? position, projects: Set(rows.map { $0["project"] }))
+        }
     }
 
     private static func project(_ row: Row) -> ProjectRecord {
@@ -169,6 +187,16 @@ public final class SQLiteStorage: ServerStorage {
     public func devices() async throws -> [DeviceRecord] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: Self.deviceQuery).map(Self.device)
+        }
+    }
+
+    public func deviceIDs(projects: Set<String>) async throws -> Set<String> {
+        try await pool.read { db in
+            var ids = Set<String>()
+            for project in projects {
+                ids.formUnion(try String.fetchAll(db, sql: "SELECT id FROM device WHERE project = ?", arguments: [project]))
+            }
+            return ids
         }
     }
 
@@ -237,27 +265,39 @@ public final class SQLiteStorage: ServerStorage {
                            expiresAtMs: milliseconds(row["expiresAtMs"]))
     }
 
-    // MARK: Publications
+    // MARK: Publications and subscriptions
 
-    public func putPublication(_ publication: StoredPublication, limit: Int) async throws -> PutOutcome {
+    public func applyChanges(_ changes: [ObjectChange], device: String, limits: ObjectLimits) async throws -> [ChangeOutcome] {
         try await pool.write { db in
-            try Self.requireDevice(publication.device, db)
-            let outcome = try Self.outcome(table: "publication", device: publication.device, id: publication.id, limit: limit, db)
-            guard outcome != .limitReached else { return outcome }
-            try db.execute(sql: """
-                INSERT OR REPLACE INTO publication (device, id, namespace, type, content, mediums, mode, expiresAtMs)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [publication.device, publication.id, publication.namespace, publication.type,
-                                 publication.content, Self.text(publication.mediums), publication.mode.rawValue,
-                                 Int64(clamping: publication.expiresAtMs)])
-            return outcome
-        }
-    }
-
-    public func deletePublication(device: String, id: String) async throws -> Bool {
-        try await pool.write { db in
-            try db.execute(sql: "DELETE FROM publication WHERE device = ? AND id = ?", arguments: [device, id])
-            return db.changesCount > 0
+            try Self.requireDevice(device, db)
+            var publications = DeviceRows(table: "publication", device: device, limit: limits.publications)
+            var subscriptions = DeviceRows(table: "subscription", device: device, limit: limits.subscriptions)
+            return try changes.map { change in
+                switch change {
+                case .putPublication(let publication):
+                    try publications.put(publication.id, db) {
+                        try db.cachedStatement(sql: """
+                            INSERT OR REPLACE INTO publication (device, id, namespace, type, content, mediums, mode, expiresAtMs)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                            """).execute(arguments: [device, publication.id, publication.namespace, publication.type,
+                                                     publication.content, Self.text(publication.mediums),
+                                                     publication.mode.rawValue, Int64(clamping: publication.expiresAtMs)])
+                    }
+                case .deletePublication(let id):
+                    try publications.delete(id, db)
+                case .putSubscription(let subscription):
+                    try subscriptions.put(subscription.id, db) {
+                        try db.cachedStatement(sql: """
+                            INSERT OR REPLACE INTO subscription (device, id, namespace, type, mediums, mode, expiresAtMs)
+                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            """).execute(arguments: [device, subscription.id, subscription.namespace, subscription.type,
+                                                     Self.text(subscription.mediums), subscription.mode.rawValue,
+                                                     Int64(clamping: subscription.expiresAtMs)])
+                    }
+                case .deleteSubscription(let id):
+                    try subscriptions.delete(id, db)
+                }
+            }
         }
     }
 
@@ -280,30 +320,6 @@ public final class SQLiteStorage: ServerStorage {
     public func deleteExpiredPublications(nowMs: UInt64) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM publication WHERE expiresAtMs <= ?", arguments: [Int64(clamping: nowMs)])
-        }
-    }
-
-    // MARK: Subscriptions
-
-    public func putSubscription(_ subscription: StoredSubscription, limit: Int) async throws -> PutOutcome {
-        try await pool.write { db in
-            try Self.requireDevice(subscription.device, db)
-            let outcome = try Self.outcome(table: "subscription", device: subscription.device, id: subscription.id, limit: limit, db)
-            guard outcome != .limitReached else { return outcome }
-            try db.execute(sql: """
-                INSERT OR REPLACE INTO subscription (device, id, namespace, type, mediums, mode, expiresAtMs)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [subscription.device, subscription.id, subscription.namespace, subscription.type,
-                                 Self.text(subscription.mediums), subscription.mode.rawValue,
-                                 Int64(clamping: subscription.expiresAtMs)])
-            return outcome
-        }
-    }
-
-    public func deleteSubscription(device: String, id: String) async throws -> Bool {
-        try await pool.write { db in
-            try db.execute(sql: "DELETE FROM subscription WHERE device = ? AND id = ?", arguments: [device, id])
-            return db.changesCount > 0
         }
     }
 
@@ -337,14 +353,6 @@ public final class SQLiteStorage: ServerStorage {
         guard exists else { throw StorageError.deviceNotFound(device) }
     }
 
-    private static func outcome(table: String, device: String, id: String, limit: Int, _ db: Database) throws -> PutOutcome {
-        let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(table) WHERE device = ? AND id = ?)",
-                                       arguments: [device, id]) ?? false
-        if exists { return .replaced }
-        let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(table) WHERE device = ?", arguments: [device]) ?? 0
-        return count < limit ? .created : .limitReached
-    }
-
     private static func text(_ mediums: [Medium]) -> String {
         mediums.map(\.rawValue).joined(separator: ",")
     }
@@ -359,6 +367,44 @@ public final class SQLiteStorage: ServerStorage {
     private static func mode(_ text: String) throws -> DiscoveryMode {
         guard let mode = DiscoveryMode(rawValue: text) else { throw CorruptRow("mode '\(text)'") }
         return mode
+    }
+}
+
+/// One device's rows of one table while a batch of changes is written: the
+/// limit check counts them once, at the first new id, and keeps the count
+/// after that instead of counting again for every put.
+private struct DeviceRows {
+    let table: String
+    let device: String
+    let limit: Int
+    private var count: Int?
+
+    init(table: String, device: String, limit: Int) {
+        self.table = table
+        self.device = device
+        self.limit = limit
+    }
+
+    /// Runs `write` (an insert-or-replace of `id`) unless `id` is new and the device is at its limit.
+    mutating func put(_ id: String, _ db: Database, write: () throws -> Void) throws -> ChangeOutcome {
+        let statement = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM \(table) WHERE device = ? AND id = ?)")
+        if try Bool.fetchOne(statement, arguments: [device, id]) ?? false {
+            try write()
+            return .replaced
+        }
+        let current = try count ?? Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(table) WHERE device = ?", arguments: [device]) ?? 0
+        count = current
+        guard current < limit else { return .limitReached }
+        try write()
+        count = current + 1
+        return .created
+    }
+
+    mutating func delete(_ id: String, _ db: Database) throws -> ChangeOutcome {
+        try db.cachedStatement(sql: "DELETE FROM \(table) WHERE device = ? AND id = ?").execute(arguments: [device, id])
+        guard db.changesCount > 0 else { return .absent }
+        count = count.map { $0 - 1 }
+        return .deleted
     }
 }
 

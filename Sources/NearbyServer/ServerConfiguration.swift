@@ -27,6 +27,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var maxPublicationsPerDevice = 1024
         public var maxSubscriptionsPerDevice = 256
         public var maxSightingsPerReport = 256
+        public var maxChangesPerBatch = 256
         public var maxDevicesPerProject = 100_000
 
         public init() {}
@@ -62,12 +63,13 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try discovery.integer("edge-timeout-seconds") { configuration.edgeTimeoutSeconds = value }
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
-            "max-sightings-per-report", "max-devices-per-project",
+            "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project",
         ])
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
         if let value = try limits.integer("max-subscriptions-per-device") { configuration.limits.maxSubscriptionsPerDevice = value }
         if let value = try limits.integer("max-sightings-per-report") { configuration.limits.maxSightingsPerReport = value }
+        if let value = try limits.integer("max-changes-per-batch") { configuration.limits.maxChangesPerBatch = value }
         if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
         do {
             try configuration.validate()
@@ -90,6 +92,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(limits.maxPublicationsPerDevice, in: 1...100_000, "[limits] max-publications-per-device")
         try Self.check(limits.maxSubscriptionsPerDevice, in: 1...100_000, "[limits] max-subscriptions-per-device")
         try Self.check(limits.maxSightingsPerReport, in: 1...100_000, "[limits] max-sightings-per-report")
+        try Self.check(limits.maxChangesPerBatch, in: 1...100_000, "[limits] max-changes-per-batch")
         try Self.check(limits.maxDevicesPerProject, in: 1...1_000_000_000, "[limits] max-devices-per-project")
     }
 

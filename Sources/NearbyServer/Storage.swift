@@ -17,9 +17,11 @@ public protocol ServerStorage: Sendable {
     func deleteProject(name: String) async throws -> Bool
     /// The project an API key belongs to.
     func project(apiKeyHash: Data) async throws -> ProjectRecord?
-    /// The names of every project (cheap: the server asks every sweep, to
-    /// notice projects deleted by `nearby-server project delete`).
-    func projectNames() async throws -> Set<String>
+    /// The projects deleted after position `after` of the log of deletions,
+    /// and the log's position after them (0 before any). The server asks
+    /// every sweep, to notice projects deleted by `nearby-server project
+    /// delete`, even when a project of the same name was created again since.
+    func projectDeletions(after: Int64) async throws -> ProjectDeletions
 
     // MARK: Devices
 
@@ -30,6 +32,8 @@ public protocol ServerStorage: Sendable {
     func device(secretHash: Data) async throws -> DeviceRecord?
     /// Every device (to rebuild the in-memory state at start).
     func devices() async throws -> [DeviceRecord]
+    /// The ids of the devices these projects have now.
+    func deviceIDs(projects: Set<String>) async throws -> Set<String>
     /// Deletes a device with its tokens, publications and subscriptions.
     /// Returns whether it existed.
     func deleteDevice(id: String) async throws -> Bool
@@ -48,19 +52,19 @@ public protocol ServerStorage: Sendable {
 
     // MARK: Publications and subscriptions
 
-    /// Creates or replaces a publication; a new one only while the device has
-    /// fewer than `limit`. Throws ``StorageError/deviceNotFound(_:)``.
-    func putPublication(_ publication: StoredPublication, limit: Int) async throws -> PutOutcome
-    /// Returns whether it existed.
-    func deletePublication(device: String, id: String) async throws -> Bool
+    /// Applies one device's changes in order, all in one transaction, and
+    /// returns what each did. A put of a new id creates it only while the
+    /// device has fewer than `limits` of its kind; otherwise it is skipped
+    /// (``ChangeOutcome/limitReached``) and the later changes still apply.
+    /// Throws ``StorageError/deviceNotFound(_:)``, having applied none.
+    func applyChanges(_ changes: [ObjectChange], device: String, limits: ObjectLimits) async throws -> [ChangeOutcome]
+
     /// One device's publications, by id; or every device's when `device` is nil.
     func publications(device: String?) async throws -> [StoredPublication]
     /// Deletes publications that expire at or before `nowMs`.
     func deleteExpiredPublications(nowMs: UInt64) async throws
 
-    /// Creates or replaces a subscription, as ``putPublication(_:limit:)``.
-    func putSubscription(_ subscription: StoredSubscription, limit: Int) async throws -> PutOutcome
-    func deleteSubscription(device: String, id: String) async throws -> Bool
+    /// One device's subscriptions, by id; or every device's when `device` is nil.
     func subscriptions(device: String?) async throws -> [StoredSubscription]
     /// Deletes subscriptions with an expiry at or before `nowMs` (never those with 0).
     func deleteExpiredSubscriptions(nowMs: UInt64) async throws
@@ -166,12 +170,46 @@ public struct StoredSubscription: Sendable, Equatable {
     }
 }
 
-/// What a create-or-replace did.
-public enum PutOutcome: Sendable, Equatable {
+/// Projects deleted since a position of the log of deletions.
+public struct ProjectDeletions: Sendable, Equatable {
+    /// The log's position after these deletions: where the next question starts.
+    public var position: Int64
+    public var projects: Set<String>
+
+    public init(position: Int64, projects: Set<String>) {
+        self.position = position
+        self.projects = projects
+    }
+}
+
+/// A validated change to one of a device's publications or subscriptions.
+public enum ObjectChange: Sendable, Equatable {
+    case putPublication(StoredPublication)
+    case deletePublication(id: String)
+    case putSubscription(StoredSubscription)
+    case deleteSubscription(id: String)
+}
+
+/// How many publications and subscriptions a device may hold.
+public struct ObjectLimits: Sendable, Equatable {
+    public var publications: Int
+    public var subscriptions: Int
+
+    public init(publications: Int, subscriptions: Int) {
+        self.publications = publications
+        self.subscriptions = subscriptions
+    }
+}
+
+/// What one ``ObjectChange`` did.
+public enum ChangeOutcome: Sendable, Equatable {
     case created
     case replaced
-    /// It would be new, and the device is at its limit.
+    /// It would be new, and the device is at its limit: nothing changed.
     case limitReached
+    case deleted
+    /// A delete of an id the device does not have: nothing changed.
+    case absent
 }
 
 /// Failures a caller can act on; anything else is the engine's own error.

@@ -54,6 +54,23 @@ enum Validation {
                                   type: spec.type, mediums: mediums, mode: spec.mode, expiresAtMs: spec.expiresAtMs)
     }
 
+    /// A change of a batch, checked as its own request would be.
+    static func change(_ change: ChangeBatch.Change, device: String, projectNamespace: String,
+                       nowMs: UInt64) throws(APIError) -> ObjectChange {
+        switch change {
+        case .putPublication(let id, let spec):
+            return .putPublication(try publication(spec, id: id, device: device, projectNamespace: projectNamespace, nowMs: nowMs))
+        case .deletePublication(let id):
+            try checkID(id, kind: "publication")
+            return .deletePublication(id: id)
+        case .putSubscription(let id, let spec):
+            return .putSubscription(try subscription(spec, id: id, device: device, projectNamespace: projectNamespace, nowMs: nowMs))
+        case .deleteSubscription(let id):
+            try checkID(id, kind: "subscription")
+            return .deleteSubscription(id: id)
+        }
+    }
+
     /// Non-empty, without repeats; returned sorted so stored and listed forms are stable.
     private static func checkMediums(_ mediums: [Medium]) throws(APIError) -> [Medium] {
         guard !mediums.isEmpty else { throw APIError(.invalidArgument, "mediums must name at least one medium (ble, audio)") }

@@ -81,6 +81,12 @@ struct CommandLineTests {
             let bad = try await run(["serve", "--config", path])
             #expect(bad.status == 1)
             #expect(bad.errors == "nearby-server: \(path): unknown key 'colour' in [http]; known: listen\n")
+
+            let limitPath = directory.appendingPathComponent("limit.conf").path
+            try Data("[limits]\nmax-changes-per-batch = 100001\n".utf8).write(to: URL(fileURLWithPath: limitPath))
+            let outOfRange = try await run(["serve", "--config", limitPath])
+            #expect(outOfRange.status == 1)
+            #expect(outOfRange.errors == "nearby-server: \(limitPath): [limits] max-changes-per-batch is 100001; it must be between 1 and 100000\n")
         }
     }
 

@@ -16,6 +16,7 @@ import Testing
         #expect(configuration.limits.maxPublicationsPerDevice == 1024)
         #expect(configuration.limits.maxSubscriptionsPerDevice == 256)
         #expect(configuration.limits.maxSightingsPerReport == 256)
+        #expect(configuration.limits.maxChangesPerBatch == 256)
         #expect(configuration.limits.maxDevicesPerProject == 100_000)
     }
 
@@ -35,6 +36,7 @@ import Testing
             max-publications-per-device = 10
             max-subscriptions-per-device = 11
             max-sightings-per-report = 12
+            max-changes-per-batch = 14
             max-devices-per-project = 13
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
@@ -46,6 +48,7 @@ import Testing
         #expect(configuration.limits.maxPublicationsPerDevice == 10)
         #expect(configuration.limits.maxSubscriptionsPerDevice == 11)
         #expect(configuration.limits.maxSightingsPerReport == 12)
+        #expect(configuration.limits.maxChangesPerBatch == 14)
         #expect(configuration.limits.maxDevicesPerProject == 13)
     }
 
@@ -58,6 +61,8 @@ import Testing
         ("[discovery]\nedge-timeout-seconds = 0", "[discovery] edge-timeout-seconds is 0"),
         ("[limits]\nmax-body-bytes = 1000", "[limits] max-body-bytes is 1000"),
         ("[limits]\nmax-devices-per-project = 0", "[limits] max-devices-per-project is 0"),
+        ("[limits]\nmax-changes-per-batch = 0", "[limits] max-changes-per-batch is 0"),
+        ("[limits]\nmax-changes-per-batch = 100001", "[limits] max-changes-per-batch is 100001"),
         ("[http]\nlisten = \"localhost\"", "must be HOST:PORT"),
         ("[http]\nlisten = \"localhost:70000\"", "port between 0 and 65535"),
         ("[database]\npath = \"\"", "[database] path must not be empty"),

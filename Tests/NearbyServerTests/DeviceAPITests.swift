@@ -57,6 +57,7 @@ import Testing
                 (.put, APIPath.subscription(a.id, "s1")),
                 (.delete, APIPath.subscription(a.id, "s1")),
                 (.post, APIPath.sightings(a.id)),
+                (.post, APIPath.changes(a.id)),
                 (.get, APIPath.stream(a.id)),
                 (.delete, APIPath.device(a.id)),
             ]
@@ -97,6 +98,21 @@ import Testing
             let aPublications = try decode(PublicationList.self,
                                            try await harness.request(.get, APIPath.publications(a.id), headers: a.auth))
             #expect(aPublications.publications.map(\.id) == ["p1"])
+        }
+    }
+
+    @Test func aDeletedDevicesCachedSecretIsRefusedAtOnce() async throws {
+        try await withServer { harness in
+            let device = try await harness.devices(1)[0]
+            #expect(try await harness.request(.get, APIPath.publications(device.id), headers: device.auth).status == .ok)
+            let secretHash = Credentials.hash(device.registration.secret)
+            #expect(harness.service.authenticated.withLock { $0.device(secretHash: secretHash) }?.id == device.id)
+
+            #expect(try await harness.request(.delete, APIPath.device(device.id), headers: device.auth).status == .noContent)
+            expectError(try await harness.request(.get, APIPath.publications(device.id), headers: device.auth),
+                        .unauthorized, .unauthenticated, mentioning: "unknown device secret")
+            expectError(try await harness.request(.delete, APIPath.device(device.id), headers: device.auth),
+                        .unauthorized, .unauthenticated)
         }
     }
 

@@ -67,17 +67,47 @@ import Testing
             try await harness.publish(publisher, "p1")
 
             try await ProjectAdmin(storage: harness.service.storage).delete(name: "alpha")
-            let listed = try await harness.request(.get, APIPath.publications(publisher.id), headers: publisher.auth)
-            expectError(listed, .unauthorized, .unauthenticated)
             let registration = try await harness.request(.post, APIPath.devices, headers: [HTTPAPI.apiKeyField: key])
             expectError(registration, .unauthorized, .unauthenticated, mentioning: "API key")
+            // Writes need the device in storage.
+            let spec = PublicationSpec(namespace: "", type: "", content: Data([1]), mediums: [.ble], mode: .broadcast,
+                                       expiresAtMs: startMs + 1000)
+            expectError(try await harness.request(.put, APIPath.publication(publisher.id, "p2"), as: publisher, json: spec),
+                        .unauthorized, .unauthenticated)
 
-            // The running server notices at its next sweep.
+            // The running server notices at its next sweep: the secret it had
+            // in memory no longer authenticates.
             await harness.service.sweep()
+            expectError(try await harness.request(.get, APIPath.publications(publisher.id), headers: publisher.auth),
+                        .unauthorized, .unauthenticated, mentioning: "unknown device secret")
             #expect(await harness.service.matcher.hasDevice(publisher.id) == false)
             #expect(await harness.service.matcher.hasDevice(subscriber.id))
             #expect(try await harness.report(subscriber, seen: [(token.token, .ble)]) == [.unknown])
             #expect(try await harness.service.storage.publications(device: nil).isEmpty)
+        }
+    }
+
+    /// Deleted and created again under the same name before the server's
+    /// sweep: the old devices go all the same, the new project's stay.
+    @Test func aProjectCreatedAgainKeepsNoOldDevices() async throws {
+        try await withServer { harness in
+            let old = try await harness.devices(1)[0]
+            try await harness.publish(old, "p1")
+            try await ProjectAdmin(storage: harness.service.storage, clock: harness.clock).delete(name: "alpha")
+            let new = try await harness.register(apiKey: try await harness.createProject("alpha"))
+            try await harness.publish(new, "p1")
+
+            await harness.service.sweep()
+            expectError(try await harness.request(.get, APIPath.publications(old.id), headers: old.auth),
+                        .unauthorized, .unauthenticated, mentioning: "unknown device secret")
+            #expect(await harness.service.matcher.hasDevice(old.id) == false)
+            #expect(await harness.service.matcher.hasDevice(new.id))
+            let listed = try decode(PublicationList.self,
+                                    try await harness.request(.get, APIPath.publications(new.id), headers: new.auth))
+            #expect(listed.publications.map(\.id) == ["p1"])
+            // Seen once, the deletion is not acted on again.
+            await harness.service.sweep()
+            #expect(await harness.service.matcher.hasDevice(new.id))
         }
     }
 }

@@ -88,8 +88,10 @@ import Testing
                 expectError(try await harness.request(.put, path, headers: device.auth, body: huge),
                             .contentTooLarge, .payloadTooLarge, mentioning: "max-body-bytes")
             }
-            expectError(try await harness.request(.post, APIPath.sightings(device.id), headers: device.auth, body: huge),
-                        .contentTooLarge, .payloadTooLarge)
+            for path in [APIPath.sightings(device.id), APIPath.changes(device.id)] {
+                expectError(try await harness.request(.post, path, headers: device.auth, body: huge),
+                            .contentTooLarge, .payloadTooLarge, mentioning: "max-body-bytes")
+            }
             // The server is still fine.
             #expect(try await harness.request(.get, APIPath.health).status == .ok)
         }

@@ -118,6 +118,11 @@ struct Harness: Sendable {
         return results.results.map(\.status)
     }
 
+    /// Posts a batch of `device`'s changes and returns the results.
+    func applyChanges(_ device: TestDevice, _ changes: [ChangeBatch.Change]) async throws -> ChangeResults {
+        try decode(ChangeResults.self, try await request(.post, APIPath.changes(device.id), as: device, json: ChangeBatch(changes: changes)))
+    }
+
     func openStream(_ device: TestDevice) async throws -> TestStream {
         try await TestStream.open(client: client, device: device)
     }

@@ -41,6 +41,9 @@ int nearby_vtable_add_property(nearby_vtable *vt, const char *member, const char
 /* sd_bus_error_set with a plain message (sd_bus_error_setf is variadic). */
 int nearby_bus_error_set(sd_bus_error *e, const char *name, const char *message);
 
+/* Names the calling thread (pthread_setname_np is a GNU extension Swift does not see). */
+int nearby_name_thread(const char *name);
+
 /* Flag values, as Swift cannot see the anonymous enums' 64-bit members reliably. */
 extern const uint64_t NEARBY_VTABLE_UNPRIVILEGED;
 extern const uint64_t NEARBY_VTABLE_PROPERTY_CONST;

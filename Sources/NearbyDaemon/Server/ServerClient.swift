@@ -48,20 +48,8 @@ struct ServerClient: Sendable {
         try await call(.POST, APIPath.tokens(device.device), device: device)
     }
 
-    func put(_ spec: PublicationSpec, id: String, _ device: DeviceRegistration) async throws(ServerCallError) -> PublicationRecord {
-        try await call(.PUT, APIPath.publication(device.device, id), device: device, body: spec)
-    }
-
-    func put(_ spec: SubscriptionSpec, id: String, _ device: DeviceRegistration) async throws(ServerCallError) -> SubscriptionRecord {
-        try await call(.PUT, APIPath.subscription(device.device, id), device: device, body: spec)
-    }
-
-    func deletePublication(_ id: String, _ device: DeviceRegistration) async throws(ServerCallError) {
-        try await delete(APIPath.publication(device.device, id), device)
-    }
-
-    func deleteSubscription(_ id: String, _ device: DeviceRegistration) async throws(ServerCallError) {
-        try await delete(APIPath.subscription(device.device, id), device)
+    func apply(_ batch: ChangeBatch, _ device: DeviceRegistration) async throws(ServerCallError) -> ChangeResults {
+        try await call(.POST, APIPath.changes(device.device), device: device, body: batch)
     }
 
     func publications(_ device: DeviceRegistration) async throws(ServerCallError) -> [PublicationRecord] {
@@ -77,17 +65,6 @@ struct ServerClient: Sendable {
     func report(_ report: SightingReport, _ device: DeviceRegistration) async throws(ServerCallError) -> SightingResults {
         try await call(.POST, APIPath.sightings(device.device), device: device, body: report)
     }
-
-    /// A DELETE of something that may already be gone (404 is success).
-    private func delete(_ path: String, _ device: DeviceRegistration) async throws(ServerCallError) {
-        do {
-            let _: Empty = try await call(.DELETE, path, device: device)
-        } catch .rejected(let status, _) where status == 404 {
-            return
-        }
-    }
-
-    private struct Empty: Decodable {}
 
     private func call<Response: Decodable>(
         _ method: HTTPMethod, _ path: String, device: DeviceRegistration? = nil,
@@ -120,7 +97,6 @@ struct ServerClient: Sendable {
             if status == 401 { throw .unauthenticated(error.message) }
             throw .rejected(status: status, error)
         }
-        if Response.self == Empty.self, let empty = Empty() as? Response { return empty }
         do {
             return try JSONDecoder().decode(Response.self, from: data)
         } catch {

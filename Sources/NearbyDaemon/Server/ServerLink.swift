@@ -267,26 +267,55 @@ final class ServerLink {
     /// Removes from the server what the daemon no longer has and adds what it lacks.
     private func synchronize(_ device: DeviceRegistration) async throws -> Set<String> {
         let heldPublications = try await authenticated { () async throws(ServerCallError) in try await client.publications(device) }
-        for record in heldPublications where publications[record.id] == nil {
-            try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(record.id, device) }
-        }
-        var registered = Set(heldPublications.map(\.id)).intersection(publications.keys)
-        for (id, publication) in publications where !registered.contains(id) {
-            let spec = Self.spec(of: publication)
-            _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
-            registered.insert(id)
-        }
         let heldSubscriptions = try await authenticated { () async throws(ServerCallError) in try await client.subscriptions(device) }
-        for record in heldSubscriptions where subscriptions[record.id] == nil {
-            try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(record.id, device) }
+        var registered = Set(heldPublications.map(\.id)).intersection(publications.keys)
+            .union(Set(heldSubscriptions.map(\.id)).intersection(subscriptions.keys))
+        var changes: [ChangeBatch.Change] = []
+        changes += heldPublications.filter { publications[$0.id] == nil }.map { .deletePublication(id: $0.id) }
+        changes += heldSubscriptions.filter { subscriptions[$0.id] == nil }.map { .deleteSubscription(id: $0.id) }
+        changes += publications.filter { !registered.contains($0.key) }.map { .putPublication(id: $0.key, Self.spec(of: $0.value)) }
+        changes += subscriptions.filter { !registered.contains($0.key) }.map { .putSubscription(id: $0.key, Self.spec(of: $0.value)) }
+        for (change, error) in try await send(changes, device) {
+            if let error {
+                logger.error("the server refused a change of \(change.id): \(error)")
+            } else if change.isPut {
+                registered.insert(change.id)
+            }
         }
-        var subscribed = Set(heldSubscriptions.map(\.id)).intersection(subscriptions.keys)
-        for (id, subscription) in subscriptions where !subscribed.contains(id) {
-            let spec = Self.spec(of: subscription)
-            _ = try await authenticated { () async throws(ServerCallError) in try await client.put(spec, id: id, device) }
-            subscribed.insert(id)
+        return registered
+    }
+
+    /// Sends `changes` in as few requests as the server's size limits allow;
+    /// returns each change with the error it met, if any.
+    private func send(_ changes: [ChangeBatch.Change],
+                      _ device: DeviceRegistration) async throws -> [(ChangeBatch.Change, APIError?)] {
+        var outcome: [(ChangeBatch.Change, APIError?)] = []
+        var start = changes.startIndex
+        while start < changes.endIndex {
+            var end = start
+            var bytes = 0
+            while end < changes.endIndex, end - start < Self.changesPerBatch {
+                bytes += Self.estimatedBytes(changes[end])
+                if end > start, bytes > Self.bytesPerBatch { break }
+                end += 1
+            }
+            let batch = ChangeBatch(changes: Array(changes[start..<end]))
+            let answer = try await authenticated { () async throws(ServerCallError) in try await client.apply(batch, device) }
+            for (index, change) in batch.changes.enumerated() {
+                outcome.append((change, index < answer.results.count ? answer.results[index].error : nil))
+            }
+            start = end
         }
-        return registered.union(subscribed)
+        return outcome
+    }
+
+    /// Keeps a batch's body well under the server's default limit (256 KiB): content travels as base64.
+    private nonisolated static let bytesPerBatch = 192 * 1024
+    private nonisolated static let changesPerBatch = 128
+
+    private nonisolated static func estimatedBytes(_ change: ChangeBatch.Change) -> Int {
+        if case .putPublication(_, let spec) = change { return spec.content.count * 4 / 3 + 512 }
+        return 256
     }
 
     // MARK: Applying changes
@@ -300,10 +329,17 @@ final class ServerLink {
 
     private func work(_ device: DeviceRegistration) async throws {
         while true {
-            let operation = try await nextOperation()
+            try await waitForOperations()
             performing = true
             defer { performing = false }
-            try await perform(operation, device)
+            let changes = takeChanges()
+            if changes.isEmpty {
+                let operation = operations.removeFirst()
+                queued.remove(operation)
+                try await perform(operation, device)
+            } else {
+                try await apply(changes, device)
+            }
             if operations.isEmpty {
                 for waiter in drained { waiter.resume() }
                 drained.removeAll()
@@ -311,7 +347,49 @@ final class ServerLink {
         }
     }
 
-    private func nextOperation() async throws -> Operation {
+    /// The publication and subscription changes at the head of the queue, as one
+    /// batch: everything that piled up while the last request was on its way.
+    private func takeChanges() -> [ChangeBatch.Change] {
+        var changes: [ChangeBatch.Change] = []
+        var bytes = 0
+        while let operation = operations.first, changes.count < Self.changesPerBatch {
+            let change: ChangeBatch.Change?
+            switch operation {
+            case .publication(let id):
+                change = publications[id].map { .putPublication(id: id, Self.spec(of: $0)) }
+                    ?? (onServer.contains(id) ? .deletePublication(id: id) : nil)
+            case .subscription(let id):
+                change = subscriptions[id].map { .putSubscription(id: id, Self.spec(of: $0)) }
+                    ?? (onServer.contains(id) ? .deleteSubscription(id: id) : nil)
+            case .sightings, .refreshToken:
+                return changes
+            }
+            if let change {
+                bytes += Self.estimatedBytes(change)
+                if !changes.isEmpty, bytes > Self.bytesPerBatch { break }
+                if !change.isPut { onServer.remove(change.id) }
+                changes.append(change)
+            }
+            operations.removeFirst()
+            queued.remove(operation)
+        }
+        return changes
+    }
+
+    /// Sends changes; what the server took is held there from now on (a removal
+    /// queued meanwhile then deletes it), what it refused is logged and stays starting.
+    private func apply(_ changes: [ChangeBatch.Change], _ device: DeviceRegistration) async throws {
+        for (change, error) in try await send(changes, device) {
+            if let error {
+                logger.error("the server refused a change of \(change.id): \(error)")
+            } else if change.isPut {
+                onServer.insert(change.id)
+                notify(.registered(change.id))
+            }
+        }
+    }
+
+    private func waitForOperations() async throws {
         while operations.isEmpty {
             try Task.checkCancellation()
             await withTaskCancellationHandler {
@@ -320,9 +398,6 @@ final class ServerLink {
                 Task { @BusActor in self.cancelWait() }
             }
         }
-        let operation = operations.removeFirst()
-        queued.remove(operation)
-        return operation
     }
 
     private func cancelWait() {
@@ -332,36 +407,13 @@ final class ServerLink {
 
     private func perform(_ operation: Operation, _ device: DeviceRegistration) async throws {
         switch operation {
-        case .publication(let id):
-            if let publication = publications[id] {
-                let spec = Self.spec(of: publication)
-                try await register(id, "publication") { () async throws(ServerCallError) in _ = try await client.put(spec, id: id, device) }
-            } else if onServer.remove(id) != nil {
-                try await authenticated { () async throws(ServerCallError) in try await client.deletePublication(id, device) }
-            }
-        case .subscription(let id):
-            if let subscription = subscriptions[id] {
-                let spec = Self.spec(of: subscription)
-                try await register(id, "subscription") { () async throws(ServerCallError) in _ = try await client.put(spec, id: id, device) }
-            } else if onServer.remove(id) != nil {
-                try await authenticated { () async throws(ServerCallError) in try await client.deleteSubscription(id, device) }
-            }
         case .sightings:
             try await flushSightings(device)
         case .refreshToken:
             try await refreshToken(device)
-        }
-    }
-
-    /// Puts a publication or subscription on the server. One the server refuses
-    /// (it broke a server-side limit) is logged and stays starting; the link goes on.
-    private func register(_ id: String, _ kind: String, _ put: () async throws(ServerCallError) -> Void) async throws {
-        do {
-            try await authenticated(put)
-            onServer.insert(id)
-            notify(.registered(id))
-        } catch ServerCallError.rejected(let status, let error) {
-            logger.error("the server refused \(kind) \(id): \(error)", metadata: ["status": "\(status)"])
+        case .publication, .subscription:
+            // Taken by takeChanges() in batches.
+            break
         }
     }
 
@@ -435,4 +487,14 @@ final class ServerLink {
     private nonisolated static let maximumMessageBytes = 64 << 20
 
     private nonisolated static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+}
+
+extension ChangeBatch.Change {
+    /// A put rather than a delete.
+    var isPut: Bool {
+        switch self {
+        case .putPublication, .putSubscription: true
+        case .deletePublication, .deleteSubscription: false
+        }
+    }
 }
