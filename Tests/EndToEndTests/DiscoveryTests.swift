@@ -1,3 +1,4 @@
+import DBus
 import Foundation
 import NearbyMessages
 import Testing
@@ -173,6 +174,41 @@ import TestSupport
             try await subscription.wait(.lost, "shared", within: 5)
             withExtendedLifetime((ready, marker, afterwards)) {}
         }
+    }
+
+    @Test func publicationsEndedBeforeTheServerHearsOfThemCostNothingAndBreakNothing() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("burst")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let b = try await cluster.addDevice("B", at: (1, 0))
+            let subscription = try await MessageManager(b, apiKey: key).record()
+            let publisher = try await MessageManager(a, apiKey: key)
+            let first = try await publisher.publish("the link is up")
+            try await subscription.wait(.found, "the link is up")
+            // Publications and their manager's Release sent without waiting arrive
+            // together: the link finds nothing left to tell the server.
+            try await Self.publishAndRelease(on: a.busAddress, key: key, count: 32)
+            let lasting = try await publisher.publish("lasting")
+            try await subscription.wait(.found, "lasting")
+            #expect(a.daemon.isRunning)
+            withExtendedLifetime((first, lasting)) {}
+        }
+    }
+
+    @BusActor
+    static func publishAndRelease(on address: String, key: String, count: Int) async throws {
+        let client = try RawClient(address)
+        let manager = try await client.createManager(key)
+        for index in 0..<count {
+            try client.connection.send(destination: "org.nearbyd", path: manager, interface: "org.nearbyd.Manager1",
+                                       member: "Publish") { writer throws(DBusError) in
+                try writer.append([UInt8(index)])
+                try writer.append("short")
+                try writer.append([String: Variant]())
+            }
+        }
+        _ = try await client.call(manager, "org.nearbyd.Manager1", "Release")
+        client.connection.close()
     }
 
     @Test func discoveryResumesAfterTheServerIsKilledAndRestarted() async throws {

@@ -333,12 +333,12 @@ final class ServerLink {
             performing = true
             defer { performing = false }
             let changes = takeChanges()
-            if changes.isEmpty {
-                let operation = operations.removeFirst()
+            if !changes.isEmpty {
+                try await apply(changes, device)
+            } else if let operation = operations.popFirst() {
+                // Changes undone before their turn leave nothing to send; what is left is not a change.
                 queued.remove(operation)
                 try await perform(operation, device)
-            } else {
-                try await apply(changes, device)
             }
             if operations.isEmpty {
                 for waiter in drained { waiter.resume() }
