@@ -34,6 +34,10 @@ public struct DaemonConfiguration: Sendable {
     public var reconnectMaxDelay = 30.0
     /// `[server] request-timeout`, seconds.
     public var requestTimeout = 10.0
+    /// `[server] batch-delay`, seconds: how long publication and subscription
+    /// changes wait for more before going to the server together. What is made
+    /// and ended within it never reaches the server at all.
+    public var batchDelay = 0.01
 
     /// `[discovery] lost-timeout`, seconds: a device not heard for this long is gone.
     public var lostTimeout = 3.0
@@ -85,11 +89,13 @@ public struct DaemonConfiguration: Sendable {
             result.logLevel = parsed
         }
 
-        let server = try file.section("server", keys: ["url", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout"])
+        let server = try file.section("server", keys: ["url", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout",
+                                                       "batch-delay"])
         if let url = try server.string("url") { result.serverURL = url }
         if let delay = try server.number("reconnect-initial-delay") { result.reconnectInitialDelay = delay }
         if let delay = try server.number("reconnect-max-delay") { result.reconnectMaxDelay = delay }
         if let timeout = try server.number("request-timeout") { result.requestTimeout = timeout }
+        if let delay = try server.number("batch-delay") { result.batchDelay = delay }
 
         let discovery = try file.section("discovery", keys: ["lost-timeout", "refresh-interval"])
         if let timeout = try discovery.number("lost-timeout") { result.lostTimeout = timeout }
@@ -135,6 +141,7 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(reconnectInitialDelay, in: 0.01...60, "[server] reconnect-initial-delay")
         try Self.check(reconnectMaxDelay, in: reconnectInitialDelay...3600, "[server] reconnect-max-delay")
         try Self.check(requestTimeout, in: 0.1...300, "[server] request-timeout")
+        try Self.check(batchDelay, in: 0...1, "[server] batch-delay")
         try Self.check(lostTimeout, in: 0.2...600, "[discovery] lost-timeout")
         try Self.check(refreshInterval, in: 0.1...25, "[discovery] refresh-interval")
         try Self.check(Double(limits.maxClients), in: 1...100_000, "[limits] max-clients")

@@ -342,7 +342,7 @@ final class NearbyService {
         let backoff = ServerLink.Backoff(initial: .milliseconds(Int64(configuration.reconnectInitialDelay * 1000)),
                                          maximum: .milliseconds(Int64(configuration.reconnectMaxDelay * 1000)))
         let link = ServerLink(apiKey: apiKey, client: serverClient, credentials: credentials, backoff: backoff,
-                              logger: logger)
+                              batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)), logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
         link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }

@@ -15,16 +15,20 @@ public final class Cluster: Sendable {
         public var busAddress: String { bus.address }
     }
 
-    /// Settings of every daemon, as `nearbyd.conf` lines.
+    /// Settings of every daemon (as `nearbyd.conf` lines) and of the server.
     public struct Options: Sendable {
         public var lostTimeout = 1.0
         public var refreshInterval = 0.5
         public var extraConfiguration = ""
+        /// `nearby-server.conf` text.
+        public var serverConfiguration = ""
 
-        public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "") {
+        public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
+                    serverConfiguration: String = "") {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
+            self.serverConfiguration = serverConfiguration
         }
     }
 
@@ -45,6 +49,7 @@ public final class Cluster: Sendable {
         air = try await ChildProcess(name: "nearby-air", executable: Programs.path("nearby-air"),
                                      arguments: ["serve", "--socket", airSocket, "--interval", "0.05"])
         try await air.waitForLine(containing: "listening on")
+        _ = try directory.write("server.conf", options.serverConfiguration)
         let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:0")
         let line = try await server.waitForLine(containing: "listening on http://")
         serverURL = String(line[line.range(of: "http://")!.lowerBound...]).trimmingCharacters(in: .whitespaces)
@@ -144,6 +149,6 @@ public final class Cluster: Sendable {
     private static func startServer(directory: TemporaryDirectory, listen: String) async throws -> ChildProcess {
         try await ChildProcess(name: "nearby-server", executable: Programs.path("nearby-server"),
                                arguments: ["serve", "--listen", listen, "--database", directory.file("server.sqlite"),
-                                           "--log-level", "debug"])
+                                           "--config", directory.file("server.conf"), "--log-level", "debug"])
     }
 }

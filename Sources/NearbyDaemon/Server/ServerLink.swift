@@ -46,6 +46,13 @@ final class ServerLink {
         case subscription(String)
         case sightings
         case refreshToken
+
+        var isChange: Bool {
+            switch self {
+            case .publication, .subscription: true
+            case .sightings, .refreshToken: false
+            }
+        }
     }
 
     private struct StreamClosed: Error {}
@@ -66,6 +73,7 @@ final class ServerLink {
     private let client: ServerClient
     private let credentials: CredentialStore
     private let backoff: Backoff
+    private let batchDelay: Duration
     private let logger: Logger
     /// Where the link's events go, in order.
     var onEvent: (LinkEvent) -> Void = { _ in }
@@ -93,11 +101,13 @@ final class ServerLink {
     private var performing = false
     private var token: IssuedToken?
 
-    init(apiKey: String, client: ServerClient, credentials: CredentialStore, backoff: Backoff, logger: Logger) {
+    init(apiKey: String, client: ServerClient, credentials: CredentialStore, backoff: Backoff, batchDelay: Duration,
+         logger: Logger) {
         self.apiKey = apiKey
         self.client = client
         self.credentials = credentials
         self.backoff = backoff
+        self.batchDelay = batchDelay
         self.logger = logger
     }
 
@@ -332,6 +342,10 @@ final class ServerLink {
             try await waitForOperations()
             performing = true
             defer { performing = false }
+            // Let a burst of changes gather (and cancel out) unless sightings are waiting.
+            if batchDelay > .zero, !queued.contains(.sightings), operations.first.map(\.isChange) ?? false {
+                try await Task.sleep(for: batchDelay)
+            }
             let changes = takeChanges()
             if !changes.isEmpty {
                 try await apply(changes, device)
