@@ -7,7 +7,9 @@ import Glibc
 /// sd-event keeps thousands in a priority queue.
 @BusActor
 public final class BusTimer {
-    private var source: OpaquePointer?
+    // nonisolated(unsafe) for the deinit alone, which disposes of it on the bus
+    // thread; everything else that touches it is bus-actor code.
+    nonisolated(unsafe) private var source: OpaquePointer?
     private let action: @BusActor () -> Void
 
     public init(after delay: Duration, _ action: @escaping @BusActor () -> Void) {
@@ -30,8 +32,17 @@ public final class BusTimer {
         self.source = source
     }
 
-    isolated deinit {
-        cancel()
+    // Not an isolated deinit: a timer per publication would pay the runtime's
+    // executor checks on every release. Released on the bus thread (the usual
+    // case) it disposes of its source at once, anywhere else it sends it there.
+    deinit {
+        guard let source else { return }
+        if BusLoop.shared.isLoopThread {
+            sd_event_source_disable_unref(source)
+        } else {
+            let handle = EventSource(source)
+            Task { @BusActor in handle.dispose() }
+        }
     }
 
     /// Stops the timer; the action will not run.
@@ -44,5 +55,20 @@ public final class BusTimer {
         guard source != nil else { return }
         cancel()
         action()
+    }
+}
+
+/// An sd-event source on its way to the bus thread to be disposed of. Sendable
+/// because nothing reads it on the way: only `dispose()`, on the bus thread,
+/// touches the pointer.
+private struct EventSource: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    init(_ pointer: OpaquePointer) {
+        self.pointer = pointer
+    }
+
+    @BusActor func dispose() {
+        sd_event_source_disable_unref(pointer)
     }
 }

@@ -147,8 +147,9 @@ extension Array: DBusType where Element: DBusType {
 extension Array: DBusDecodable where Element: DBusDecodable {
     @BusActor public init(from reader: MessageReader) throws(DBusError) {
         if Element.self == UInt8.self {
-            // Byte arrays (message contents) are copied in one piece.
-            self = try reader.readFixedArray(UInt8(ascii: "y"), of: UInt8.self) as! [Element]
+            // Byte arrays (message contents) are copied in one piece. The types are
+            // equal, so the bit cast is exact (an `as!` would convert element-wise).
+            self = unsafeBitCast(try reader.readFixedArray(UInt8(ascii: "y"), of: UInt8.self), to: [Element].self)
             return
         }
         try reader.expect(Self.dbusSignature)
@@ -163,8 +164,8 @@ extension Array: DBusDecodable where Element: DBusDecodable {
 extension Array: DBusEncodable where Element: DBusEncodable {
     @BusActor public func encode(to writer: MessageWriter) throws(DBusError) {
         // A type check, not a cast: an empty [String] would cast to [UInt8] too.
-        if Element.self == UInt8.self, let bytes = self as? [UInt8] {
-            try writer.appendFixedArray(UInt8(ascii: "y"), bytes)
+        if Element.self == UInt8.self {
+            try writer.appendFixedArray(UInt8(ascii: "y"), unsafeBitCast(self, to: [UInt8].self))
             return
         }
         try writer.container(UInt8(ascii: "a"), Element.dbusSignature.rawValue) { () throws(DBusError) in

@@ -1,18 +1,19 @@
 import CSystemd
 
-/// An incoming method call. The handler reads ``arguments`` and answers exactly
-/// once: ``reply(_:)`` or ``fail(_:)`` now, or ``deferReply()`` to answer later
-/// (after an await) without holding up the bus.
+/// An incoming method call, valid while its handler runs. The handler reads
+/// ``arguments`` and answers exactly once: ``reply(_:)`` or ``fail(_:)`` now,
+/// or ``deferReply()`` to answer later (after an await) without holding up the
+/// bus. A handler must not keep the call itself: the message belongs to sd-bus
+/// until the handler returns, which spares every call a reference count and a
+/// deinit on the bus actor.
 @BusActor
 public final class MethodCall {
     public let arguments: MessageReader
     private let message: OpaquePointer
-    private let answer: PendingReply
+    private var answered = false
     private var deferred = false
 
     init(_ message: OpaquePointer) {
-        // `answer` holds a reference: the message, and the reader, stay valid as long as this call.
-        answer = PendingReply(message)
         self.message = message
         arguments = MessageReader(message)
     }
@@ -42,23 +43,27 @@ public final class MethodCall {
     }
 
     /// Replied, failed, or deferred.
-    public var isAnswered: Bool { deferred || answer.isAnswered }
+    public var isAnswered: Bool { answered || deferred }
 
     /// Sends the method return; `body` appends the output arguments.
     public func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) {
-        answer.reply(body)
+        guard !isAnswered else { return }
+        answered = true
+        send(message, body)
     }
 
     /// Answers the call with an error.
     public func fail(_ error: DBusError) {
-        answer.fail(error)
+        guard !isAnswered else { return }
+        answered = true
+        sendError(message, error)
     }
 
     /// Takes over the answer: the call stays open until the returned
     /// ``PendingReply`` is answered.
     public func deferReply() -> PendingReply {
         deferred = true
-        return answer
+        return PendingReply(message)
     }
 }
 

@@ -88,7 +88,8 @@ final class ServerLink {
     private var heard: [Sighting.Key: Sighting] = [:]
     private var pendingSeen: [Sighting.Key: Sighting] = [:]
     private var pendingGone: Set<Sighting.Key> = []
-    private var operations: Deque<Operation> = []
+    /// Each with the time it was queued: a change waits `batchDelay` from then.
+    private var operations: Deque<(operation: Operation, queuedAt: ContinuousClock.Instant)> = []
     /// The same operations as a set: each is queued at most once.
     private var queued: Set<Operation> = []
     private var wakeUp: CheckedContinuation<Void, Never>?
@@ -332,7 +333,7 @@ final class ServerLink {
 
     private func enqueue(_ operation: Operation) {
         guard inSession, queued.insert(operation).inserted else { return }
-        operations.append(operation)
+        operations.append((operation, .now))
         wakeUp?.resume()
         wakeUp = nil
     }
@@ -342,17 +343,18 @@ final class ServerLink {
             try await waitForOperations()
             performing = true
             defer { performing = false }
-            // Let a burst of changes gather (and cancel out) unless sightings are waiting.
-            if batchDelay > .zero, !queued.contains(.sightings), operations.first.map(\.isChange) ?? false {
-                try await Task.sleep(for: batchDelay)
+            // A change goes out `batchDelay` after it was made: one undone sooner costs nothing.
+            if let head = operations.first, head.operation.isChange, head.queuedAt + batchDelay > .now {
+                try await Task.sleep(until: head.queuedAt + batchDelay)
             }
-            let changes = takeChanges()
+            let changes = takeChanges(madeBy: .now - batchDelay)
             if !changes.isEmpty {
                 try await apply(changes, device)
-            } else if let operation = operations.popFirst() {
+            } else if let head = operations.first, !head.operation.isChange {
                 // Changes undone before their turn leave nothing to send; what is left is not a change.
-                queued.remove(operation)
-                try await perform(operation, device)
+                operations.removeFirst()
+                queued.remove(head.operation)
+                try await perform(head.operation, device)
             }
             if operations.isEmpty {
                 for waiter in drained { waiter.resume() }
@@ -361,12 +363,13 @@ final class ServerLink {
         }
     }
 
-    /// The publication and subscription changes at the head of the queue, as one
-    /// batch: everything that piled up while the last request was on its way.
-    private func takeChanges() -> [ChangeBatch.Change] {
+    /// The publication and subscription changes at the head of the queue made
+    /// by `cutoff`, as one batch: everything that piled up while the last
+    /// request was on its way.
+    private func takeChanges(madeBy cutoff: ContinuousClock.Instant) -> [ChangeBatch.Change] {
         var changes: [ChangeBatch.Change] = []
         var bytes = 0
-        while let operation = operations.first, changes.count < Self.changesPerBatch {
+        while let (operation, queuedAt) = operations.first, queuedAt <= cutoff, changes.count < Self.changesPerBatch {
             let change: ChangeBatch.Change?
             switch operation {
             case .publication(let id):
