@@ -141,6 +141,10 @@ let package = Package(
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
+        .testTarget(
+            name: "SystemdServiceTests",
+            dependencies: ["SystemdService", "TestSupport", .product(name: "Logging", package: "swift-log")]
+        ),
         .testTarget(name: "NearbyAirTests", dependencies: ["NearbyAir"]),
         .testTarget(
             name: "NearbyServerTests",

@@ -39,6 +39,7 @@ public struct DBusError: Error, Equatable, Sendable, CustomStringConvertible {
         case ENOMEM: return DBusError("org.freedesktop.DBus.Error.NoMemory", "\(what): \(text)")
         case ENOTCONN, ECONNRESET: return DBusError("org.freedesktop.DBus.Error.Disconnected", "\(what): \(text)")
         case ETIMEDOUT: return DBusError("org.freedesktop.DBus.Error.Timeout", "\(what): \(text)")
+        case ENOMEDIUM: return .failed("\(what): no bus address is known (is DBUS_SESSION_BUS_ADDRESS set?)")
         case EINVAL, ENXIO, EBADMSG: return .invalidArgs("\(what): \(text)")
         default: return .failed("\(what): \(text)")
         }

@@ -91,7 +91,6 @@ struct NearbydCommand: AsyncParsableCommand {
             try await group.run()
         } catch {
             logger.critical("nearbyd failed: \(error)")
-            FileHandle.standardError.write(Data("nearbyd: \(error)\n".utf8))
             throw ExitCode.failure
         }
     }

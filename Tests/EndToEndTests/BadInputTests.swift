@@ -163,6 +163,28 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
         }
     }
 
+    @Test @BusActor func theNumberOfClientsIsLimited() async throws {
+        try await withCluster(Cluster.Options(extraConfiguration: "[limits]\nmax-clients = 1\n")) { cluster in
+            let device = try await cluster.addDevice("A", at: (0, 0))
+            let first = try RawClient(device.busAddress)
+            let second = try RawClient(device.busAddress)
+            _ = try await first.createManager("key")
+            let refused = await outcome { () async throws(DBusError) in _ = try await second.createManager("key") }
+            #expect(refused == "org.nearbyd.Error.LimitExceeded")
+            // A second manager of the same client is no new client.
+            _ = try await first.createManager("key")
+            // Once the first client leaves, there is room again.
+            let departures = Inbox<String>()
+            let watch = try await second.connection.addMatch(
+                "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(first.connection.uniqueName)'"
+            ) { _ in departures.put("gone") }
+            first.connection.close()
+            _ = try await departures.first(within: 10, "the first client to leave") { _ in true }
+            _ = try await second.createManager("key")
+            watch.cancel()
+        }
+    }
+
     @Test @BusActor func objectsAnswerOnlyTheClientThatMadeThem() async throws {
         try await withCluster { cluster in
             let device = try await cluster.addDevice("A", at: (0, 0))

@@ -7,7 +7,7 @@ import TestSupport
     @Test func itTellsSystemdWhenReadyAndStopsCleanlyOnSIGTERM() async throws {
         let bus = try await PrivateBus()
         let directory = try TemporaryDirectory()
-        let notify = try NotifySocket(directory: directory)
+        let notify = try DatagramSocket(path: directory.file("notify.sock"))
         let daemon = try await ChildProcess(
             name: "nearbyd", executable: Programs.path("nearbyd"),
             arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",

@@ -1,14 +1,15 @@
 import Foundation
 
-/// A stand-in for systemd's notification socket: what a service sends with
-/// sd_notify arrives here, one datagram per message.
-public final class NotifySocket: Sendable {
+/// A Unix datagram socket standing in for one of systemd's: the notification
+/// socket (what a service sends with sd_notify) or the journal's. Each
+/// datagram arrives as one message.
+public final class DatagramSocket: Sendable {
     public let path: String
     public let messages = Inbox<String>()
     private let descriptor: Int32
 
-    public init(directory: TemporaryDirectory) throws {
-        path = directory.file("notify.sock")
+    public init(path: String) throws {
+        self.path = path
         let descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         self.descriptor = descriptor
         guard descriptor >= 0 else { throw ChildProcessError(message: "socket: \(String(cString: strerror(errno)))") }
