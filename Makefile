@@ -47,8 +47,12 @@ bench: setup
 
 install:
 	$(SWIFT) build -c release
-	install -d $(DESTDIR)$(PREFIX)/bin
-	for p in $(PROGRAMS); do install -m 0755 .build/release/$$p $(DESTDIR)$(PREFIX)/bin/$$p; done
+	$(SWIFT) package --allow-writing-to-package-directory generate-manual
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	for p in $(PROGRAMS); do \
+		install -m 0755 .build/release/$$p $(DESTDIR)$(PREFIX)/bin/$$p; \
+		install -m 0644 .build/plugins/GenerateManual/outputs/$$p/$$p.1 $(DESTDIR)$(PREFIX)/share/man/man1/$$p.1; \
+	done
 	install -D -m 0644 systemd/nearbyd.service $(DESTDIR)$(PREFIX)/lib/systemd/system/nearbyd.service
 	install -D -m 0644 systemd/nearby-server.service $(DESTDIR)$(PREFIX)/lib/systemd/system/nearby-server.service
 	install -D -m 0644 dbus-policy/org.nearbyd.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.nearbyd.conf
@@ -58,6 +62,7 @@ install:
 	install -D -m 0644 dist/nearby-server.conf $(DESTDIR)/etc/nearby-server/nearby-server.conf
 	install -d $(DESTDIR)$(PREFIX)/share/doc/nearbyd
 	install -m 0644 doc/*.md $(DESTDIR)$(PREFIX)/share/doc/nearbyd/
+	install -D -m 0644 doc/server-api/openapi.yaml $(DESTDIR)$(PREFIX)/share/doc/nearbyd/server-api/openapi.yaml
 
 clean:
 	rm -rf .build

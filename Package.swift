@@ -158,7 +158,8 @@ let package = Package(
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["NearbyMessages", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl"]
+            dependencies: ["NearbyMessages", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl"],
+            exclude: ["python"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -17,7 +17,7 @@ pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -rf "$work"
+    [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -34,6 +34,7 @@ await_line() {
 
 start() {  # NAME COMMAND... : runs in the background, output in $work/NAME.log
     local name=$1; shift
+    : >"$work/$name.log"  # exists before anyone waits on it
     "$@" >"$work/$name.log" 2>&1 &
     pids+=($!)
 }
@@ -47,7 +48,11 @@ for device in A B; do
   <type>session</type>
   <listen>unix:path=$work/bus-$device</listen>
   <auth>EXTERNAL</auth>
-  <policy context="default"><allow send_destination="*"/><allow own="*"/></policy>
+  <policy context="default">
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+    <allow own="*"/>
+  </policy>
 </busconfig>
 CONF
     start "bus-$device" dbus-daemon --config-file="$work/bus-$device.conf" --nofork --print-address=1

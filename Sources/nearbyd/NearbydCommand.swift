@@ -19,9 +19,9 @@ struct NearbydCommand: AsyncParsableCommand {
             publications and subscriptions, and talks to nearby-server, which turns
             the tokens heard over the air into messages.
 
-            Clients use the D-Bus API org.nearbyd (see doc/dbus-api.md, or
-            'busctl introspect org.nearbyd /org/nearbyd'); nearbyctl and the
-            NearbyMessages Swift library are two such clients.
+            Clients use the D-Bus API org.nearbyd (see doc/dbus-api.md; on a
+            running system, busctl introspect org.nearbyd /org/nearbyd shows it).
+            nearbyctl and the NearbyMessages Swift library are two such clients.
 
             Settings come from the configuration file (TOML, see doc/configuration.md),
             then from these options, which override it. The daemon logs to the systemd
