@@ -13,14 +13,15 @@ struct NearbyBench: AsyncParsableCommand {
         commandName: "nearby-bench",
         abstract: "Benchmarks of nearbyd, each against a reference measured in the same run.",
         discussion: """
-            discovery  Publish-to-MessageFound and Unpublish-to-MessageLost over nearby-air,
-                       against the round trips the path cannot avoid (one D-Bus call to the
-                       daemon and one HTTP request to the server).
-            dbus       Publish+Unpublish pairs per second from one client, pipelined, against
-                       the minimal C sd-bus service of ../shared/bench/dbus-reference on the
-                       same private bus, both driven by C sd-bus load clients.
-            memory     nearbyd's resident memory idle and with 10,000 live publications,
-                       against the reference C service's.
+            discovery  Publish-to-MessageFound and Unpublish-to-MessageLost over
+                       nearby-air, against the round trips the path cannot avoid
+                       (one D-Bus call to the daemon, one HTTP request to the server).
+            dbus       Publish+Unpublish pairs per second from one client, pipelined,
+                       against the minimal C sd-bus service of
+                       ../shared/bench/dbus-reference on the same private bus, both
+                       driven by C sd-bus load clients.
+            memory     nearbyd's resident memory idle and with 10,000 live
+                       publications, against the reference C service's.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as

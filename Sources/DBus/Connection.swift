@@ -29,6 +29,9 @@ public final class BusConnection {
     private var pump: BusPump?
     private var disconnectHandlers: [@BusActor () -> Void] = []
     private var disconnectSlot: OpaquePointer?
+    /// What is waiting on the bus (replies, match installations), each with how
+    /// to end it: sd-bus does not answer them once the connection is closed.
+    private var waiting: [ObjectIdentifier: @BusActor (DBusError) -> Void] = [:]
 
     /// Connects and says Hello; the connection is served by the bus thread from now on.
     public init(_ address: Address) throws(DBusError) {
@@ -57,6 +60,7 @@ public final class BusConnection {
     }
 
     isolated deinit {
+        abandonWaiting()
         if let disconnectSlot { sd_bus_slot_unref(disconnectSlot) }
         objects.close()
         pump?.stop()
@@ -85,11 +89,19 @@ public final class BusConnection {
         disconnectHandlers.append(handler)
     }
 
-    /// Flushes what is queued and closes the connection; peers see it leave the bus.
+    /// Flushes what is queued and closes the connection; peers see it leave the
+    /// bus. Calls still waiting for a reply throw `Disconnected`.
     public func close() {
         sd_bus_flush(bus)
         sd_bus_close(bus)
         pump?.stop()
+        abandonWaiting()
+    }
+
+    private func abandonWaiting() {
+        let abandoned = waiting.values
+        waiting.removeAll()
+        for end in abandoned { end(DBusError("org.freedesktop.DBus.Error.Disconnected", "the connection was closed")) }
     }
 
     /// Whether the connection is still open.
@@ -111,12 +123,18 @@ public final class BusConnection {
         do {
             return try await withCheckedThrowingContinuation { continuation in
                 let pending = PendingCall(continuation: continuation, decode: decode)
-                let userdata = Unmanaged.passRetained(pending).toOpaque()
-                let result = sd_bus_call_async(bus, nil, message, pendingCallReply, userdata, timeoutMicroseconds)
-                if result < 0 {
-                    Unmanaged<PendingCall<Result>>.fromOpaque(userdata).release()
+                var slot: OpaquePointer?
+                let result = sd_bus_call_async(bus, &slot, message, pendingCallReply,
+                                               Unmanaged.passUnretained(pending).toOpaque(), timeoutMicroseconds)
+                guard result >= 0 else {
                     continuation.resume(throwing: DBusError.system(result, "calling \(interface).\(member)"))
+                    return
                 }
+                // The table holds the call (and through it the slot) until it is answered or abandoned.
+                pending.slot = slot
+                let key = ObjectIdentifier(pending)
+                pending.finished = { [weak self] in self?.waiting.removeValue(forKey: key) }
+                waiting[key] = { error in pending.fail(error) }
             }
         } catch let error as DBusError {
             throw error
@@ -198,6 +216,8 @@ public final class BusConnection {
         let subscription = SignalSubscription(handler: handler)
         var slot: OpaquePointer?
         do {
+            let key = ObjectIdentifier(subscription)
+            defer { waiting.removeValue(forKey: key) }
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 subscription.installed = continuation
                 let result = sd_bus_add_match_async(bus, &slot, rule, signalTrampoline, matchInstalled,
@@ -205,6 +225,8 @@ public final class BusConnection {
                 if result < 0 {
                     subscription.installed = nil
                     continuation.resume(throwing: DBusError.system(result, "adding match \(rule)"))
+                } else {
+                    waiting[key] = { error in subscription.abandonInstallation(error) }
                 }
             }
         } catch let error as DBusError {
@@ -277,6 +299,12 @@ public final class SignalSubscription {
         slot = nil
     }
 
+    fileprivate func abandonInstallation(_ error: DBusError) {
+        guard let continuation = installed else { return }
+        installed = nil
+        continuation.resume(throwing: error)
+    }
+
     isolated deinit {
         cancel()
     }
@@ -304,10 +332,16 @@ private let matchInstalled: sd_bus_message_handler_t = { message, userdata, _ in
     return 0
 }
 
-/// A method call in flight: the continuation to resume and how to decode the reply.
+/// A method call in flight: the continuation to resume, how to decode the
+/// reply, and the sd-bus slot that delivers it. Answered once: by the reply (or
+/// its timeout), or by the connection closing first.
+@BusActor
 private final class PendingCall<Result: Sendable> {
-    let continuation: CheckedContinuation<Result, any Error>
-    let decode: @BusActor (MessageReader) throws(DBusError) -> Result
+    private var continuation: CheckedContinuation<Result, any Error>?
+    private let decode: @BusActor (MessageReader) throws(DBusError) -> Result
+    var slot: OpaquePointer?
+    /// Takes the call off its connection's table, which is what keeps it alive.
+    var finished: @BusActor () -> Void = {}
 
     init(continuation: CheckedContinuation<Result, any Error>,
          decode: @escaping @BusActor (MessageReader) throws(DBusError) -> Result) {
@@ -315,7 +349,8 @@ private final class PendingCall<Result: Sendable> {
         self.decode = decode
     }
 
-    @BusActor func complete(_ message: OpaquePointer) {
+    func complete(_ message: OpaquePointer) {
+        guard let continuation = end() else { return }
         if let error = sd_bus_message_get_error(message), sd_bus_error_is_set(error) != 0 {
             continuation.resume(throwing: DBusError(error))
             return
@@ -326,19 +361,34 @@ private final class PendingCall<Result: Sendable> {
             continuation.resume(throwing: error)
         }
     }
+
+    func fail(_ error: DBusError) {
+        end()?.resume(throwing: error)
+    }
+
+    private func end() -> CheckedContinuation<Result, any Error>? {
+        guard let continuation else { return nil }
+        self.continuation = nil
+        if let slot { sd_bus_slot_unref(slot) }
+        slot = nil
+        finished()
+        return continuation
+    }
 }
 
 /// Generic C callbacks cannot be written, so the reply callback recovers the
 /// concrete `PendingCall` through a protocol.
+@BusActor
 private protocol ReplyReceiver: AnyObject {
-    @BusActor func complete(_ message: OpaquePointer)
+    func complete(_ message: OpaquePointer)
 }
 
 extension PendingCall: ReplyReceiver {}
 
 private let pendingCallReply: sd_bus_message_handler_t = { message, userdata, _ in
     BusActor.assumeIsolated((message, userdata)) { message, userdata in
-        let receiver = Unmanaged<AnyObject>.fromOpaque(userdata!).takeRetainedValue() as! ReplyReceiver
+        // Retained by the connection's table until `complete` takes it off.
+        let receiver = Unmanaged<AnyObject>.fromOpaque(userdata!).takeUnretainedValue() as! ReplyReceiver
         receiver.complete(message!)
     }
     return 0

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A Swift type with a fixed D-Bus signature.
 public protocol DBusType {
     static var dbusSignature: Signature { get }
@@ -96,24 +98,49 @@ extension Signature: DBusCodable {
     }
 }
 
-/// A file descriptor passed over the bus (`h`). Reading duplicates the descriptor
-/// the message holds; the new one belongs to the reader, who must close it.
-public struct UnixFileDescriptor: DBusCodable, Hashable, Sendable {
-    public var rawValue: Int32
+/// A file descriptor passed over the bus (`h`), owned: it is closed when the
+/// last reference goes, so a value read from a message and then dropped (a
+/// rejected argument, a failed decode) leaks nothing.
+public final class UnixFileDescriptor: DBusCodable, Hashable, Sendable {
+    /// The descriptor; valid while this object lives.
+    public let rawValue: Int32
 
-    public init(_ rawValue: Int32) {
+    /// Takes ownership of `rawValue`.
+    public init(taking rawValue: Int32) {
         self.rawValue = rawValue
+    }
+
+    /// Owns a duplicate of `rawValue` (close-on-exec); the caller keeps the original.
+    public convenience init(duplicating rawValue: Int32) throws(DBusError) {
+        let owned = fcntl(rawValue, F_DUPFD_CLOEXEC, 3)
+        guard owned >= 0 else { throw .system(-errno, "duplicating a file descriptor") }
+        self.init(taking: owned)
+    }
+
+    deinit {
+        close(rawValue)
     }
 
     public static var dbusSignature: Signature { "h" }
 
-    @BusActor public init(from reader: MessageReader) throws(DBusError) {
+    /// Duplicates the descriptor the message holds (the message keeps its own).
+    @BusActor public convenience init(from reader: MessageReader) throws(DBusError) {
         try reader.expect("h")
-        rawValue = try reader.readFileDescriptor()
+        try self.init(duplicating: try reader.readBasic(UInt8(ascii: "h"), Int32(-1)))
     }
 
+    /// Appends a duplicate of the descriptor (sd-bus makes it); this one stays open.
     @BusActor public func encode(to writer: MessageWriter) throws(DBusError) {
         try writer.appendBasic(UInt8(ascii: "h"), rawValue)
+    }
+
+    /// Two values are equal when they are the same open descriptor.
+    public static func == (lhs: UnixFileDescriptor, rhs: UnixFileDescriptor) -> Bool {
+        lhs.rawValue == rhs.rawValue
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(rawValue)
     }
 }
 

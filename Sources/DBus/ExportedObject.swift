@@ -98,12 +98,12 @@ extension BusConnection {
 final class ObjectTable {
     /// The objects of one interface, and its sd-bus registration.
     final class InterfaceObjects {
-        let vtable: OpaquePointer
+        let definition: AnyObject
         var targets: [String: SlotTarget] = [:]
         var slot: OpaquePointer?
 
-        init(vtable: OpaquePointer) {
-            self.vtable = vtable
+        init(definition: AnyObject) {
+            self.definition = definition
         }
     }
 
@@ -138,7 +138,7 @@ final class ObjectTable {
 
     private func registered(_ binding: InterfaceBinding, on bus: OpaquePointer) throws(DBusError) -> InterfaceObjects {
         if let objects = interfaces[binding.name] {
-            guard objects.vtable == binding.vtable else {
+            guard objects.definition === binding.definition else {
                 throw .failed("two different definitions of \(binding.name) cannot be exported on one connection")
             }
             return objects
@@ -149,7 +149,7 @@ final class ObjectTable {
                       "listing exported objects")
             enumerator = slot
         }
-        let objects = InterfaceObjects(vtable: binding.vtable)
+        let objects = InterfaceObjects(definition: binding.definition)
         var slot: OpaquePointer?
         try check(sd_bus_add_fallback_vtable(bus, &slot, "/", binding.name, nearby_vtable_array(binding.vtable),
                                              findTrampoline, Unmanaged.passUnretained(objects).toOpaque()),

@@ -122,7 +122,8 @@ public final class Interface<Object: AnyObject> {
 
     /// Pairs this interface with the object that implements it, for ``BusConnection/export(_:at:access:)``.
     public func bind(_ object: Object) -> InterfaceBinding {
-        InterfaceBinding(name: name, vtable: vtable, implementation: BoundInterface(interface: self, object: object))
+        InterfaceBinding(name: name, vtable: vtable, definition: self,
+                         implementation: BoundInterface(interface: self, object: object))
     }
 
     private static func joined(_ arguments: [Argument]) -> String {
@@ -140,6 +141,9 @@ public final class Interface<Object: AnyObject> {
 public struct InterfaceBinding {
     let name: String
     let vtable: OpaquePointer
+    /// The ``Interface`` that owns `vtable`: sd-bus reads the vtable for as long
+    /// as the interface is registered, so the registration holds it.
+    let definition: AnyObject
     let implementation: any InterfaceImplementation
 }
 

@@ -39,7 +39,7 @@ public struct MessageReader {
         case UInt8(ascii: "x"): return .int64(try readBasic(code, Int64(0)))
         case UInt8(ascii: "t"): return .uint64(try readBasic(code, UInt64(0)))
         case UInt8(ascii: "d"): return .double(try readBasic(code, Double(0)))
-        case UInt8(ascii: "h"): return .unixFD(try readFileDescriptor())
+        case UInt8(ascii: "h"): return .unixFD(try UnixFileDescriptor(from: self))
         case UInt8(ascii: "s"): return .string(try readString(code))
         case UInt8(ascii: "o"): return .objectPath(ObjectPath(trusted: try readString(code)))
         case UInt8(ascii: "g"): return .signature(Signature(trusted: try readString(code)))
@@ -138,13 +138,6 @@ public struct MessageReader {
         var pointer: UnsafePointer<CChar>?
         try check(sd_bus_message_read_basic(message, CChar(bitPattern: code), &pointer), "reading a string")
         return pointer.map { String(cString: $0) } ?? ""
-    }
-
-    func readFileDescriptor() throws(DBusError) -> Int32 {
-        let borrowed = try readBasic(UInt8(ascii: "h"), Int32(-1))
-        let owned = fcntl(borrowed, F_DUPFD_CLOEXEC, 3)
-        guard owned >= 0 else { throw .system(-errno, "duplicating a file descriptor") }
-        return owned
     }
 
     func readFixedArray<T: BitwiseCopyable>(_ code: UInt8, of _: T.Type) throws(DBusError) -> [T] {

@@ -27,7 +27,7 @@ public struct MessageWriter {
         case .int64(let v): try appendBasic(UInt8(ascii: "x"), v)
         case .uint64(let v): try appendBasic(UInt8(ascii: "t"), v)
         case .double(let v): try appendBasic(UInt8(ascii: "d"), v)
-        case .unixFD(let v): try appendBasic(UInt8(ascii: "h"), v)
+        case .unixFD(let v): try v.encode(to: self)
         case .string(let v): try appendString(UInt8(ascii: "s"), v)
         case .objectPath(let v): try appendString(UInt8(ascii: "o"), v.rawValue)
         case .signature(let v): try appendString(UInt8(ascii: "g"), v.rawValue)

@@ -9,14 +9,15 @@ import CSystemd
 @BusActor
 public final class MethodCall {
     public let arguments: MessageReader
-    private let message: OpaquePointer
-    private var answered = false
+    private var answer: Answer
     private var deferred = false
 
     init(_ message: OpaquePointer) {
-        self.message = message
+        answer = Answer(message: message)
         arguments = MessageReader(message)
     }
+
+    private var message: OpaquePointer { answer.message }
 
     // Read from the message when asked: most handlers need none of them.
 
@@ -25,6 +26,7 @@ public final class MethodCall {
         Caller(uniqueName: senderName.map { String(cString: $0) } ?? "")
     }
 
+    /// The method's name.
     public var member: String {
         memberName.map { String(cString: $0) } ?? ""
     }
@@ -43,25 +45,25 @@ public final class MethodCall {
     }
 
     /// Replied, failed, or deferred.
-    public var isAnswered: Bool { answered || deferred }
+    public var isAnswered: Bool { answer.isAnswered || deferred }
 
-    /// Sends the method return; `body` appends the output arguments.
+    /// Sends the method return; `body` appends the output arguments. Does
+    /// nothing once the call is answered.
     public func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) {
-        guard !isAnswered else { return }
-        answered = true
-        send(message, body)
+        guard !deferred else { return }
+        answer.reply(body)
     }
 
-    /// Answers the call with an error.
+    /// Answers the call with an error. Does nothing once the call is answered.
     public func fail(_ error: DBusError) {
-        guard !isAnswered else { return }
-        answered = true
-        sendError(message, error)
+        guard !deferred else { return }
+        answer.fail(error)
     }
 
     /// Takes over the answer: the call stays open until the returned
-    /// ``PendingReply`` is answered.
+    /// ``PendingReply`` is answered. Only for a call not yet answered.
     public func deferReply() -> PendingReply {
+        precondition(!isAnswered, "deferReply() on a call that was already answered or deferred")
         deferred = true
         return PendingReply(message)
     }
@@ -71,25 +73,49 @@ public final class MethodCall {
 /// so no caller waits for a reply that never comes.
 @BusActor
 public final class PendingReply {
-    private let message: OpaquePointer
-    public private(set) var isAnswered = false
+    private var answer: Answer
 
     init(_ message: OpaquePointer) {
-        self.message = sd_bus_message_ref(message)
+        answer = Answer(message: sd_bus_message_ref(message))
     }
 
     isolated deinit {
-        if !isAnswered { sendError(message, .failed("the call was dropped without an answer")) }
-        sd_bus_message_unref(message)
+        answer.fail(.failed("the call was dropped without an answer"))
+        sd_bus_message_unref(answer.message)
     }
 
+    /// Whether the call has been answered.
+    public var isAnswered: Bool { answer.isAnswered }
+
+    /// Sends the method return; `body` appends the output arguments. Does
+    /// nothing once the call is answered.
     public func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) {
+        answer.reply(body)
+    }
+
+    /// Answers the call with an error. Does nothing once the call is answered.
+    public func fail(_ error: DBusError) {
+        answer.fail(error)
+    }
+}
+
+/// A call's one answer: whichever of reply and fail comes first.
+@BusActor
+private struct Answer {
+    let message: OpaquePointer
+    private(set) var isAnswered = false
+
+    init(message: OpaquePointer) {
+        self.message = message
+    }
+
+    mutating func reply(_ body: @BusActor (MessageWriter) throws(DBusError) -> Void) {
         guard !isAnswered else { return }
         isAnswered = true
         send(message, body)
     }
 
-    public func fail(_ error: DBusError) {
+    mutating func fail(_ error: DBusError) {
         guard !isAnswered else { return }
         isAnswered = true
         sendError(message, error)

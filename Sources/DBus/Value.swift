@@ -93,8 +93,8 @@ public indirect enum DBusValue: Hashable, Sendable {
     case string(String)
     case objectPath(ObjectPath)
     case signature(Signature)
-    /// A file descriptor this value owns (duplicated from the message on read).
-    case unixFD(Int32)
+    /// A file descriptor, closed when the last value holding it goes.
+    case unixFD(UnixFileDescriptor)
     /// An array of values that all have the `element` signature.
     case array(element: Signature, [DBusValue])
     case dictionary(key: Signature, value: Signature, [DictEntry])

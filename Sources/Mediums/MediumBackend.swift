@@ -15,10 +15,7 @@ public protocol MediumBackend: Sendable {
     /// Every token heard, as heard.
     var sightings: AsyncStream<Sighting> { get }
 
-    /// Whether the medium can be used now; changes are announced on ``availabilityChanges``.
-    var isAvailable: Bool { get async }
-
-    /// Each change of availability, as it happens.
+    /// Each change of availability, as it happens (the medium starts unavailable).
     var availabilityChanges: AsyncStream<Bool> { get }
 
     /// Runs the backend (connecting, reconnecting) until the task is cancelled.

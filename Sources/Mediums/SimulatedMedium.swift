@@ -31,8 +31,13 @@ public actor SimulatedMedium: MediumBackend {
     private let settings: Settings
     private let logger: Logger
     private var client: AirClient?
+    /// What the daemon asked for.
     private var broadcasting: Set<Token> = []
     private var scanning = false
+    /// What the air has been told on the current connection.
+    private var advertised: Set<Token> = []
+    private var scanRequested = false
+    private var reconciling = false
 
     public init(medium: Medium, settings: Settings, logger: Logger) {
         self.medium = medium
@@ -42,24 +47,39 @@ public actor SimulatedMedium: MediumBackend {
         (availabilityChanges, availabilitySink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
-    public var isAvailable: Bool { client != nil }
-
     public func broadcast(_ tokens: Set<Token>) async {
-        let previous = broadcasting
         broadcasting = tokens
-        guard let client else { return }
-        for token in previous.subtracting(tokens) {
-            await send(.stopAdvertising(id: token.hex), on: client)
-        }
-        for token in tokens.subtracting(previous) {
-            await send(.advertise(id: token.hex, medium: medium, payload: token.bytes, txPower: settings.txPower), on: client)
-        }
+        await reconcile()
     }
 
     public func scan(_ enabled: Bool) async {
-        guard enabled != scanning else { return }
         scanning = enabled
-        if let client { await send(.scan(medium: medium, enabled: enabled), on: client) }
+        await reconcile()
+    }
+
+    /// Tells the air, one request at a time, what differs from what the daemon
+    /// asked for. A wish or a reconnection that comes while a request is on its
+    /// way is picked up by the running loop rather than a second one, so the air
+    /// ends where the daemon's latest wish is, on the latest connection.
+    private func reconcile() async {
+        guard !reconciling else { return }
+        reconciling = true
+        defer { reconciling = false }
+        while let client {
+            if scanRequested != scanning {
+                scanRequested = scanning
+                await send(.scan(medium: medium, enabled: scanning), on: client)
+            } else if let token = advertised.subtracting(broadcasting).first {
+                advertised.remove(token)
+                await send(.stopAdvertising(id: token.hex), on: client)
+            } else if let token = broadcasting.subtracting(advertised).first {
+                advertised.insert(token)
+                await send(.advertise(id: token.hex, medium: medium, payload: token.bytes, txPower: settings.txPower),
+                           on: client)
+            } else {
+                return
+            }
+        }
     }
 
     public func run() async {
@@ -82,23 +102,21 @@ public actor SimulatedMedium: MediumBackend {
         client?.close()
     }
 
-    /// Attaches and restores the broadcasts and scanning the daemon asked for.
+    /// Attaches, then restores the broadcasts and scanning the daemon asked for.
     private func connect() async throws -> AirClient {
         let client = try await AirClient(socketPath: settings.socketPath)
         do {
             try await client.request(.attach(device: settings.device, position: settings.position))
-            if scanning { try await client.request(.scan(medium: medium, enabled: true)) }
-            for token in broadcasting {
-                try await client.request(.advertise(id: token.hex, medium: medium, payload: token.bytes,
-                                                    txPower: settings.txPower))
-            }
         } catch {
             client.close()
             throw error
         }
         self.client = client
+        advertised = []
+        scanRequested = false
         availabilitySink.yield(true)
         logger.info("attached to nearby-air", metadata: ["device": "\(settings.device)", "medium": "\(medium)"])
+        await reconcile()
         return client
     }
 

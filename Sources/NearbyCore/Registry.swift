@@ -58,8 +58,17 @@ public final class Manager {
     var objectCount: Int { publications.count + subscriptions.count }
 }
 
+/// What a publication and a subscription have in common: whose it is, how
+/// the server knows it, how it is to be discovered, and how far it has got.
+public protocol RegisteredObject: AnyObject {
+    var manager: Manager { get }
+    var id: String { get }
+    var strategy: Strategy { get }
+    var status: ObjectStatus { get set }
+}
+
 /// A live publication.
-public final class Publication {
+public final class Publication: RegisteredObject {
     public let number: UInt64
     public unowned let manager: Manager
     /// The id the server knows it by, unique within the device.
@@ -81,7 +90,7 @@ public final class Publication {
 }
 
 /// A live subscription and the messages it has found.
-public final class Subscription {
+public final class Subscription: RegisteredObject {
     public let number: UInt64
     public unowned let manager: Manager
     public let id: String
@@ -187,11 +196,6 @@ public final class Registry {
     public func remove(_ subscription: Subscription) -> Bool {
         subscription.manager.subscriptions.removeValue(forKey: subscription.number) != nil
     }
-
-    /// Every live manager, publication and subscription.
-    public var managers: [Manager] { clients.values.flatMap { $0.managers.values } }
-    public var publications: [Publication] { managers.flatMap { $0.publications.values } }
-    public var subscriptions: [Subscription] { managers.flatMap { $0.subscriptions.values } }
 
     private func checkRoom(in manager: Manager) throws(NearbyError) {
         guard manager.objectCount < limits.maxObjectsPerManager else {

@@ -73,12 +73,6 @@ public struct SightingTracker: Sendable {
 
     /// Every token currently heard, with its latest hearing.
     public var current: [Sighting] { heard.values.map(\.sighting) }
-
-    /// Forgets every hearing (the medium stopped scanning).
-    public mutating func removeAll() -> [Sighting.Key] {
-        defer { heard.removeAll() }
-        return Array(heard.keys)
-    }
 }
 
 /// Distance from signal strength by the log-distance path-loss model.

@@ -5,6 +5,7 @@ import Logging
 import Mediums
 import NearbyCore
 import ServerAPI
+import SystemdService
 
 /// The daemon's logic: the registry of what clients made, the links to
 /// nearby-server (one per API key), the mediums, and the found/lost signals.
@@ -113,6 +114,8 @@ final class NearbyService {
         for state in states { state.task.cancel() }
         for task in tasks { task.cancel() }
         sightingsTimer?.cancel()
+        for timer in shrinkTimers.values { timer.cancel() }
+        shrinkTimers.removeAll()
     }
 
     // MARK: Clients and managers
@@ -124,18 +127,26 @@ final class NearbyService {
                                               debugLogging: request.debugLogging)
         let path = ObjectPath.nearbyd(client: client.number, manager: manager.number)
         let object = ManagerObject(manager: manager, path: path, service: self)
-        do {
-            object.exported = try connection.export([ManagerObject.interface.bind(object)], at: path,
-                                                    access: .owner(busName, denied: .notYours))
-        } catch {
+        object.exported = try exportOwned(ManagerObject.interface.bind(object), at: path, owner: busName) {
             registry.removeManager(manager)
-            throw .limitExceeded("the bus refused a new object: \(error.message)")
         }
         managers[ObjectIdentifier(manager)] = object
         link(for: request.apiKey).managers += 1
         refreshErrors(of: object)
         logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(path)", "app": "\(appId)"])
         return path
+    }
+
+    /// Exports an object only its creator may call; when the bus refuses it
+    /// (out of memory, a path clash), `undo` takes back what was registered for it.
+    private func exportOwned(_ binding: InterfaceBinding, at path: ObjectPath, owner busName: String,
+                             undo: () -> Void) throws(NearbyError) -> ExportedObject {
+        do {
+            return try connection.export([binding], at: path, access: .owner(busName, denied: .notYours))
+        } catch {
+            undo()
+            throw .limitExceeded("the bus refused a new object: \(error.message)")
+        }
     }
 
     /// The client behind `busName`; a new one is watched from now on, so its
@@ -221,6 +232,8 @@ final class NearbyService {
         }
         guard uid == 0 else { throw .accessDenied("only root may change DebugLogging") }
         debugLogging = enabled
+        ServiceLogging.verbose = enabled
+        logger.notice("debug logging \(enabled ? "on" : "off")", metadata: ["client": "\(busName)"])
         try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["DebugLogging"])
     }
 
@@ -239,18 +252,14 @@ final class NearbyService {
                                                       expiresAt: expiresAt)
         let path = owner.path.child("publication\(publication.number)")
         let object = PublicationObject(publication: publication, path: path, service: self)
-        do {
-            object.exported = try connection.export([PublicationObject.interface.bind(object)], at: path,
-                                                    access: .owner(owner.manager.client.busName, denied: .notYours))
-        } catch {
-            registry.remove(publication)
-            throw .limitExceeded("the bus refused a new object: \(error.message)")
-        }
+        object.exported = try exportOwned(PublicationObject.interface.bind(object), at: path,
+                                          owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
         object.expiry = expire(at: expiresAt) { service in service.expired(object) }
         let state = link(for: owner.manager.apiKey)
         counted(strategy, by: 1, in: state, owner: owner)
         state.link.send(.publish(publication))
+        record("published", by: owner.manager, ["publication": "\(path)", "type": "\(message.type)"])
         return path
     }
 
@@ -260,18 +269,14 @@ final class NearbyService {
                                                         expiresAt: expiresAt)
         let path = owner.path.child("subscription\(subscription.number)")
         let object = SubscriptionObject(subscription: subscription, path: path, service: self)
-        do {
-            object.exported = try connection.export([SubscriptionObject.interface.bind(object)], at: path,
-                                                    access: .owner(owner.manager.client.busName, denied: .notYours))
-        } catch {
-            registry.remove(subscription)
-            throw .limitExceeded("the bus refused a new object: \(error.message)")
-        }
+        object.exported = try exportOwned(SubscriptionObject.interface.bind(object), at: path,
+                                          owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
         if expiresAt > 0 { object.expiry = expire(at: expiresAt) { service in service.expired(object) } }
         let state = link(for: owner.manager.apiKey)
         counted(strategy, by: 1, in: state, owner: owner)
         state.link.send(.subscribe(subscription))
+        record("subscribed", by: owner.manager, ["subscription": "\(path)", "type": "\(filter.type)"])
         return path
     }
 
@@ -308,6 +313,7 @@ final class NearbyService {
         object.expiry?.cancel()
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
+        record("publication ended", by: publication.manager, ["publication": "\(object.path)"])
         if let state = links[publication.manager.apiKey] {
             counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)])
             state.registered.remove(publication.id)
@@ -321,6 +327,7 @@ final class NearbyService {
         object.expiry?.cancel()
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
+        record("subscription ended", by: subscription.manager, ["subscription": "\(object.path)"])
         if let state = links[subscription.manager.apiKey] {
             counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)])
             state.registered.remove(subscription.id)
@@ -367,8 +374,10 @@ final class NearbyService {
         switch event {
         case .connected(let namespace, let registered):
             state.connected = true
+            let namespaceChanged = state.namespace != namespace
             state.namespace = namespace
             state.registered = registered
+            if namespaceChanged { announceResolvedNamespace(of: state) }
             refreshStatuses(of: state)
         case .disconnected:
             state.connected = false
@@ -398,6 +407,7 @@ final class NearbyService {
             guard let object = subscription(id, of: state),
                   let (message, info) = object.subscription.found.remove(source: source) else { return }
             object.emitLost(message, info)
+            record("message lost", by: object.subscription.manager, ["subscription": "\(object.path)", "source": "\(source)"])
         case .snapshot(let matches):
             let sources = Dictionary(grouping: matches, by: \.subscription).mapValues { Set($0.map(\.source)) }
             for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
@@ -414,7 +424,21 @@ final class NearbyService {
         let info = SightingInfo(medium: match.medium, rssi: match.rssi, distanceMeters: match.distance)
         if object.subscription.found.add(source: match.source, message: message, info: info) {
             object.emitFound(message, info)
+            record("message found", by: object.subscription.manager,
+                   ["subscription": "\(object.path)", "source": "\(match.source)", "medium": "\(match.medium)"])
         }
+    }
+
+    /// A record of what a manager's objects do: at debug level, or at info for
+    /// a manager created with `DebugLogging` (so it shows without turning on
+    /// debug logging for the whole daemon).
+    private func record(_ message: Logger.Message, by manager: Manager, _ metadata: Logger.Metadata) {
+        let level: Logger.Level = manager.debugLogging ? .info : .debug
+        guard logger.logLevel <= level else { return }
+        var metadata = metadata
+        metadata["client"] = "\(manager.client.busName)"
+        metadata["app"] = "\(manager.appId)"
+        logger.log(level: level, message, metadata: metadata)
     }
 
     /// The subscription `id`, if it belongs to the link that names it.
@@ -434,17 +458,18 @@ final class NearbyService {
         }
     }
 
-    private func refreshStatus(of object: PublicationObject, _ state: LinkState) {
-        let status = self.status(object.publication.id, object.publication.strategy, state)
-        guard status != object.publication.status else { return }
-        object.publication.status = status
-        object.changed(["Status"])
+    /// Publications in the project's namespace show it once the server has said what it is.
+    private func announceResolvedNamespace(of state: LinkState) {
+        for object in publications.values
+        where object.publication.manager.apiKey == state.link.apiKey && object.publication.message.namespace.isEmpty {
+            object.changed(["Namespace"])
+        }
     }
 
-    private func refreshStatus(of object: SubscriptionObject, _ state: LinkState) {
-        let status = self.status(object.subscription.id, object.subscription.strategy, state)
-        guard status != object.subscription.status else { return }
-        object.subscription.status = status
+    private func refreshStatus(of object: some LiveObject, _ state: LinkState) {
+        let status = self.status(object.entry.id, object.entry.strategy, state)
+        guard status != object.entry.status else { return }
+        object.entry.status = status
         object.changed(["Status"])
     }
 

@@ -96,59 +96,6 @@ public final class MessageManager: Sendable {
     }
 }
 
-/// A live publication; unpublished when released or deallocated
-/// (GNSPublication). It keeps its manager alive.
-public final class Publication: Sendable {
-    public let path: ObjectPath
-    public let manager: MessageManager
-    private var bus: NearbyBus { manager.bus }
-
-    init(path: ObjectPath, manager: MessageManager) {
-        self.path = path
-        self.manager = manager
-    }
-
-    deinit {
-        bus.unroute(path)
-        bus.sendAndForget(path, "org.nearbyd.Publication1", "Unpublish")
-    }
-
-    /// `inactive`, `starting` or `active`.
-    public var status: String {
-        get async throws { try await bus.property(path, "org.nearbyd.Publication1", "Status").string ?? "" }
-    }
-
-    public func unpublish() async throws {
-        try await bus.call(path, "org.nearbyd.Publication1", "Unpublish")
-    }
-}
-
-/// A live subscription; its handlers are called until it is released or
-/// deallocated (GNSSubscription). It keeps its manager alive.
-public final class Subscription: Sendable {
-    public let path: ObjectPath
-    public let manager: MessageManager
-    private var bus: NearbyBus { manager.bus }
-
-    init(path: ObjectPath, manager: MessageManager) {
-        self.path = path
-        self.manager = manager
-    }
-
-    deinit {
-        bus.unroute(path)
-        bus.sendAndForget(path, "org.nearbyd.Subscription1", "Unsubscribe")
-    }
-
-    public var status: String {
-        get async throws { try await bus.property(path, "org.nearbyd.Subscription1", "Status").string ?? "" }
-    }
-
-    public func unsubscribe() async throws {
-        try await bus.call(path, "org.nearbyd.Subscription1", "Unsubscribe")
-    }
-}
-
 enum RootPath {
     static let manager: ObjectPath = "/org/nearbyd"
 }

@@ -13,7 +13,7 @@ enum StreamOutput: Sendable {
 /// A device's open stream, as the matcher hands it to the connection.
 struct StreamHandle: Sendable {
     let id: UInt64
-    let outputs: AsyncStream<StreamOutput>
+    let outputs: StreamOutputs
 }
 
 /// An ok sighting, its token already resolved to the device that holds it.
@@ -145,6 +145,7 @@ actor Matcher {
     private struct Session {
         let id: UInt64
         let continuation: AsyncStream<StreamOutput>.Continuation
+        let backlog: StreamBacklog
     }
 
     private enum Deadline: Hashable {
@@ -156,6 +157,7 @@ actor Matcher {
     private let clock: any WallClock
     private let edgeTimeoutMs: UInt64
     private let streamBufferLimit: Int
+    private let streamBufferBytes: Int
 
     private var devices: [String: Device] = [:]
     private var projectDevices: [String: Set<String>] = [:]
@@ -170,13 +172,15 @@ actor Matcher {
     private var deadlines = DeadlineQueue<Deadline>()
     private var lastSessionID: UInt64 = 0
 
-    /// `streamBufferLimit`: events a stream may have waiting for a slow
-    /// connection; beyond that the stream is closed (its device reconnects and
-    /// asks for a snapshot) instead of the server holding ever more memory.
-    init(clock: any WallClock, edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192) {
+    /// `streamBufferLimit` and `streamBufferBytes`: events, and bytes of
+    /// events, a stream may have waiting for a slow connection; beyond either
+    /// the stream is closed (its device reconnects and asks for a snapshot)
+    /// instead of the server holding ever more memory.
+    init(clock: any WallClock, edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192, streamBufferBytes: Int = 16 << 20) {
         self.clock = clock
         self.edgeTimeoutMs = edgeTimeoutMs
         self.streamBufferLimit = streamBufferLimit
+        self.streamBufferBytes = streamBufferBytes
     }
 
     /// Fills an empty matcher from storage at start.
@@ -210,6 +214,8 @@ actor Matcher {
     /// publications get lost.
     func removeDevice(_ id: String) {
         guard let device = devices.removeValue(forKey: id) else { return }
+        for publication in device.publications.keys { deadlines.cancel(.publication(device: id, id: publication)) }
+        for subscription in device.subscriptions.keys { deadlines.cancel(.subscription(device: id, id: subscription)) }
         projectDevices[device.project]?.remove(id)
         if projectDevices[device.project]?.isEmpty == true { projectDevices[device.project] = nil }
         if let session = sessions.removeValue(forKey: id) {
@@ -275,6 +281,7 @@ actor Matcher {
     func removePublication(device: String, id: String) {
         guard devices[device]?.publications[id] != nil else { return }
         devices[device]!.removePublication(id)
+        deadlines.cancel(.publication(device: device, id: id))
         for other in linkedDevices(device) {
             recompute(subscriber: other, publisher: device)
         }
@@ -283,8 +290,11 @@ actor Matcher {
     func putSubscription(_ stored: StoredSubscription) {
         guard devices[stored.device] != nil else { return }
         devices[stored.device]!.subscriptions[stored.id] = Subscription(stored)
+        let deadline = Deadline.subscription(device: stored.device, id: stored.id)
         if stored.expiresAtMs != 0 {
-            deadlines.schedule(.subscription(device: stored.device, id: stored.id), at: stored.expiresAtMs)
+            deadlines.schedule(deadline, at: stored.expiresAtMs)
+        } else {
+            deadlines.cancel(deadline)
         }
         for other in linkedDevices(stored.device) {
             recompute(subscriber: stored.device, publisher: other)
@@ -295,6 +305,7 @@ actor Matcher {
     /// unless `notify` (the server removes it on its own when it expires).
     func removeSubscription(device: String, id: String, notify: Bool = false) {
         guard devices[device]?.subscriptions.removeValue(forKey: id) != nil else { return }
+        deadlines.cancel(.subscription(device: device, id: id))
         for publisher in (matchedPublishers[device] ?? []).sorted() {
             let pair = Pair(subscriber: device, publisher: publisher)
             let dropped = (matches[pair] ?? []).filter { $0.subscription == id }
@@ -360,8 +371,9 @@ actor Matcher {
         lastSessionID += 1
         let (outputs, continuation) = AsyncStream.makeStream(of: StreamOutput.self,
                                                              bufferingPolicy: .bufferingOldest(streamBufferLimit))
-        sessions[device] = Session(id: lastSessionID, continuation: continuation)
-        return StreamHandle(id: lastSessionID, outputs: outputs)
+        let backlog = StreamBacklog()
+        sessions[device] = Session(id: lastSessionID, continuation: continuation, backlog: backlog)
+        return StreamHandle(id: lastSessionID, outputs: StreamOutputs(base: outputs, backlog: backlog))
     }
 
     /// The connection of stream `id` ended. Unless a newer stream replaced it,
@@ -439,6 +451,10 @@ actor Matcher {
             }
         }
     }
+
+    /// Entries of the deadline heap, stale ones included: what deleted
+    /// objects must not keep growing.
+    var deadlineEntries: Int { deadlines.count }
 
     // MARK: Evaluation
 
@@ -519,9 +535,18 @@ actor Matcher {
 
     private func emit(_ event: StreamEvent, to device: String) {
         guard let session = sessions[device] else { return }
+        // The connection cannot keep up (too many events or bytes waiting):
+        // end the stream rather than lose events silently; the device
+        // reconnects and takes a snapshot. An event over the byte budget on
+        // its own (a large snapshot) still goes out when nothing waits.
+        let bytes = event.bufferedBytes
+        let waiting = session.backlog.waiting
+        guard waiting == 0 || waiting + bytes <= streamBufferBytes else {
+            session.continuation.finish()
+            return
+        }
+        session.backlog.add(bytes)
         if case .dropped = session.continuation.yield(.event(event)) {
-            // The connection cannot keep up: end the stream rather than lose
-            // events silently; the device reconnects and takes a snapshot.
             session.continuation.finish()
         }
     }
@@ -547,6 +572,7 @@ actor Matcher {
     @discardableResult
     private func removeEdge(_ key: EdgeKey) -> Bool {
         guard edges.removeValue(forKey: key) != nil else { return false }
+        deadlines.cancel(.edge(key))
         link(key.observer, key.observed, by: -1)
         return true
     }

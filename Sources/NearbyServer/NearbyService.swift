@@ -25,7 +25,8 @@ public final class NearbyService: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000)
+        matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
+                          streamBufferBytes: configuration.limits.maxStreamBufferBytes)
     }
 
     /// A service over `storage`, with the devices, live tokens, publications
@@ -120,24 +121,34 @@ public final class NearbyService: Sendable {
 
     // MARK: Tokens
 
-    /// `POST /v1/devices/{device}/tokens`: a fresh random token, unused by any
-    /// stored token. Earlier tokens stay valid until their own expiry.
+    /// `POST /v1/devices/{device}/tokens`: the device's newest token again
+    /// until its refresh time, then a fresh random token, unused by any stored
+    /// token. Earlier tokens stay valid until their own expiry. Asking early
+    /// costs nothing and stores nothing, so a device holds at most
+    /// lifetime / (lifetime - overlap), rounded up, live tokens.
     public func issueToken(for device: DeviceRecord) async throws -> IssuedToken {
-        let now = clock.nowMs
-        let expires = now + UInt64(configuration.tokenLifetimeSeconds) * 1000
-        let refresh = expires - UInt64(configuration.tokenOverlapSeconds) * 1000
-        // 64 random bits: a clash is all but impossible, but must not be fatal.
-        for _ in 0..<8 {
-            let token = Token(bytes: Credentials.randomBytes(Token.byteCount))!
-            guard tokens.withLock({ $0.byToken[token] == nil }) else { continue }
-            let record = TokenRecord(token: token, device: device.id, issuedAtMs: now, expiresAtMs: expires)
-            let inserted = try await mapStorageErrors { try await storage.insertToken(record) }
-            if inserted {
-                tokens.withLock { $0.insert(record) }
-                return IssuedToken(token: token, expiresAtMs: expires, refreshAtMs: refresh)
+        // In the device's turn, so that requests at once do not each draw a token.
+        try await serializer.run(device.id) {
+            let now = self.clock.nowMs
+            let overlapMs = UInt64(self.configuration.tokenOverlapSeconds) * 1000
+            if let newest = self.tokens.withLock({ $0.newest(of: device.id) }), newest.expiresAtMs > now + overlapMs {
+                return IssuedToken(token: newest.token, expiresAtMs: newest.expiresAtMs,
+                                   refreshAtMs: newest.expiresAtMs - overlapMs)
             }
+            let expires = now + UInt64(self.configuration.tokenLifetimeSeconds) * 1000
+            // 64 random bits: a clash is all but impossible, but must not be fatal.
+            for _ in 0..<8 {
+                let token = Token(bytes: Credentials.randomBytes(Token.byteCount))!
+                guard self.tokens.withLock({ $0.byToken[token] == nil }) else { continue }
+                let record = TokenRecord(token: token, device: device.id, issuedAtMs: now, expiresAtMs: expires)
+                let inserted = try await self.mapStorageErrors { try await self.storage.insertToken(record) }
+                if inserted {
+                    self.tokens.withLock { $0.insert(record) }
+                    return IssuedToken(token: token, expiresAtMs: expires, refreshAtMs: expires - overlapMs)
+                }
+            }
+            throw APIError(.internalError, "could not draw an unused token")
         }
-        throw APIError(.internalError, "could not draw an unused token")
     }
 
     // MARK: Publications
@@ -377,6 +388,12 @@ private struct TokenCache {
     mutating func insert(_ record: TokenRecord) {
         byToken[record.token] = record
         byDevice[record.device, default: []].insert(record.token)
+    }
+
+    /// The device's most recently issued token held, expired or not.
+    func newest(of device: String) -> TokenRecord? {
+        (byDevice[device] ?? []).compactMap { byToken[$0] }
+            .max { ($0.issuedAtMs, $0.expiresAtMs) < ($1.issuedAtMs, $1.expiresAtMs) }
     }
 
     mutating func remove(devices: Set<String>) {

@@ -1,5 +1,6 @@
 import ConfigFile
 import Foundation
+import ServerAPI
 
 /// Everything `nearby-server` can be told, from its TOML file and then its
 /// command line. doc/nearby-server.md describes each key.
@@ -29,9 +30,18 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var maxSightingsPerReport = 256
         public var maxChangesPerBatch = 256
         public var maxDevicesPerProject = 100_000
+        /// `max-stream-buffer-bytes`: bytes of events a device's stream may
+        /// have waiting for its connection before the server closes the stream.
+        public var maxStreamBufferBytes = 16 << 20
 
         public init() {}
     }
+
+    /// The smallest `[limits] max-body-bytes`: nearbyd's largest change batch,
+    /// with 512 bytes for each of its changes that its estimate of their size
+    /// may miss (the JSON around the content, escapes). This also holds a
+    /// publication of the largest content (about 137 KiB as base64 JSON).
+    public static let minimumBodyBytes = ClientBatchLimits.maxChangeBatchBytes + ClientBatchLimits.maxChangesPerBatch * 512
 
     public init() {}
 
@@ -63,7 +73,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try discovery.integer("edge-timeout-seconds") { configuration.edgeTimeoutSeconds = value }
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
-            "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project",
+            "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
         ])
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
@@ -71,6 +81,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-sightings-per-report") { configuration.limits.maxSightingsPerReport = value }
         if let value = try limits.integer("max-changes-per-batch") { configuration.limits.maxChangesPerBatch = value }
         if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
+        if let value = try limits.integer("max-stream-buffer-bytes") { configuration.limits.maxStreamBufferBytes = value }
         do {
             try configuration.validate()
         } catch {
@@ -87,18 +98,26 @@ public struct ServerConfiguration: Sendable, Equatable {
             throw ConfigurationError("[tokens] overlap-seconds is \(tokenOverlapSeconds); it must be at least 0 and less than lifetime-seconds (\(tokenLifetimeSeconds))")
         }
         try Self.check(edgeTimeoutSeconds, in: 1...3600, "[discovery] edge-timeout-seconds")
-        // A publication of the largest content is about 137 KiB of JSON (base64).
-        try Self.check(limits.maxBodyBytes, in: 140_000...16_777_216, "[limits] max-body-bytes")
+        // Below what nearbyd sends, a daemon would retry a refused request forever.
+        try Self.check(limits.maxBodyBytes, in: Self.minimumBodyBytes...16_777_216, "[limits] max-body-bytes",
+                       below: "room for the largest change batch nearbyd sends")
         try Self.check(limits.maxPublicationsPerDevice, in: 1...100_000, "[limits] max-publications-per-device")
         try Self.check(limits.maxSubscriptionsPerDevice, in: 1...100_000, "[limits] max-subscriptions-per-device")
-        try Self.check(limits.maxSightingsPerReport, in: 1...100_000, "[limits] max-sightings-per-report")
-        try Self.check(limits.maxChangesPerBatch, in: 1...100_000, "[limits] max-changes-per-batch")
+        try Self.check(limits.maxSightingsPerReport, in: ClientBatchLimits.maxSightingsPerReport...100_000,
+                       "[limits] max-sightings-per-report",
+                       below: "nearbyd reports up to \(ClientBatchLimits.maxSightingsPerReport) sightings at once")
+        try Self.check(limits.maxChangesPerBatch, in: ClientBatchLimits.maxChangesPerBatch...100_000, "[limits] max-changes-per-batch",
+                       below: "nearbyd sends up to \(ClientBatchLimits.maxChangesPerBatch) changes at once")
         try Self.check(limits.maxDevicesPerProject, in: 1...1_000_000_000, "[limits] max-devices-per-project")
+        try Self.check(limits.maxStreamBufferBytes, in: (1 << 20)...(1 << 30), "[limits] max-stream-buffer-bytes")
     }
 
-    private static func check(_ value: Int, in range: ClosedRange<Int>, _ name: String) throws(ConfigurationError) {
+    /// `below` says why the lower bound is what it is, for a value under it.
+    private static func check(_ value: Int, in range: ClosedRange<Int>, _ name: String,
+                              below reason: String? = nil) throws(ConfigurationError) {
         guard range.contains(value) else {
-            throw ConfigurationError("\(name) is \(value); it must be between \(range.lowerBound) and \(range.upperBound)")
+            let why = value < range.lowerBound ? reason.map { " (\($0))" } ?? "" : ""
+            throw ConfigurationError("\(name) is \(value); it must be between \(range.lowerBound) and \(range.upperBound)\(why)")
         }
     }
 }

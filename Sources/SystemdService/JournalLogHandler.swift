@@ -1,6 +1,7 @@
 import CSystemd
 import Foundation
 import Logging
+import Synchronization
 
 /// A swift-log handler that writes structured records to the systemd journal:
 /// MESSAGE, PRIORITY, CODE_FILE/LINE/FUNC, SYSLOG_IDENTIFIER, and each metadata
@@ -62,17 +63,22 @@ public struct JournalLogHandler: LogHandler {
         return String(("NEARBY_" + String(cleaned)).prefix(64))
     }
 
+    /// One contiguous buffer of all fields, pointed into by the vectors only
+    /// inside the closure that lends it: no pointer outlives its borrow.
     private static func send(_ fields: [String]) {
-        var buffers = fields.map { Array($0.utf8) }
-        var vectors: [iovec] = []
-        vectors.reserveCapacity(buffers.count)
-        for index in buffers.indices {
-            buffers[index].withUnsafeMutableBytes { bytes in
-                vectors.append(iovec(iov_base: bytes.baseAddress, iov_len: bytes.count))
-            }
+        var buffer: [UInt8] = []
+        var ranges: [Range<Int>] = []
+        ranges.reserveCapacity(fields.count)
+        for field in fields {
+            let start = buffer.count
+            buffer.append(contentsOf: field.utf8)
+            ranges.append(start..<buffer.count)
         }
-        // The pointers above stay valid: `buffers` lives and is not mutated until after the call.
-        withExtendedLifetime(buffers) {
+        buffer.withUnsafeBytes { bytes in
+            let vectors = ranges.map { range in
+                iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress! + range.lowerBound),
+                      iov_len: range.count)
+            }
             _ = sd_journal_sendv(vectors, Int32(vectors.count))
         }
     }
@@ -88,8 +94,17 @@ public enum ServiceLogging {
                 ? JournalLogHandler(label: label, identifier: identifier)
                 : StreamLogHandler.standardError(label: label)
             handler.logLevel = level
-            return handler
+            return VerbosityLogHandler(handler)
         }
+    }
+
+    private static let verboseSwitch = Atomic(false)
+
+    /// While true, every logger of the process records debug messages too,
+    /// whatever its configured level (a daemon's run-time "debug logging" switch).
+    public static var verbose: Bool {
+        get { verboseSwitch.load(ordering: .relaxed) }
+        set { verboseSwitch.store(newValue, ordering: .relaxed) }
     }
 
     /// systemd sets `JOURNAL_STREAM=DEV:INODE` for the stream it connected;
@@ -101,5 +116,39 @@ public enum ServiceLogging {
         var info = stat()
         guard fstat(STDERR_FILENO, &info) == 0 else { return false }
         return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
+    }
+}
+
+/// Wraps a handler so that ``ServiceLogging/verbose`` lowers its level to debug
+/// while it is on; the configured level comes back when it is off.
+struct VerbosityLogHandler: LogHandler {
+    private var inner: any LogHandler
+
+    init(_ inner: any LogHandler) {
+        self.inner = inner
+    }
+
+    var logLevel: Logger.Level {
+        get { ServiceLogging.verbose ? min(inner.logLevel, .debug) : inner.logLevel }
+        set { inner.logLevel = newValue }
+    }
+
+    var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+
+    var metadataProvider: Logger.MetadataProvider? {
+        get { inner.metadataProvider }
+        set { inner.metadataProvider = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        inner.log(event: event)
     }
 }

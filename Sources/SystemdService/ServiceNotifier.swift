@@ -13,11 +13,6 @@ public enum ServiceNotifier {
         send("STOPPING=1")
     }
 
-    /// A one-line status shown by `systemctl status`.
-    public static func status(_ text: String) {
-        send("STATUS=\(text)")
-    }
-
     private static func send(_ state: String) {
         _ = sd_notify(0, state)
     }

@@ -77,18 +77,36 @@ final class EchoFixture {
         let fixture = try await EchoFixture()
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
-        guard case .unixFD(let received) = try await fixture.echoed(.unixFD(fds[1])) else {
+        defer { close(fds[0]) }
+        let sent = UnixFileDescriptor(taking: fds[1])
+        guard case .unixFD(let received) = try await fixture.echoed(.unixFD(sent)) else {
             Issue.record("no descriptor came back")
             await fixture.finish()
             return
         }
-        defer { close(received) }
         var mine = stat(), theirs = stat()
-        fstat(fds[1], &mine)
-        fstat(received, &theirs)
-        #expect(received != fds[1])
+        fstat(sent.rawValue, &mine)
+        fstat(received.rawValue, &theirs)
+        #expect(received.rawValue != sent.rawValue)
         #expect(mine.st_ino == theirs.st_ino)
+        await fixture.finish()
+    }
+
+    /// A descriptor read as part of a value is closed once the value is dropped:
+    /// a peer cannot make this process accumulate descriptors.
+    @Test @BusActor func receivedDescriptorsAreClosedWithTheirValue() async throws {
+        let fixture = try await EchoFixture()
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let sent = try UnixFileDescriptor(duplicating: fds[1])
+        // Counted by inode, not in total: tests running alongside open descriptors of their own.
+        let before = try descriptors(sharingInodeWith: fds[1])
+        for _ in 0..<20 {
+            _ = try await fixture.echoed(.vardict(["fd": .unixFD(sent)]))
+        }
+        #expect(try descriptors(sharingInodeWith: fds[1]) == before)
+        #expect(before == 3, "both ends of the pipe and the duplicate")
         await fixture.finish()
     }
 
@@ -149,6 +167,22 @@ final class EchoFixture {
         while fixture.echo.waiting.isEmpty { await Task.yield() }
         try await fixture.call("Release", arguments: { writer throws(DBusError) in try writer.append(UInt32(42)) }) { _ throws(DBusError) in () }
         #expect(try await waiting.value == 42)
+        await fixture.finish()
+    }
+
+    @Test @BusActor func callsInFlightFailWhenTheirConnectionCloses() async throws {
+        let fixture = try await EchoFixture()
+        let waiting = Task { @BusActor in
+            try await fixture.call("Wait") { reader throws(DBusError) in try reader.read(UInt32.self) }
+        }
+        while fixture.echo.waiting.isEmpty { await Task.yield() }
+        fixture.client.close()
+        do {
+            _ = try await waiting.value
+            Issue.record("a call on a closed connection returned")
+        } catch let error as DBusError {
+            #expect(error.name == "org.freedesktop.DBus.Error.Disconnected")
+        }
         await fixture.finish()
     }
 
@@ -286,5 +320,16 @@ final class EchoFixture {
             try fixture.client.requestName("org.nearbyd.Test")
         }
         await fixture.finish()
+    }
+}
+
+/// How many of this process's descriptors refer to the same file as `fd`.
+private func descriptors(sharingInodeWith fd: Int32) throws -> Int {
+    var target = stat()
+    fstat(fd, &target)
+    return try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count { name in
+        var info = stat()
+        guard let number = Int32(name), fstat(number, &info) == 0 else { return false }
+        return info.st_ino == target.st_ino && info.st_dev == target.st_dev
     }
 }

@@ -1,3 +1,4 @@
+import DBus
 import Foundation
 import Testing
 import TestSupport
@@ -58,6 +59,43 @@ import TestSupport
         await bus.stop()
         #expect(try await daemon.waitForExit() == 1)
         #expect(daemon.output.contains("the connection to the bus was lost"))
+        directory.remove()
+    }
+
+    /// A manager created with DebugLogging has its objects' records logged at
+    /// the default level; root's Nearby1.DebugLogging turns on everyone's.
+    @Test @BusActor func debugLoggingShowsAManagersRecordsOrEveryones() async throws {
+        let bus = try await PrivateBus()
+        let directory = try TemporaryDirectory()
+        let daemon = try await ChildProcess(
+            name: "nearbyd", executable: Programs.path("nearbyd"),
+            arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
+                        "--air-socket", directory.file("no-air.sock")])
+        try await daemon.waitForLine(containing: "nearbyd: ready")
+        let client = try RawClient(bus.address)
+        let quiet = try await client.createManager("key")
+        let verbose = try await client.createManager("key", ["DebugLogging": .bool(true)])
+
+        _ = try await client.publish(quiet, [1], "quiet-one")
+        _ = try await client.publish(verbose, [1], "loud-one")
+        // One thread writes the records in order: the first is not coming.
+        try await daemon.waitForLine(containing: "loud-one")
+        #expect(!daemon.output.contains("quiet-one"))
+
+        if getuid() == 0 {
+            try await client.connection.call(
+                destination: "org.nearbyd", path: "/org/nearbyd", interface: "org.freedesktop.DBus.Properties",
+                member: "Set") { writer throws(DBusError) in
+                try writer.append("org.nearbyd.Nearby1")
+                try writer.append("DebugLogging")
+                try writer.append(Variant(.bool(true)))
+            }
+            _ = try await client.publish(quiet, [1], "quiet-two")
+            try await daemon.waitForLine(containing: "quiet-two")
+        }
+        client.connection.close()
+        await daemon.stop()
+        await bus.stop()
         directory.remove()
     }
 }

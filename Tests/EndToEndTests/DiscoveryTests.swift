@@ -28,7 +28,7 @@ import TestSupport
             try await subscription.wait(.lost, "hello")
             // Back in range: found again.
             try await cluster.move("A", to: (1, 0))
-            try await subscription.events.first(within: 15, "found again") { $0.kind == .found && $0.text == "hello" && $0.info?.rssi != -73 }
+            _ = try await subscription.events.first(within: 15, "found again") { $0.kind == .found && $0.text == "hello" && $0.info?.rssi != -73 }
             #expect(subscription.kinds == ["found demo/chat 'hello'", "lost demo/chat 'hello'", "found demo/chat 'hello'"])
             withExtendedLifetime(publication) {}
         }

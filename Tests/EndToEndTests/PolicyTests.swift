@@ -44,6 +44,15 @@ struct PolicyTests {
         #expect(closed.status != 0)
         #expect(closed.output.contains("Access denied") || closed.output.contains("AccessDenied"), "\(closed.output)")
 
+        // Daemon-wide settings are root's; a client's own objects stay settable.
+        let debug = try await asNobody(["/usr/bin/busctl", address, "set-property", "org.nearbyd", "/org/nearbyd",
+                                        "org.nearbyd.Nearby1", "DebugLogging", "b", "true"])
+        #expect(debug.status != 0)
+        #expect(debug.output.contains("Access denied") || debug.output.contains("AccessDenied"), "\(debug.output)")
+        let rootDebug = try await runProgram("/usr/bin/busctl", [address, "set-property", "org.nearbyd", "/org/nearbyd",
+                                                                 "org.nearbyd.Nearby1", "DebugLogging", "b", "true"])
+        #expect(rootDebug.status == 0, "\(rootDebug.output)")
+
         await daemon.stop()
         await bus.stop()
         directory.remove()

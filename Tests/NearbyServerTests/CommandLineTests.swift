@@ -86,7 +86,7 @@ struct CommandLineTests {
             try Data("[limits]\nmax-changes-per-batch = 100001\n".utf8).write(to: URL(fileURLWithPath: limitPath))
             let outOfRange = try await run(["serve", "--config", limitPath])
             #expect(outOfRange.status == 1)
-            #expect(outOfRange.errors == "nearby-server: \(limitPath): [limits] max-changes-per-batch is 100001; it must be between 1 and 100000\n")
+            #expect(outOfRange.errors == "nearby-server: \(limitPath): [limits] max-changes-per-batch is 100001; it must be between 128 and 100000\n")
         }
     }
 

@@ -1,6 +1,7 @@
 import ConfigFile
 import Foundation
 @testable import NearbyServer
+import ServerAPI
 import Testing
 
 @Suite struct ConfigurationTests {
@@ -18,6 +19,7 @@ import Testing
         #expect(configuration.limits.maxSightingsPerReport == 256)
         #expect(configuration.limits.maxChangesPerBatch == 256)
         #expect(configuration.limits.maxDevicesPerProject == 100_000)
+        #expect(configuration.limits.maxStreamBufferBytes == 16_777_216)
     }
 
     @Test func everyKeyIsRead() throws {
@@ -35,9 +37,10 @@ import Testing
             max-body-bytes = 500000
             max-publications-per-device = 10
             max-subscriptions-per-device = 11
-            max-sightings-per-report = 12
-            max-changes-per-batch = 14
+            max-sightings-per-report = 300
+            max-changes-per-batch = 200
             max-devices-per-project = 13
+            max-stream-buffer-bytes = 2000000
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
         #expect(configuration.databasePath == "/tmp/x.sqlite")
@@ -47,9 +50,10 @@ import Testing
         #expect(configuration.limits.maxBodyBytes == 500_000)
         #expect(configuration.limits.maxPublicationsPerDevice == 10)
         #expect(configuration.limits.maxSubscriptionsPerDevice == 11)
-        #expect(configuration.limits.maxSightingsPerReport == 12)
-        #expect(configuration.limits.maxChangesPerBatch == 14)
+        #expect(configuration.limits.maxSightingsPerReport == 300)
+        #expect(configuration.limits.maxChangesPerBatch == 200)
         #expect(configuration.limits.maxDevicesPerProject == 13)
+        #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
     }
 
     @Test(arguments: [
@@ -63,6 +67,8 @@ import Testing
         ("[limits]\nmax-devices-per-project = 0", "[limits] max-devices-per-project is 0"),
         ("[limits]\nmax-changes-per-batch = 0", "[limits] max-changes-per-batch is 0"),
         ("[limits]\nmax-changes-per-batch = 100001", "[limits] max-changes-per-batch is 100001"),
+        ("[limits]\nmax-stream-buffer-bytes = 1000", "[limits] max-stream-buffer-bytes is 1000"),
+        ("[limits]\nmax-stream-buffer-bytes = 2000000000", "[limits] max-stream-buffer-bytes is 2000000000"),
         ("[http]\nlisten = \"localhost\"", "must be HOST:PORT"),
         ("[http]\nlisten = \"localhost:70000\"", "port between 0 and 65535"),
         ("[database]\npath = \"\"", "[database] path must not be empty"),
@@ -76,6 +82,35 @@ import Testing
             let message = "\(error)"
             return message.hasPrefix("test.conf") && message.contains(expected)
         }
+    }
+
+    /// A server that refused nearbyd's largest requests would have it send them again forever.
+    @Test(arguments: [
+        ("max-body-bytes = 262143",
+         "[limits] max-body-bytes is 262143; it must be between 262144 and 16777216 (room for the largest change batch nearbyd sends)"),
+        ("max-changes-per-batch = 127",
+         "[limits] max-changes-per-batch is 127; it must be between 128 and 100000 (nearbyd sends up to 128 changes at once)"),
+        ("max-sightings-per-report = 255",
+         "[limits] max-sightings-per-report is 255; it must be between 256 and 100000 (nearbyd reports up to 256 sightings at once)"),
+    ])
+    func limitsBelowWhatNearbydSendsAreRefused(line: String, expected: String) {
+        #expect(throws: ConfigurationError("test.conf: \(expected)")) {
+            try ServerConfiguration.parse("[limits]\n\(line)", source: "test.conf")
+        }
+    }
+
+    @Test func limitsExactlyWhatNearbydSendsAreAccepted() throws {
+        let configuration = try ServerConfiguration.parse("""
+            [limits]
+            max-body-bytes = \(ServerConfiguration.minimumBodyBytes)
+            max-changes-per-batch = \(ClientBatchLimits.maxChangesPerBatch)
+            max-sightings-per-report = \(ClientBatchLimits.maxSightingsPerReport)
+            """, source: "test.conf")
+        #expect(configuration.limits.maxBodyBytes >= ClientBatchLimits.maxChangeBatchBytes)
+        #expect(configuration.limits.maxChangesPerBatch == 128)
+        #expect(configuration.limits.maxSightingsPerReport == 256)
+        // The defaults leave nearbyd room too.
+        try ServerConfiguration().validate()
     }
 
     @Test func missingFile() async throws {

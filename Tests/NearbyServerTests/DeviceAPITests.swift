@@ -185,8 +185,44 @@ import Testing
         try await withServer { harness in
             let device = try await harness.devices(1)[0]
             var seen = Set<Token>()
-            for _ in 0..<50 { seen.insert(try await harness.issueToken(device).token) }
+            for _ in 0..<50 {
+                seen.insert(try await harness.issueToken(device).token)
+                harness.clock.advance(bySeconds: 540)
+            }
             #expect(seen.count == 50)
+        }
+    }
+
+    /// Asking again before the refresh time gives the same token and stores
+    /// nothing, so a device cannot pile up tokens.
+    @Test func askingBeforeRefreshGivesTheSameToken() async throws {
+        try await withServer(configure: {
+            $0.tokenLifetimeSeconds = 600
+            $0.tokenOverlapSeconds = 60
+        }) { harness in
+            let devices = try await harness.devices(2)
+            let (a, b) = (devices[0], devices[1])
+            let first = try await harness.issueToken(a)
+            for _ in 0..<10 { #expect(try await harness.issueToken(a) == first) }
+            harness.clock.advance(byMs: 539_999)
+            #expect(try await harness.issueToken(a) == first)
+            harness.clock.advance(byMs: 1)
+            let second = try await harness.issueToken(a)
+            #expect(second.token != first.token)
+            #expect(second.refreshAtMs == harness.clock.nowMs + 540_000)
+            #expect(try await harness.issueToken(a) == second)
+
+            // Requests at once are answered in the device's turn: one token for all.
+            let answers = try await withThrowingTaskGroup(of: Token.self) { group in
+                for _ in 0..<20 { group.addTask { try await harness.issueToken(b).token } }
+                return try await group.reduce(into: Set<Token>()) { $0.insert($1) }
+            }
+            #expect(answers.count == 1)
+
+            let stored = try await harness.service.storage.liveTokens(nowMs: harness.clock.nowMs)
+            #expect(stored.filter { $0.device == a.id }.count == 2)
+            #expect(Set(stored.filter { $0.device == a.id }.map(\.token)) == [first.token, second.token])
+            #expect(Set(stored.filter { $0.device == b.id }.map(\.token)) == answers)
         }
     }
 }

@@ -14,12 +14,14 @@ final class ManagerObject {
     /// Live publications and subscriptions of this manager that use BLE.
     var bleUsers = 0
 
-    // Stored here until the permission and error handling is wired to them.
+    /// Kept as set: permissions (issue 7) are not enforced yet.
     var permissionGranted = true
     var background = false
+    /// Always false until the audio (issue 4) and BlueZ (issue 3) backends report them.
     var microphonePermissionError = false
-    var bluetoothPowerError = false
     var bluetoothPermissionError = false
+    /// Kept up to date by ``NearbyService`` from the mediums' availability.
+    var bluetoothPowerError = false
 
     init(manager: Manager, path: ObjectPath, service: NearbyService) {
         self.manager = manager

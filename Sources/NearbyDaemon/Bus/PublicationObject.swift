@@ -3,7 +3,7 @@ import NearbyCore
 
 /// `org.nearbyd.Publication1`: one live publication.
 @BusActor
-final class PublicationObject {
+final class PublicationObject: LiveObject {
     nonisolated static let interfaceName = "org.nearbyd.Publication1"
 
     let publication: Publication
@@ -11,6 +11,8 @@ final class PublicationObject {
     unowned let service: NearbyService
     var exported: ExportedObject?
     var expiry: BusTimer?
+
+    var entry: Publication { publication }
 
     init(publication: Publication, path: ObjectPath, service: NearbyService) {
         self.publication = publication
@@ -31,12 +33,4 @@ final class PublicationObject {
         ],
         signals: [SignalDescription("Expired")]
     )
-
-    func changed(_ names: [String]) {
-        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
-    }
-
-    func emitExpired() {
-        try? exported?.emitSignal(interface: Self.interfaceName, member: "Expired") { _ in }
-    }
 }

@@ -3,7 +3,7 @@ import NearbyCore
 
 /// `org.nearbyd.Subscription1`: one live subscription, and its found/lost signals.
 @BusActor
-final class SubscriptionObject {
+final class SubscriptionObject: LiveObject {
     nonisolated static let interfaceName = "org.nearbyd.Subscription1"
 
     let subscription: Subscription
@@ -11,6 +11,8 @@ final class SubscriptionObject {
     unowned let service: NearbyService
     var exported: ExportedObject?
     var expiry: BusTimer?
+
+    var entry: Subscription { subscription }
 
     init(subscription: Subscription, path: ObjectPath, service: NearbyService) {
         self.subscription = subscription
@@ -37,10 +39,6 @@ final class SubscriptionObject {
         ]
     )
 
-    func changed(_ names: [String]) {
-        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
-    }
-
     func emitFound(_ message: Message, _ info: SightingInfo) {
         emit("MessageFound", message, info)
     }
@@ -49,9 +47,6 @@ final class SubscriptionObject {
         emit("MessageLost", message, info)
     }
 
-    func emitExpired() {
-        try? exported?.emitSignal(interface: Self.interfaceName, member: "Expired") { _ in }
-    }
 
     private func emit(_ member: String, _ message: Message, _ info: SightingInfo) {
         try? exported?.emitSignal(interface: Self.interfaceName, member: member) { writer throws(DBusError) in

@@ -182,7 +182,7 @@ final class ServerLink {
         pendingSeen = heard
         pendingGone.removeAll()
         // A token that is still good is kept, so devices hearing it hear no change.
-        if (token?.refreshAtMs).map({ Int64($0) <= Self.nowMilliseconds }) ?? true {
+        if (token?.refreshAtMs).map({ Int64(clamping: $0) <= Self.nowMilliseconds }) ?? true {
             try await refreshToken(device)
         }
         let (requests, outgoing) = AsyncStream.makeStream(of: StreamRequest.self)
@@ -225,7 +225,7 @@ final class ServerLink {
     /// Waits out the backoff; drops the token if it expires meanwhile.
     private func pause(_ delay: Duration) async {
         if let token {
-            let remaining = Int64(token.expiresAtMs) - Self.nowMilliseconds
+            let remaining = Int64(clamping: token.expiresAtMs) - Self.nowMilliseconds
             if remaining <= 0 {
                 self.token = nil
                 notify(.token(nil))
@@ -269,7 +269,7 @@ final class ServerLink {
 
     private func refreshTokenWhenDue() async throws {
         while true {
-            let due = Int64(token?.refreshAtMs ?? 0) - Self.nowMilliseconds
+            let due = Int64(clamping: token?.refreshAtMs ?? 0) - Self.nowMilliseconds
             try await Task.sleep(for: .milliseconds(max(due, 1000)))
             enqueue(.refreshToken)
         }
@@ -320,9 +320,9 @@ final class ServerLink {
         return outcome
     }
 
-    /// Keeps a batch's body well under the server's default limit (256 KiB): content travels as base64.
-    private nonisolated static let bytesPerBatch = 192 * 1024
-    private nonisolated static let changesPerBatch = 128
+    // What the server is configured to accept at least (ServerAPI.ClientBatchLimits).
+    private nonisolated static let bytesPerBatch = ClientBatchLimits.maxChangeBatchBytes
+    private nonisolated static let changesPerBatch = ClientBatchLimits.maxChangesPerBatch
 
     private nonisolated static func estimatedBytes(_ change: ChangeBatch.Change) -> Int {
         if case .putPublication(_, let spec) = change { return spec.content.count * 4 / 3 + 512 }
@@ -499,9 +499,8 @@ final class ServerLink {
         }
     }
 
-    private nonisolated static let sightingsPerReport = 256
-    /// A snapshot carries whole messages; this bounds one at 64 MiB.
-    private nonisolated static let maximumMessageBytes = 64 << 20
+    private nonisolated static let sightingsPerReport = ClientBatchLimits.maxSightingsPerReport
+    private nonisolated static let maximumMessageBytes = ClientBatchLimits.maxStreamMessageBytes
 
     private nonisolated static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }

@@ -1,0 +1,22 @@
+import DBus
+import NearbyCore
+
+/// A publication's or subscription's bus object: what they share.
+@BusActor
+protocol LiveObject: AnyObject {
+    associatedtype Entry: RegisteredObject
+    static var interfaceName: String { get }
+    var entry: Entry { get }
+    var path: ObjectPath { get }
+    var exported: ExportedObject? { get }
+}
+
+extension LiveObject {
+    func changed(_ names: [String]) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
+    }
+
+    func emitExpired() {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: "Expired") { _ in }
+    }
+}

@@ -1,0 +1,76 @@
+import DBus
+
+/// An object the daemon made for this client under a manager: it holds the
+/// manager and ends the daemon's object (with `endMethod`) when the last Swift
+/// reference to it goes.
+final class DaemonObject: Sendable {
+    let path: ObjectPath
+    let manager: MessageManager
+    let interface: String
+    let endMethod: String
+    private var bus: NearbyBus { manager.bus }
+
+    init(path: ObjectPath, manager: MessageManager, interface: String, endMethod: String) {
+        self.path = path
+        self.manager = manager
+        self.interface = interface
+        self.endMethod = endMethod
+    }
+
+    deinit {
+        bus.unroute(path)
+        bus.sendAndForget(path, interface, endMethod)
+    }
+
+    var status: String {
+        get async throws { try await bus.property(path, interface, "Status").string ?? "" }
+    }
+
+    func end() async throws {
+        try await bus.call(path, interface, endMethod)
+    }
+}
+
+/// A live publication; unpublished when released or deallocated
+/// (GNSPublication). It keeps its manager alive.
+public final class Publication: Sendable {
+    private let object: DaemonObject
+    public var path: ObjectPath { object.path }
+    public var manager: MessageManager { object.manager }
+
+    init(path: ObjectPath, manager: MessageManager) {
+        object = DaemonObject(path: path, manager: manager, interface: "org.nearbyd.Publication1",
+                              endMethod: "Unpublish")
+    }
+
+    /// `inactive`, `starting` or `active`.
+    public var status: String {
+        get async throws { try await object.status }
+    }
+
+    public func unpublish() async throws {
+        try await object.end()
+    }
+}
+
+/// A live subscription; its handlers are called until it is released or
+/// deallocated (GNSSubscription). It keeps its manager alive.
+public final class Subscription: Sendable {
+    private let object: DaemonObject
+    public var path: ObjectPath { object.path }
+    public var manager: MessageManager { object.manager }
+
+    init(path: ObjectPath, manager: MessageManager) {
+        object = DaemonObject(path: path, manager: manager, interface: "org.nearbyd.Subscription1",
+                              endMethod: "Unsubscribe")
+    }
+
+    /// `inactive`, `starting` or `active`.
+    public var status: String {
+        get async throws { try await object.status }
+    }
+
+    public func unsubscribe() async throws {
+        try await object.end()
+    }
+}

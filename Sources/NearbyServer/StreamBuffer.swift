@@ -1,0 +1,61 @@
+import Foundation
+import ServerAPI
+import Synchronization
+
+/// Bytes of events a stream holds for its connection: the matcher adds what
+/// it queues, the writer takes away what it has taken. The matcher closes a
+/// stream whose device stops reading before it holds too much for it.
+final class StreamBacklog: Sendable {
+    private let bytes = Atomic<Int>(0)
+
+    var waiting: Int { bytes.load(ordering: .relaxed) }
+
+    func add(_ count: Int) { _ = bytes.add(count, ordering: .relaxed) }
+
+    func remove(_ count: Int) { _ = bytes.subtract(count, ordering: .relaxed) }
+}
+
+/// A stream's outputs as its writer takes them, in order; taking an event
+/// frees its bytes in the stream's backlog.
+struct StreamOutputs: AsyncSequence, Sendable {
+    typealias Element = StreamOutput
+    typealias Failure = Never
+
+    let base: AsyncStream<StreamOutput>
+    let backlog: StreamBacklog
+
+    func makeAsyncIterator() -> Iterator { Iterator(base: base.makeAsyncIterator(), backlog: backlog) }
+
+    struct Iterator: AsyncIteratorProtocol {
+        typealias Element = StreamOutput
+        typealias Failure = Never
+
+        var base: AsyncStream<StreamOutput>.Iterator
+        let backlog: StreamBacklog
+
+        mutating func next() async -> StreamOutput? {
+            let output = await base.next()
+            if case .event(let event)? = output { backlog.remove(event.bufferedBytes) }
+            return output
+        }
+    }
+}
+
+extension StreamEvent {
+    /// About what the event holds in memory while it waits: its content and
+    /// strings, and a little for the rest. Counted when queued and again when
+    /// taken, so it must depend on the event alone.
+    var bufferedBytes: Int {
+        switch self {
+        case .found(let match): match.bufferedBytes
+        case .lost(let subscription, let source): 64 + subscription.utf8.count + source.utf8.count
+        case .snapshot(let matches): matches.reduce(64) { $0 + $1.bufferedBytes }
+        }
+    }
+}
+
+extension Match {
+    fileprivate var bufferedBytes: Int {
+        64 + content.count + subscription.utf8.count + source.utf8.count + namespace.utf8.count + type.utf8.count
+    }
+}
