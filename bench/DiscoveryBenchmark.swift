@@ -10,7 +10,7 @@ import TestSupport
 /// nearby-air, with the server on loopback.
 enum DiscoveryBenchmark {
     static func run(trials: Int) async throws {
-        let cluster = try await Cluster()
+        let cluster = try await Cluster(options: Cluster.Options(daemonLogLevel: "info"))
         defer { Task { await cluster.stop() } }
         let key = try await cluster.createProject("bench")
         let a = try await cluster.addDevice("A", at: (0, 0))

@@ -8,7 +8,7 @@ enum MemoryBenchmark {
     static func run(locations: Locations, publications count: Int) async throws {
         let cluster = try await Cluster(options: Cluster.Options(
             extraConfiguration: "[limits]\nmax-objects-per-manager = \(count)\n",
-            serverConfiguration: "[limits]\nmax-publications-per-device = \(count)\n"))
+            serverConfiguration: "[limits]\nmax-publications-per-device = \(count)\n", daemonLogLevel: "info"))
         let key = try await cluster.createProject("memory")
         let device = try await cluster.addDevice("A", at: (0, 0))
         let reference = try await ChildProcess(name: "svc_sdbus", executable: locations.program("svc_sdbus"),

@@ -7,7 +7,7 @@ import TestSupport
 /// on the same private bus, alternating.
 enum ThroughputBenchmark {
     static func run(locations: Locations, pairs: Int, window: Int, rounds: Int) async throws {
-        let cluster = try await Cluster()
+        let cluster = try await Cluster(options: Cluster.Options(daemonLogLevel: "info"))
         // A real project: the daemon registers and keeps the server in step while it is measured.
         let key = try await cluster.createProject("throughput")
         let device = try await cluster.addDevice("A", at: (0, 0))

@@ -5,14 +5,25 @@ import TestSupport
 
 /// nearbyd as a process: how it starts, tells systemd, stops and fails.
 @Suite(.serialized) struct DaemonProcessTests {
+    /// A daemon with no server or air to reach: enough for what these tests watch.
+    static func arguments(_ bus: PrivateBus, _ directory: TemporaryDirectory) -> [String] {
+        ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
+         "--air-socket", directory.file("no-air.sock")]
+    }
+
+    static func readyDaemon(on bus: PrivateBus, in directory: TemporaryDirectory) async throws -> ChildProcess {
+        let daemon = try await ChildProcess(name: "nearbyd", executable: Programs.path("nearbyd"),
+                                            arguments: arguments(bus, directory))
+        try await daemon.waitForLine(containing: "nearbyd: ready")
+        return daemon
+    }
+
     @Test func itTellsSystemdWhenReadyAndStopsCleanlyOnSIGTERM() async throws {
         let bus = try await PrivateBus()
         let directory = try TemporaryDirectory()
         let notify = try DatagramSocket(path: directory.file("notify.sock"))
         let daemon = try await ChildProcess(
-            name: "nearbyd", executable: Programs.path("nearbyd"),
-            arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
-                        "--air-socket", directory.file("no-air.sock")],
+            name: "nearbyd", executable: Programs.path("nearbyd"), arguments: Self.arguments(bus, directory),
             environment: ["NOTIFY_SOCKET": notify.path])
         let ready = try await notify.messages.first(within: 20, "READY=1") { $0.contains("READY=1") }
         #expect(ready.contains("STATUS="))
@@ -51,11 +62,7 @@ import TestSupport
     @Test func losingTheBusIsAFailure() async throws {
         let bus = try await PrivateBus()
         let directory = try TemporaryDirectory()
-        let daemon = try await ChildProcess(
-            name: "nearbyd", executable: Programs.path("nearbyd"),
-            arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
-                        "--air-socket", directory.file("no-air.sock")])
-        try await daemon.waitForLine(containing: "nearbyd: ready")
+        let daemon = try await Self.readyDaemon(on: bus, in: directory)
         await bus.stop()
         #expect(try await daemon.waitForExit() == 1)
         #expect(daemon.output.contains("the connection to the bus was lost"))
@@ -67,11 +74,7 @@ import TestSupport
     @Test @BusActor func debugLoggingShowsAManagersRecordsOrEveryones() async throws {
         let bus = try await PrivateBus()
         let directory = try TemporaryDirectory()
-        let daemon = try await ChildProcess(
-            name: "nearbyd", executable: Programs.path("nearbyd"),
-            arguments: ["--bus", bus.address, "--state-dir", directory.file("state"), "--server", "http://127.0.0.1:9",
-                        "--air-socket", directory.file("no-air.sock")])
-        try await daemon.waitForLine(containing: "nearbyd: ready")
+        let daemon = try await Self.readyDaemon(on: bus, in: directory)
         let client = try RawClient(bus.address)
         let quiet = try await client.createManager("key")
         let verbose = try await client.createManager("key", ["DebugLogging": .bool(true)])

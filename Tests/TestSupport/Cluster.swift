@@ -22,13 +22,17 @@ public final class Cluster: Sendable {
         public var extraConfiguration = ""
         /// `nearby-server.conf` text.
         public var serverConfiguration = ""
+        /// The daemons' `--log-level`: debug for tests (their output is shown
+        /// when one fails), info for benchmarks (what a deployment runs).
+        public var daemonLogLevel = "debug"
 
         public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
-                    serverConfiguration: String = "") {
+                    serverConfiguration: String = "", daemonLogLevel: String = "debug") {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
             self.serverConfiguration = serverConfiguration
+            self.daemonLogLevel = daemonLogLevel
         }
     }
 
@@ -94,7 +98,7 @@ public final class Cluster: Sendable {
         let daemon = try await ChildProcess(
             name: "nearbyd-\(name)", executable: Programs.path("nearbyd"),
             arguments: ["--bus", bus.address, "--config", configuration, "--state-dir", directory.file("state-\(name)"),
-                        "--log-level", "debug"])
+                        "--log-level", options.daemonLogLevel])
         try await daemon.waitForLine(containing: "nearbyd: ready")
         let device = Device(name: name, bus: bus, daemon: daemon)
         devices.withLock { $0[name] = device }
