@@ -2,9 +2,11 @@ import DBus
 
 /// What nearbyd says of itself (`org.nearbyd.Nearby1`'s properties).
 public struct DaemonStatus: Sendable {
+    /// The daemon's version.
     public let version: String
     /// The mediums usable on this host right now.
     public let availableMediums: [String]
+    /// Whether the whole daemon logs at debug level.
     public let debugLogging: Bool
 
     /// Asks the daemon on `address`.

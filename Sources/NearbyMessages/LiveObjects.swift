@@ -35,7 +35,9 @@ final class DaemonObject: Sendable {
 /// (GNSPublication). It keeps its manager alive.
 public final class Publication: Sendable {
     private let object: DaemonObject
+    /// The daemon's object for it.
     public var path: ObjectPath { object.path }
+    /// The manager it was made from, kept alive by it.
     public var manager: MessageManager { object.manager }
 
     init(path: ObjectPath, manager: MessageManager) {
@@ -48,6 +50,7 @@ public final class Publication: Sendable {
         get async throws { try await object.status }
     }
 
+    /// Ends the publication now rather than at deallocation; subscribers nearby lose it.
     public func unpublish() async throws {
         try await object.end()
     }
@@ -57,7 +60,9 @@ public final class Publication: Sendable {
 /// deallocated (GNSSubscription). It keeps its manager alive.
 public final class Subscription: Sendable {
     private let object: DaemonObject
+    /// The daemon's object for it.
     public var path: ObjectPath { object.path }
+    /// The manager it was made from, kept alive by it.
     public var manager: MessageManager { object.manager }
 
     init(path: ObjectPath, manager: MessageManager) {
@@ -70,6 +75,7 @@ public final class Subscription: Sendable {
         get async throws { try await object.status }
     }
 
+    /// Ends the subscription now rather than at deallocation; its handlers are not called again.
     public func unsubscribe() async throws {
         try await object.end()
     }

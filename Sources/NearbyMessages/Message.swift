@@ -3,11 +3,14 @@ import Foundation
 /// A message: small content (1 to 102400 bytes) with a type, in a namespace.
 /// The GNSMessage of the iOS API.
 public struct Message: Hashable, Sendable {
+    /// 1 to 102400 bytes.
     public var content: Data
     /// Empty when publishing: the project's own namespace.
     public var namespace: String
+    /// At most 32 characters, no `*`; subscribers filter on it.
     public var type: String
 
+    /// A message to publish (or one that was found).
     public init(content: Data, namespace: String = "", type: String = "") {
         self.content = content
         self.namespace = namespace
@@ -28,22 +31,27 @@ public struct MessageInfo: Hashable, Sendable {
 /// Which mediums, which direction and how long: the GNSStrategy of the iOS API.
 /// Unset fields keep the daemon's defaults.
 public struct Strategy: Sendable, Equatable {
+    /// Which way tokens go: this device's out, other devices' in, or both.
     public enum Mode: String, Sendable {
         case broadcast, scan, both
     }
 
+    /// How near counts as nearby: BLE range, or earshot (audio only).
     public enum Distance: String, Sendable {
         case `default`, earshot
     }
 
     /// `ble`, `audio`.
     public var mediums: [String]?
+    /// Default: both.
     public var mode: Mode?
     /// Seconds; 0 (subscriptions only) means until ended.
     public var ttlSeconds: UInt32?
     public var distance: Distance?
+    /// Keep working while the app is in the background (stored until permissions are enforced).
     public var allowInBackground: Bool?
 
+    /// A strategy; what is left nil is the daemon's default.
     public init(mediums: [String]? = nil, mode: Mode? = nil, ttlSeconds: UInt32? = nil, distance: Distance? = nil,
                 allowInBackground: Bool? = nil) {
         self.mediums = mediums
@@ -56,14 +64,19 @@ public struct Strategy: Sendable, Equatable {
 
 /// An error from the daemon, by its D-Bus error name.
 public struct NearbyMessagesError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The daemon's errors (doc/dbus-api.md), and the bus's when the daemon cannot be reached.
     public enum Kind: Sendable, Equatable {
         case invalidArguments, notPermitted, limitExceeded, notSupported, accessDenied
+        /// The object or agent named is gone (ended, expired, released).
+        case doesNotExist
         /// nearbyd is not running on that bus (or not reachable).
         case daemonUnavailable
+        /// Any other D-Bus error, by name.
         case other(String)
     }
 
     public let kind: Kind
+    /// What the daemon said: which argument was wrong and why.
     public let message: String
 
     public var description: String { message }

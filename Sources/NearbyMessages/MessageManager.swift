@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 
+/// Where nearbyd is: the system bus (the default), the session bus, or an address.
 public typealias BusAddress = BusConnection.Address
 
 /// Access to Nearby Messages for one app under one API key: the GNSMessageManager
@@ -86,6 +87,7 @@ public final class MessageManager: Sendable {
         get async throws { try await bus.property(path, "org.nearbyd.Manager1", "PermissionGranted").bool ?? false }
     }
 
+    /// Records the user's decision for this app (stored until permissions are enforced).
     public func setPermissionGranted(_ granted: Bool) async throws {
         try await bus.setProperty(path, "org.nearbyd.Manager1", "PermissionGranted", .bool(granted))
     }

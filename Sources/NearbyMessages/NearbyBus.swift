@@ -133,6 +133,7 @@ extension NearbyMessagesError {
         case "org.nearbyd.Error.LimitExceeded": kind = .limitExceeded
         case "org.nearbyd.Error.NotSupported": kind = .notSupported
         case "org.nearbyd.Error.AccessDenied": kind = .accessDenied
+        case "org.nearbyd.Error.DoesNotExist", "org.freedesktop.DBus.Error.UnknownObject": kind = .doesNotExist
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
              "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply":
             kind = .daemonUnavailable
