@@ -7,12 +7,15 @@
 SWIFT ?= swift
 PREFIX ?= /usr
 DESTDIR ?=
-# The Python that validates doc/server-api/openapi.yaml (openapi-spec-validator, from PyPI).
-PYTHON ?= python3
+# A virtual environment of Debian's Python for the one tool Debian does not
+# package, openapi-spec-validator (from PyPI), which checks
+# doc/server-api/openapi.yaml. Debian's Python refuses system-wide pip installs.
+VENV := .build/venv
 
 # Debian packages the build, the demo and the tests need (the tests' Python
 # D-Bus client runs on Debian's /usr/bin/python3).
-PACKAGES := libsystemd-dev libsqlite3-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-dbus-next
+PACKAGES := libsystemd-dev libsqlite3-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
+	python3-dbus-next
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
@@ -25,7 +28,9 @@ setup:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import openapi_spec_validator, yaml" 2>/dev/null || $(PYTHON) -m pip install -q openapi-spec-validator pyyaml
+	@[ -x $(VENV)/bin/python ] || /usr/bin/python3 -m venv $(VENV)
+	@$(VENV)/bin/python -c "import openapi_spec_validator, yaml" 2>/dev/null || \
+		$(VENV)/bin/python -m pip install -q openapi-spec-validator pyyaml
 
 build: setup
 	$(SWIFT) build
@@ -36,7 +41,7 @@ demo: build
 test: setup
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(PYTHON) -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
+	$(VENV)/bin/python -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
 	@echo "doc/server-api/openapi.yaml: valid OpenAPI"
 
 bench: setup
