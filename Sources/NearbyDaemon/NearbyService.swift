@@ -431,11 +431,13 @@ final class NearbyService {
 
     /// A record of what a manager's objects do: at debug level, or at info for
     /// a manager created with `DebugLogging` (so it shows without turning on
-    /// debug logging for the whole daemon).
-    private func record(_ message: Logger.Message, by manager: Manager, _ metadata: Logger.Metadata) {
+    /// debug logging for the whole daemon). `metadata` is built only when the record is written: publishing and
+    /// ending objects is the daemon's hot path.
+    private func record(_ message: Logger.Message, by manager: Manager,
+                        _ metadata: @autoclosure () -> Logger.Metadata) {
         let level: Logger.Level = manager.debugLogging ? .info : .debug
         guard logger.logLevel <= level else { return }
-        var metadata = metadata
+        var metadata = metadata()
         metadata["client"] = "\(manager.client.busName)"
         metadata["app"] = "\(manager.appId)"
         logger.log(level: level, message, metadata: metadata)
