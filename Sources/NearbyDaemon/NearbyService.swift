@@ -42,6 +42,11 @@ final class NearbyService {
     private var tasks: [Task<Void, Never>] = []
     private var sightingsTimer: BusTimer?
     private var shrinkTimers: [Medium: BusTimer] = [:]
+    /// Publication and subscription ids by expiry (µs since the epoch), with
+    /// one timer for the earliest: cheaper than a timer per object.
+    private var expiries = DeadlineQueue<String>()
+    private var expiryTimer: BusTimer?
+    private var expiryTimerDeadline = UInt64.max
 
     let enabledMediums: Set<Medium>
     /// The strategy of a call that gives none, worked out once.
@@ -114,6 +119,7 @@ final class NearbyService {
         for state in states { state.task.cancel() }
         for task in tasks { task.cancel() }
         sightingsTimer?.cancel()
+        expiryTimer?.cancel()
         for timer in shrinkTimers.values { timer.cancel() }
         shrinkTimers.removeAll()
     }
@@ -255,7 +261,7 @@ final class NearbyService {
         object.exported = try exportOwned(PublicationObject.interface.bind(object), at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
-        object.expiry = expire(at: expiresAt) { service in service.expired(object) }
+        scheduleExpiry(of: publication.id, at: expiresAt)
         let state = link(for: owner.manager.apiKey)
         counted(strategy, by: 1, in: state, owner: owner)
         state.link.send(.publish(publication))
@@ -272,7 +278,7 @@ final class NearbyService {
         object.exported = try exportOwned(SubscriptionObject.interface.bind(object), at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
-        if expiresAt > 0 { object.expiry = expire(at: expiresAt) { service in service.expired(object) } }
+        if expiresAt > 0 { scheduleExpiry(of: subscription.id, at: expiresAt) }
         let state = link(for: owner.manager.apiKey)
         counted(strategy, by: 1, in: state, owner: owner)
         state.link.send(.subscribe(subscription))
@@ -295,22 +301,10 @@ final class NearbyService {
         return links[object.publication.manager.apiKey]?.namespace ?? ""
     }
 
-    private func expired(_ object: PublicationObject) {
-        guard publications[object.publication.id] === object else { return }
-        object.emitExpired()
-        remove(object)
-    }
-
-    private func expired(_ object: SubscriptionObject) {
-        guard subscriptions[object.subscription.id] === object else { return }
-        object.emitExpired()
-        remove(object)
-    }
-
     private func remove(_ object: PublicationObject) {
         let publication = object.publication
         guard registry.remove(publication) else { return }
-        object.expiry?.cancel()
+        expiries.cancel(publication.id)
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
         record("publication ended", by: publication.manager, ["publication": "\(object.path)"])
@@ -324,7 +318,7 @@ final class NearbyService {
     private func remove(_ object: SubscriptionObject) {
         let subscription = object.subscription
         guard registry.remove(subscription) else { return }
-        object.expiry?.cancel()
+        expiries.cancel(subscription.id)
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
         record("subscription ended", by: subscription.manager, ["subscription": "\(object.path)"])
@@ -335,11 +329,34 @@ final class NearbyService {
         }
     }
 
-    /// Runs `action` at `microseconds` since the epoch unless cancelled first.
-    private func expire(at microseconds: UInt64, _ action: @escaping @BusActor (NearbyService) -> Void) -> BusTimer {
-        BusTimer(after: .microseconds(Int64(microseconds) - Int64(Self.nowMicroseconds))) { [weak self] in
-            if let self { action(self) }
+    // MARK: Expiry
+
+    private func scheduleExpiry(of id: String, at microseconds: UInt64) {
+        expiries.schedule(id, at: microseconds)
+        if microseconds < expiryTimerDeadline { armExpiryTimer(for: microseconds) }
+    }
+
+    private func armExpiryTimer(for microseconds: UInt64) {
+        expiryTimer?.cancel()
+        expiryTimerDeadline = microseconds
+        let delay = Int64(clamping: microseconds) - Int64(clamping: Self.nowMicroseconds)
+        expiryTimer = BusTimer(after: .microseconds(delay)) { [weak self] in self?.expireDue() }
+    }
+
+    /// Ends what is due (`Expired` first), then waits for the next deadline.
+    private func expireDue() {
+        expiryTimer = nil
+        expiryTimerDeadline = .max
+        for id in expiries.popDue(now: Self.nowMicroseconds) {
+            if let object = publications[id] {
+                object.emitExpired()
+                remove(object)
+            } else if let object = subscriptions[id] {
+                object.emitExpired()
+                remove(object)
+            }
         }
+        if let next = expiries.nextDeadline { armExpiryTimer(for: next) }
     }
 
     // MARK: Server links

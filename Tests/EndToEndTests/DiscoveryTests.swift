@@ -90,9 +90,14 @@ import TestSupport
         try await withCluster { cluster in
             let key = try await cluster.createProject("ttl")
             let b = try await cluster.addDevice("B", at: (0, 0))
-            let subscription = try await MessageManager(b, apiKey: key).record(strategy: Strategy(ttlSeconds: 1))
+            let manager = try await MessageManager(b, apiKey: key)
+            // One due later first, then one due sooner: the sooner is not held up by it.
+            let lasting = try await manager.record(strategy: Strategy(ttlSeconds: 3600))
+            let subscription = try await manager.record(strategy: Strategy(ttlSeconds: 1))
             _ = try await subscription.events.first(within: 10, "Expired") { $0.kind == .expired }
             await #expect(throws: NearbyMessagesError.self) { _ = try await subscription.subscription.status }
+            #expect(try await lasting.subscription.status != "")
+            #expect(!lasting.events.values.contains { $0.kind == .expired })
         }
     }
 

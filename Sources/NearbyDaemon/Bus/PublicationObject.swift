@@ -10,7 +10,6 @@ final class PublicationObject: LiveObject {
     let path: ObjectPath
     unowned let service: NearbyService
     var exported: ExportedObject?
-    var expiry: BusTimer?
 
     var entry: Publication { publication }
 

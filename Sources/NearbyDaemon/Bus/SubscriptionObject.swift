@@ -10,7 +10,6 @@ final class SubscriptionObject: LiveObject {
     let path: ObjectPath
     unowned let service: NearbyService
     var exported: ExportedObject?
-    var expiry: BusTimer?
 
     var entry: Subscription { subscription }
 
