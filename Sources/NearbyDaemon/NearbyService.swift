@@ -42,9 +42,9 @@ final class NearbyService {
     private var tasks: [Task<Void, Never>] = []
     private var sightingsTimer: BusTimer?
     private var shrinkTimers: [Medium: BusTimer] = [:]
-    /// Publication and subscription ids by expiry (µs since the epoch), with
-    /// one timer for the earliest: cheaper than a timer per object.
-    private var expiries = DeadlineQueue<String>()
+    /// Publications and subscriptions by expiry (µs since the epoch), with one
+    /// timer for the earliest: cheaper than a timer per object.
+    private var expiries = ExpiryQueue()
     private var expiryTimer: BusTimer?
     private var expiryTimerDeadline = UInt64.max
 
@@ -261,7 +261,7 @@ final class NearbyService {
         object.exported = try exportOwned(PublicationObject.interface.bind(object), at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
-        scheduleExpiry(of: publication.id, at: expiresAt)
+        scheduleExpiry(of: .publication(object), at: expiresAt)
         let state = link(for: owner.manager.apiKey)
         counted(strategy, by: 1, in: state, owner: owner)
         state.link.send(.publish(publication))
@@ -278,7 +278,7 @@ final class NearbyService {
         object.exported = try exportOwned(SubscriptionObject.interface.bind(object), at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
-        if expiresAt > 0 { scheduleExpiry(of: subscription.id, at: expiresAt) }
+        if expiresAt > 0 { scheduleExpiry(of: .subscription(object), at: expiresAt) }
         let state = link(for: owner.manager.apiKey)
         counted(strategy, by: 1, in: state, owner: owner)
         state.link.send(.subscribe(subscription))
@@ -304,9 +304,10 @@ final class NearbyService {
     private func remove(_ object: PublicationObject) {
         let publication = object.publication
         guard registry.remove(publication) else { return }
-        expiries.cancel(publication.id)
+        object.hasEnded = true
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
+        expiries.dropEnded(live: publications.count + subscriptions.count)
         record("publication ended", by: publication.manager, ["publication": "\(object.path)"])
         if let state = links[publication.manager.apiKey] {
             counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)])
@@ -318,9 +319,10 @@ final class NearbyService {
     private func remove(_ object: SubscriptionObject) {
         let subscription = object.subscription
         guard registry.remove(subscription) else { return }
-        expiries.cancel(subscription.id)
+        object.hasEnded = true
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
+        expiries.dropEnded(live: publications.count + subscriptions.count)
         record("subscription ended", by: subscription.manager, ["subscription": "\(object.path)"])
         if let state = links[subscription.manager.apiKey] {
             counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)])
@@ -331,8 +333,8 @@ final class NearbyService {
 
     // MARK: Expiry
 
-    private func scheduleExpiry(of id: String, at microseconds: UInt64) {
-        expiries.schedule(id, at: microseconds)
+    private func scheduleExpiry(of entry: ExpiryQueue.Entry, at microseconds: UInt64) {
+        expiries.add(entry, expiresAt: microseconds)
         if microseconds < expiryTimerDeadline { armExpiryTimer(for: microseconds) }
     }
 
@@ -347,16 +349,17 @@ final class NearbyService {
     private func expireDue() {
         expiryTimer = nil
         expiryTimerDeadline = .max
-        for id in expiries.popDue(now: Self.nowMicroseconds) {
-            if let object = publications[id] {
+        for entry in expiries.popDue(now: Self.nowMicroseconds) {
+            switch entry {
+            case .publication(let object):
                 object.emitExpired()
                 remove(object)
-            } else if let object = subscriptions[id] {
+            case .subscription(let object):
                 object.emitExpired()
                 remove(object)
             }
         }
-        if let next = expiries.nextDeadline { armExpiryTimer(for: next) }
+        if let next = expiries.nextExpiry { armExpiryTimer(for: next) }
     }
 
     // MARK: Server links

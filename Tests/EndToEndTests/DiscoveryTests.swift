@@ -101,6 +101,30 @@ import TestSupport
         }
     }
 
+    /// Many publications with a TTL, most ended early: only the ones left
+    /// expire, each once, and the ended ones never do (the expiry queue drops
+    /// ended entries in passes, which this many ended objects set off).
+    @Test func onlyLivePublicationsExpire() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("many-ttls")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let publisher = try await MessageManager(a, apiKey: key)
+            let expired = Inbox<Int>()
+            var publications: [Publication] = []
+            for index in 0..<120 {
+                publications.append(try await publisher.publish("message \(index)", strategy: Strategy(ttlSeconds: 2)) {
+                    expired.put(index)
+                })
+            }
+            for publication in publications[..<110] { try await publication.unpublish() }
+            for index in 110..<120 {
+                _ = try await expired.first(within: 15, "message \(index) to expire") { $0 == index }
+            }
+            #expect(expired.values.sorted() == Array(110..<120))
+            withExtendedLifetime(publications) {}
+        }
+    }
+
     @Test func namespaceAndTypeFiltersSelectMessages() async throws {
         try await withCluster { cluster in
             let key = try await cluster.createProject("filters")

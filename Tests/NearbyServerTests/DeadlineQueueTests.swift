@@ -1,4 +1,5 @@
 import NearbyCore
+@testable import NearbyServer
 import Testing
 
 @Suite struct DeadlineQueueTests {

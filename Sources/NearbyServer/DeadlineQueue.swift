@@ -8,23 +8,16 @@
 /// refreshed many times. A cancelled key, or one moved earlier, leaves a stale
 /// entry behind; the heap is rebuilt without them once they outnumber the live
 /// ones, so it stays within twice the keys scheduled.
-public struct DeadlineQueue<Key: Hashable> {
+struct DeadlineQueue<Key: Hashable> {
     private var heap: [(deadline: UInt64, key: Key)] = []
     private var scheduled: [Key: UInt64] = [:]
 
-    public init() {}
-
-    public var isEmpty: Bool { heap.isEmpty }
+    var isEmpty: Bool { heap.isEmpty }
 
     /// Entries held, stale ones included: what the queue costs in memory.
-    public var count: Int { heap.count }
+    var count: Int { heap.count }
 
-    /// The earliest deadline held; a stale one (of a cancelled key) may come
-    /// first, so a timer armed for it may find nothing due.
-    public var nextDeadline: UInt64? { heap.first?.deadline }
-
-    /// Enters `key` to be handed out at `deadline`, unless it is already due sooner.
-    public mutating func schedule(_ key: Key, at deadline: UInt64) {
+    mutating func schedule(_ key: Key, at deadline: UInt64) {
         if let earlier = scheduled[key], earlier <= deadline { return }
         scheduled[key] = deadline
         heap.append((deadline, key))
@@ -33,13 +26,13 @@ public struct DeadlineQueue<Key: Hashable> {
     }
 
     /// Forgets `key`'s deadline, if it has one: it is not handed out.
-    public mutating func cancel(_ key: Key) {
+    mutating func cancel(_ key: Key) {
         guard scheduled.removeValue(forKey: key) != nil else { return }
         compactIfMostlyStale()
     }
 
     /// Removes and returns every key whose deadline is at or before `now`.
-    public mutating func popDue(now: UInt64) -> [Key] {
+    mutating func popDue(now: UInt64) -> [Key] {
         var due: [Key] = []
         while let first = heap.first, first.deadline <= now {
             let last = heap.removeLast()
