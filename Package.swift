@@ -56,6 +56,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(name: "BluetoothLE", dependencies: ["NearbyCore"]),
         .target(
             name: "Mediums",
             dependencies: ["NearbyCore", "NearbyAir", .product(name: "Logging", package: "swift-log")]
@@ -142,6 +143,7 @@ let package = Package(
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
+        .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(
             name: "SystemdServiceTests",
             dependencies: ["SystemdService", "TestSupport", .product(name: "Logging", package: "swift-log")]
