@@ -65,6 +65,7 @@ let package = Package(
             name: "NearbyServer",
             dependencies: [
                 "NearbyCore", "ServerAPI", "ConfigFile",
+                .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),

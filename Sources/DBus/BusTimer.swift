@@ -11,9 +11,7 @@ import Glibc
 /// timer's owner makes no lasting cycle.
 @BusActor
 public final class BusTimer {
-    // nonisolated(unsafe) for the deinit alone, which disposes of it on the bus
-    // thread; everything else that touches it is bus-actor code.
-    nonisolated(unsafe) private var source: OpaquePointer?
+    private var source: OpaquePointer?
 
     public init(after delay: Duration, _ action: @escaping @BusActor () -> Void) {
         var event: OpaquePointer?
@@ -39,20 +37,11 @@ public final class BusTimer {
         self.source = source
     }
 
-    // Not an isolated deinit: a timer per publication would pay the runtime's
-    // executor checks on every release. Released on the bus thread (the usual
-    // case) it disposes of its source at once; anywhere else it sends the
-    // source there, and until it arrives the action may still run once (the
-    // action, not the timer, is what the source holds, so nothing is freed
-    // under it).
-    deinit {
-        guard let source else { return }
-        if BusLoop.shared.isLoopThread {
-            sd_event_source_disable_unref(source)
-        } else {
-            let handle = EventSource(source)
-            Task { @BusActor in handle.dispose() }
-        }
+    // Released off the bus thread, the deinit waits for it; the action may run
+    // once meanwhile (the source holds the action, not the timer, so nothing
+    // is freed under it).
+    isolated deinit {
+        if let source { sd_event_source_disable_unref(source) }
     }
 
     /// Stops the timer; the action will not run, and is let go.
@@ -76,20 +65,5 @@ private final class TimerAction {
         let action = run
         run = nil
         action?()
-    }
-}
-
-/// An sd-event source on its way to the bus thread to be disposed of. Sendable
-/// because nothing reads it on the way: only `dispose()`, on the bus thread,
-/// touches the pointer.
-private struct EventSource: @unchecked Sendable {
-    let pointer: OpaquePointer
-
-    init(_ pointer: OpaquePointer) {
-        self.pointer = pointer
-    }
-
-    @BusActor func dispose() {
-        sd_event_source_disable_unref(pointer)
     }
 }

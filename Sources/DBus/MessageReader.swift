@@ -39,7 +39,7 @@ public struct MessageReader {
         case UInt8(ascii: "x"): return .int64(try readBasic(code, Int64(0)))
         case UInt8(ascii: "t"): return .uint64(try readBasic(code, UInt64(0)))
         case UInt8(ascii: "d"): return .double(try readBasic(code, Double(0)))
-        case UInt8(ascii: "h"): return .unixFD(try UnixFileDescriptor(from: self))
+        case UInt8(ascii: "h"): return .unixFD(try UnixFileDescriptor(duplicating: try readBasic(code, Int32(-1))))
         case UInt8(ascii: "s"): return .string(try readString(code))
         case UInt8(ascii: "o"): return .objectPath(ObjectPath(trusted: try readString(code)))
         case UInt8(ascii: "g"): return .signature(Signature(trusted: try readString(code)))

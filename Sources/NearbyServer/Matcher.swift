@@ -144,7 +144,7 @@ actor Matcher {
 
     private struct Session {
         let id: UInt64
-        let continuation: AsyncStream<StreamOutput>.Continuation
+        let continuation: AsyncStream<StreamOutputs.Queued>.Continuation
         let backlog: StreamBacklog
     }
 
@@ -219,7 +219,7 @@ actor Matcher {
         projectDevices[device.project]?.remove(id)
         if projectDevices[device.project]?.isEmpty == true { projectDevices[device.project] = nil }
         if let session = sessions.removeValue(forKey: id) {
-            session.continuation.yield(.close("device unregistered"))
+            session.continuation.yield(StreamOutputs.Queued(output: .close("device unregistered"), bytes: 0))
             session.continuation.finish()
         }
         let others = (links[id] ?? [:]).keys.sorted()
@@ -365,11 +365,11 @@ actor Matcher {
     func openStream(device: String) -> StreamHandle? {
         guard devices[device] != nil else { return nil }
         if let old = sessions[device] {
-            old.continuation.yield(.close("replaced by a newer stream of this device"))
+            old.continuation.yield(StreamOutputs.Queued(output: .close("replaced by a newer stream of this device"), bytes: 0))
             old.continuation.finish()
         }
         lastSessionID += 1
-        let (outputs, continuation) = AsyncStream.makeStream(of: StreamOutput.self,
+        let (outputs, continuation) = AsyncStream.makeStream(of: StreamOutputs.Queued.self,
                                                              bufferingPolicy: .bufferingOldest(streamBufferLimit))
         let backlog = StreamBacklog()
         sessions[device] = Session(id: lastSessionID, continuation: continuation, backlog: backlog)
@@ -546,7 +546,7 @@ actor Matcher {
             return
         }
         session.backlog.add(bytes)
-        if case .dropped = session.continuation.yield(.event(event)) {
+        if case .dropped = session.continuation.yield(StreamOutputs.Queued(output: .event(event), bytes: bytes)) {
             session.continuation.finish()
         }
     }

@@ -21,7 +21,13 @@ struct StreamOutputs: AsyncSequence, Sendable {
     typealias Element = StreamOutput
     typealias Failure = Never
 
-    let base: AsyncStream<StreamOutput>
+    /// An output as the matcher queues it, with the bytes it added to the backlog.
+    struct Queued: Sendable {
+        let output: StreamOutput
+        let bytes: Int
+    }
+
+    let base: AsyncStream<Queued>
     let backlog: StreamBacklog
 
     func makeAsyncIterator() -> Iterator { Iterator(base: base.makeAsyncIterator(), backlog: backlog) }
@@ -30,21 +36,20 @@ struct StreamOutputs: AsyncSequence, Sendable {
         typealias Element = StreamOutput
         typealias Failure = Never
 
-        var base: AsyncStream<StreamOutput>.Iterator
+        var base: AsyncStream<Queued>.Iterator
         let backlog: StreamBacklog
 
         mutating func next() async -> StreamOutput? {
-            let output = await base.next()
-            if case .event(let event)? = output { backlog.remove(event.bufferedBytes) }
-            return output
+            guard let queued = await base.next() else { return nil }
+            backlog.remove(queued.bytes)
+            return queued.output
         }
     }
 }
 
 extension StreamEvent {
     /// About what the event holds in memory while it waits: its content and
-    /// strings, and a little for the rest. Counted when queued and again when
-    /// taken, so it must depend on the event alone.
+    /// strings, and a little for the rest.
     var bufferedBytes: Int {
         switch self {
         case .found(let match): match.bufferedBytes

@@ -286,43 +286,38 @@ final class ServerLink {
         changes += heldSubscriptions.filter { subscriptions[$0.id] == nil }.map { .deleteSubscription(id: $0.id) }
         changes += publications.filter { !registered.contains($0.key) }.map { .putPublication(id: $0.key, Self.spec(of: $0.value)) }
         changes += subscriptions.filter { !registered.contains($0.key) }.map { .putSubscription(id: $0.key, Self.spec(of: $0.value)) }
-        for (change, error) in try await send(changes, device) {
-            if let error {
-                logger.error("the server refused a change of \(change.id): \(error)")
-            } else if change.isPut {
-                registered.insert(change.id)
-            }
+        for change in try await send(changes, device) where change.isPut {
+            registered.insert(change.id)
         }
         return registered
     }
 
     /// Sends `changes` in as few requests as the server's size limits allow;
-    /// returns each change with the error it met, if any.
-    private func send(_ changes: [ChangeBatch.Change],
-                      _ device: DeviceRegistration) async throws -> [(ChangeBatch.Change, APIError?)] {
-        var outcome: [(ChangeBatch.Change, APIError?)] = []
+    /// returns those the server took. What it refused is logged.
+    private func send(_ changes: [ChangeBatch.Change], _ device: DeviceRegistration) async throws -> [ChangeBatch.Change] {
+        var taken: [ChangeBatch.Change] = []
         var start = changes.startIndex
         while start < changes.endIndex {
             var end = start
             var bytes = 0
-            while end < changes.endIndex, end - start < Self.changesPerBatch {
+            while end < changes.endIndex, end - start < ClientBatchLimits.maxChangesPerBatch {
                 bytes += Self.estimatedBytes(changes[end])
-                if end > start, bytes > Self.bytesPerBatch { break }
+                if end > start, bytes > ClientBatchLimits.maxChangeBatchBytes { break }
                 end += 1
             }
             let batch = ChangeBatch(changes: Array(changes[start..<end]))
             let answer = try await authenticated { () async throws(ServerCallError) in try await client.apply(batch, device) }
             for (index, change) in batch.changes.enumerated() {
-                outcome.append((change, index < answer.results.count ? answer.results[index].error : nil))
+                if let error = index < answer.results.count ? answer.results[index].error : nil {
+                    logger.error("the server refused a change of \(change.id): \(error)")
+                } else {
+                    taken.append(change)
+                }
             }
             start = end
         }
-        return outcome
+        return taken
     }
-
-    // What the server is configured to accept at least (ServerAPI.ClientBatchLimits).
-    private nonisolated static let bytesPerBatch = ClientBatchLimits.maxChangeBatchBytes
-    private nonisolated static let changesPerBatch = ClientBatchLimits.maxChangesPerBatch
 
     private nonisolated static func estimatedBytes(_ change: ChangeBatch.Change) -> Int {
         if case .putPublication(_, let spec) = change { return spec.content.count * 4 / 3 + 512 }
@@ -369,7 +364,7 @@ final class ServerLink {
     private func takeChanges(madeBy cutoff: ContinuousClock.Instant) -> [ChangeBatch.Change] {
         var changes: [ChangeBatch.Change] = []
         var bytes = 0
-        while let (operation, queuedAt) = operations.first, queuedAt <= cutoff, changes.count < Self.changesPerBatch {
+        while let (operation, queuedAt) = operations.first, queuedAt <= cutoff, changes.count < ClientBatchLimits.maxChangesPerBatch {
             let change: ChangeBatch.Change?
             switch operation {
             case .publication(let id):
@@ -383,7 +378,7 @@ final class ServerLink {
             }
             if let change {
                 bytes += Self.estimatedBytes(change)
-                if !changes.isEmpty, bytes > Self.bytesPerBatch { break }
+                if !changes.isEmpty, bytes > ClientBatchLimits.maxChangeBatchBytes { break }
                 if !change.isPut { onServer.remove(change.id) }
                 changes.append(change)
             }
@@ -396,13 +391,9 @@ final class ServerLink {
     /// Sends changes; what the server took is held there from now on (a removal
     /// queued meanwhile then deletes it), what it refused is logged and stays starting.
     private func apply(_ changes: [ChangeBatch.Change], _ device: DeviceRegistration) async throws {
-        for (change, error) in try await send(changes, device) {
-            if let error {
-                logger.error("the server refused a change of \(change.id): \(error)")
-            } else if change.isPut {
-                onServer.insert(change.id)
-                notify(.registered(change.id))
-            }
+        for change in try await send(changes, device) where change.isPut {
+            onServer.insert(change.id)
+            notify(.registered(change.id))
         }
     }
 
@@ -437,8 +428,8 @@ final class ServerLink {
     /// Sends what was heard and lost since the last report, in reports the server accepts.
     private func flushSightings(_ device: DeviceRegistration) async throws {
         while !pendingSeen.isEmpty || !pendingGone.isEmpty {
-            let seen = Array(pendingSeen.values.prefix(Self.sightingsPerReport))
-            let gone = Array(pendingGone.prefix(Self.sightingsPerReport - seen.count))
+            let seen = Array(pendingSeen.values.prefix(ClientBatchLimits.maxSightingsPerReport))
+            let gone = Array(pendingGone.prefix(ClientBatchLimits.maxSightingsPerReport - seen.count))
             for sighting in seen { pendingSeen.removeValue(forKey: sighting.key) }
             for key in gone { pendingGone.remove(key) }
             let report = SightingReport(
@@ -473,7 +464,7 @@ final class ServerLink {
     private func stream(_ device: DeviceRegistration, requests: AsyncStream<StreamRequest>,
                         opened: AsyncStream<Void>.Continuation) async throws {
         defer { opened.finish() }
-        var configuration = WebSocketClientConfiguration(maxFrameSize: Self.maximumMessageBytes,
+        var configuration = WebSocketClientConfiguration(maxFrameSize: ClientBatchLimits.maxStreamMessageBytes,
                                                          autoPing: .enabled(timePeriod: .seconds(15)))
         configuration.additionalHeaders[.authorization] = "Bearer \(device.secret)"
         let logger = self.logger
@@ -486,7 +477,7 @@ final class ServerLink {
                         try await outbound.write(.text(String(decoding: try JSONEncoder().encode(request), as: UTF8.self)))
                     }
                 }
-                for try await message in inbound.messages(maxSize: Self.maximumMessageBytes) {
+                for try await message in inbound.messages(maxSize: ClientBatchLimits.maxStreamMessageBytes) {
                     guard case .text(let text) = message else { continue }
                     do {
                         await self.notify(.stream(try JSONDecoder().decode(StreamEvent.self, from: Data(text.utf8))))
@@ -499,8 +490,6 @@ final class ServerLink {
         }
     }
 
-    private nonisolated static let sightingsPerReport = ClientBatchLimits.maxSightingsPerReport
-    private nonisolated static let maximumMessageBytes = ClientBatchLimits.maxStreamMessageBytes
 
     private nonisolated static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }
