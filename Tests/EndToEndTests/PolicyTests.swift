@@ -23,7 +23,10 @@ struct PolicyTests {
         try FileManager.default.setAttributes([.posixPermissions: 0o777], ofItemAtPath: directory.path)
         let arguments = ["--bus", bus.address, "--server", "http://127.0.0.1:9", "--air-socket", directory.file("none.sock")]
 
-        let impostor = try await asNobody([Programs.path("nearbyd")] + arguments + ["--state-dir", directory.file("nobody")])
+        // A copy nobody can reach: the build directory may sit under one only its owner can enter.
+        let reachable = directory.file("nearbyd")
+        try FileManager.default.copyItem(atPath: Programs.path("nearbyd"), toPath: reachable)
+        let impostor = try await asNobody([reachable] + arguments + ["--state-dir", directory.file("nobody")])
         #expect(impostor.status == 1)
         #expect(impostor.output.contains("org.nearbyd"), "\(impostor.output)")
 
