@@ -1,23 +1,63 @@
 import NearbyCore
 
 /// The lowest layer of one medium: what broadcasts tokens and hears other
-/// devices' tokens. BLE through BlueZ, audio through ALSA, or either through the
-/// simulated air; everything above it is the same code.
+/// devices' tokens. BLE through BlueZ or raw HCI, audio through ALSA, or either
+/// through the simulated air; everything above it is the same code.
 public protocol MediumBackend: Sendable {
     var medium: Medium { get }
 
     /// Broadcasts exactly `tokens` from now on (none: stop broadcasting).
     func broadcast(_ tokens: Set<Token>) async
 
-    /// Starts or stops listening.
-    func scan(_ enabled: Bool) async
+    /// Starts, changes or stops listening.
+    func scan(_ mode: ScanMode) async
 
     /// Every token heard, as heard.
     var sightings: AsyncStream<Sighting> { get }
 
-    /// Each change of availability, as it happens (the medium starts unavailable).
-    var availabilityChanges: AsyncStream<Bool> { get }
+    /// Each change of the medium's condition, as it happens (a medium starts
+    /// `.unavailable`).
+    var conditionChanges: AsyncStream<MediumCondition> { get }
 
     /// Runs the backend (connecting, reconnecting) until the task is cancelled.
     func run() async
+}
+
+/// How hard a medium listens.
+public enum ScanMode: Int, Sendable, Comparable, CustomStringConvertible {
+    case off
+    /// Passive listening that may hear less, later, for less power: what
+    /// background and low-power strategies ask for. A backend without such a
+    /// mode listens fully.
+    case lowPower
+    case full
+
+    public static func < (lhs: ScanMode, rhs: ScanMode) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    public var description: String {
+        switch self {
+        case .off: "off"
+        case .lowPower: "low-power"
+        case .full: "full"
+        }
+    }
+}
+
+/// Whether a medium can be used now, and if not, whose move it is.
+public enum MediumCondition: Sendable, Equatable, CustomStringConvertible {
+    case ready
+    /// The hardware is off, blocked or absent (for BLE: the adapter is not
+    /// powered, rfkill-blocked, missing, or bluetoothd is not running; with the
+    /// simulator: nearby-air cannot be reached). The user can fix it.
+    case unavailable
+    /// The system refuses the daemon (BlueZ or the bus policy deny it access).
+    case refused
+
+    public var description: String {
+        switch self {
+        case .ready: "ready"
+        case .unavailable: "unavailable"
+        case .refused: "refused"
+        }
+    }
 }

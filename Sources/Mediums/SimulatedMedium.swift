@@ -25,9 +25,9 @@ public actor SimulatedMedium: MediumBackend {
 
     public nonisolated let medium: Medium
     public nonisolated let sightings: AsyncStream<Sighting>
-    public nonisolated let availabilityChanges: AsyncStream<Bool>
+    public nonisolated let conditionChanges: AsyncStream<MediumCondition>
     private let sightingSink: AsyncStream<Sighting>.Continuation
-    private let availabilitySink: AsyncStream<Bool>.Continuation
+    private let conditionSink: AsyncStream<MediumCondition>.Continuation
     private let settings: Settings
     private let logger: Logger
     private var client: AirClient?
@@ -44,7 +44,7 @@ public actor SimulatedMedium: MediumBackend {
         self.settings = settings
         self.logger = logger
         (sightings, sightingSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1024))
-        (availabilityChanges, availabilitySink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
+        (conditionChanges, conditionSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
     public func broadcast(_ tokens: Set<Token>) async {
@@ -52,8 +52,9 @@ public actor SimulatedMedium: MediumBackend {
         await reconcile()
     }
 
-    public func scan(_ enabled: Bool) async {
-        scanning = enabled
+    /// The air has one way of listening: low-power is full.
+    public func scan(_ mode: ScanMode) async {
+        scanning = mode != .off
         await reconcile()
     }
 
@@ -114,7 +115,7 @@ public actor SimulatedMedium: MediumBackend {
         self.client = client
         advertised = []
         scanRequested = false
-        availabilitySink.yield(true)
+        conditionSink.yield(.ready)
         logger.info("attached to nearby-air", metadata: ["device": "\(settings.device)", "medium": "\(medium)"])
         await reconcile()
         return client
@@ -124,7 +125,7 @@ public actor SimulatedMedium: MediumBackend {
         guard let client else { return }
         client.close()
         self.client = nil
-        availabilitySink.yield(false)
+        conditionSink.yield(.unavailable)
     }
 
     private func send(_ request: AirRequest, on client: AirClient) async {

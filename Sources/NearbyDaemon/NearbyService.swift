@@ -26,6 +26,7 @@ final class NearbyService {
     private let credentials: CredentialStore
     private let backends: [Medium: any MediumBackend]
     private(set) var availableMediums: Set<Medium> = []
+    private var mediumConditions: [Medium: MediumCondition] = [:]
     private(set) var debugLogging = false
     private var root: RootObject?
     private var watches: [String: PeerWatch] = [:]
@@ -82,14 +83,14 @@ final class NearbyService {
             tasks.append(Task {
                 for await wish in wishes {
                     await backend.broadcast(wish.tokens)
-                    await backend.scan(wish.scanning)
+                    await backend.scan(wish.scanMode)
                 }
             })
             tasks.append(Task { @BusActor [weak self] in
                 for await sighting in backend.sightings { self?.heard(sighting) }
             })
             tasks.append(Task { @BusActor [weak self] in
-                for await available in backend.availabilityChanges { self?.medium(medium, isAvailable: available) }
+                for await condition in backend.conditionChanges { self?.medium(medium, is: condition) }
             })
         }
         expireSightingsSoon()
@@ -503,24 +504,36 @@ final class NearbyService {
         return .active
     }
 
-    /// BluetoothPowerError: BLE is configured, some object of the manager needs
-    /// it, and it cannot be used now.
+    /// BluetoothPowerError and BluetoothPermissionError: BLE is configured, some
+    /// object of the manager needs it, and it cannot be used now because it is
+    /// off or absent, or because the system refuses the daemon.
     private func refreshErrors(of object: ManagerObject) {
-        let powerError = object.bleUsers > 0 && enabledMediums.contains(.ble) && !availableMediums.contains(.ble)
+        let needsBLE = object.bleUsers > 0 && enabledMediums.contains(.ble)
+        let condition = mediumConditions[.ble] ?? .unavailable
+        var changed: [String] = []
+        let powerError = needsBLE && condition == .unavailable
         if powerError != object.bluetoothPowerError {
             object.bluetoothPowerError = powerError
-            object.changed(["BluetoothPowerError"])
+            changed.append("BluetoothPowerError")
         }
+        let permissionError = needsBLE && condition == .refused
+        if permissionError != object.bluetoothPermissionError {
+            object.bluetoothPermissionError = permissionError
+            changed.append("BluetoothPermissionError")
+        }
+        if !changed.isEmpty { object.changed(changed) }
     }
 
     // MARK: Mediums
 
-    private func medium(_ medium: Medium, isAvailable: Bool) {
-        let changed = isAvailable ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil
-        guard changed else { return }
-        logger.info("medium \(isAvailable ? "available" : "unavailable")", metadata: ["medium": "\(medium)"])
-        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["AvailableMediums"])
-        for state in links.values { refreshStatuses(of: state) }
+    private func medium(_ medium: Medium, is condition: MediumCondition) {
+        guard mediumConditions.updateValue(condition, forKey: medium) != condition else { return }
+        logger.info("medium \(condition)", metadata: ["medium": "\(medium)"])
+        let available = condition == .ready
+        if available ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil {
+            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["AvailableMediums"])
+            for state in links.values { refreshStatuses(of: state) }
+        }
         for object in managers.values { refreshErrors(of: object) }
     }
 
@@ -535,7 +548,7 @@ final class NearbyService {
                 shrinkTimers.removeValue(forKey: medium)?.cancel()
                 continue
             }
-            if wish.tokens.isSuperset(of: last.tokens), wish.scanning || !last.scanning {
+            if wish.tokens.isSuperset(of: last.tokens), wish.scanMode >= last.scanMode {
                 shrinkTimers.removeValue(forKey: medium)?.cancel()
                 apply(wish, to: medium)
             } else if shrinkTimers[medium] == nil {
@@ -551,11 +564,11 @@ final class NearbyService {
     private static let shrinkGrace = Duration.milliseconds(500)
 
     private func currentWish(for medium: Medium) -> MediumWish {
-        var wish = MediumWish(tokens: [], scanning: false)
+        var wish = MediumWish(tokens: [], scanMode: .off)
         for state in links.values {
             let usage = state.usage[medium] ?? LinkState.Usage()
             if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
-            if usage.scanning > 0 { wish.scanning = true }
+            if usage.scanning > 0 { wish.scanMode = .full }
         }
         return wish
     }
@@ -619,7 +632,7 @@ final class NearbyService {
 /// What one medium is asked to do.
 struct MediumWish: Equatable, Sendable {
     var tokens: Set<Token>
-    var scanning: Bool
+    var scanMode: ScanMode
 }
 
 /// The daemon's view of one ServerLink.

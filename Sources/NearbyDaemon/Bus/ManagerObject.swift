@@ -17,10 +17,10 @@ final class ManagerObject {
     /// Kept as set: permissions (issue 7) are not enforced yet.
     var permissionGranted = true
     var background = false
-    /// Always false until the audio (issue 4) and BlueZ (issue 3) backends report them.
+    /// Always false until the audio backend (issue 4) reports it.
     var microphonePermissionError = false
+    /// Kept up to date by ``NearbyService`` from the BLE medium's condition.
     var bluetoothPermissionError = false
-    /// Kept up to date by ``NearbyService`` from the mediums' availability.
     var bluetoothPowerError = false
 
     init(manager: Manager, path: ObjectPath, service: NearbyService) {
