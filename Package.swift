@@ -57,9 +57,23 @@ let package = Package(
             ]
         ),
         .target(name: "BluetoothLE", dependencies: ["NearbyCore"]),
+        // C: libbluetooth's HCI headers, for the raw-HCI BLE backend.
+        .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
+        .target(
+            name: "BluetoothHCI",
+            dependencies: [
+                "CBluetooth", "BluetoothLE", "Mediums", "NearbyCore",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .target(
             name: "Mediums",
             dependencies: ["NearbyCore", "NearbyAir", .product(name: "Logging", package: "swift-log")]
+        ),
+        // BLE through bluetoothd on the system bus.
+        .target(
+            name: "BlueZ",
+            dependencies: ["DBus", "BluetoothLE", "Mediums", "NearbyCore", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "NearbyServer",
@@ -77,7 +91,7 @@ let package = Package(
         .target(
             name: "NearbyDaemon",
             dependencies: [
-                "DBus", "NearbyCore", "ServerAPI", "Mediums", "SystemdService", "ConfigFile",
+                "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "BluetoothHCI", "SystemdService", "ConfigFile",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
@@ -140,11 +154,14 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: ["DBus", .product(name: "Subprocess", package: "swift-subprocess")],
-            path: "Tests/TestSupport"
+            path: "Tests/TestSupport",
+            exclude: ["python"]
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "BluetoothLE", "DBus", "NearbyCore"]),
+        .testTarget(name: "BluetoothHCITests", dependencies: ["BluetoothHCI", "BluetoothLE", "NearbyCore", "Mediums"]),
         .testTarget(
             name: "SystemdServiceTests",
             dependencies: ["SystemdService", "TestSupport", .product(name: "Logging", package: "swift-log")]

@@ -22,12 +22,15 @@ struct NearbyBench: AsyncParsableCommand {
                        driven by C sd-bus load clients.
             memory     nearbyd's resident memory idle and with 10,000 live
                        publications, against the reference C service's.
+            scan       CPU of nearbyd's BlueZ backend per 1,000 advertisement
+                       reports per second from bluetoothd's stand-in, against a
+                       C sd-bus consumer reading the same signals (scan_floor).
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
             Markdown rows for doc/performance.md.
             """,
-        subcommands: [All.self, Discovery.self, Throughput.self, Memory.self],
+        subcommands: [All.self, Discovery.self, Throughput.self, Memory.self, Scan.self],
         defaultSubcommand: All.self
     )
 }
@@ -58,6 +61,7 @@ struct All: AsyncParsableCommand {
         try await DiscoveryBenchmark.run(trials: 100)
         try await ThroughputBenchmark.run(locations: locations, pairs: 20_000, window: 64, rounds: 7)
         try await MemoryBenchmark.run(locations: locations, publications: 10_000)
+        try await ScanBenchmark.run(locations: locations, rate: 1000, seconds: 10, rounds: 3)
     }
 }
 
@@ -106,6 +110,26 @@ struct Memory: AsyncParsableCommand {
     func run() async throws {
         locations.apply()
         try await MemoryBenchmark.run(locations: locations, publications: publications)
+    }
+}
+
+struct Scan: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "BLE scanning cost through BlueZ against a C consumer.")
+
+    @OptionGroup var locations: Locations
+
+    @Option(help: "Advertisement reports per second.")
+    var rate: UInt32 = 1000
+
+    @Option(help: "Seconds per round.")
+    var seconds: UInt32 = 10
+
+    @Option(help: "Rounds; medians are reported.")
+    var rounds = 3
+
+    func run() async throws {
+        locations.apply()
+        try await ScanBenchmark.run(locations: locations, rate: rate, seconds: seconds, rounds: rounds)
     }
 }
 

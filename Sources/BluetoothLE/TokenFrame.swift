@@ -30,7 +30,7 @@ public enum TokenFrame {
     }()
 
     /// AD type "Service Data - 128-bit UUID".
-    static let serviceData128: UInt8 = 0x21
+    public static let serviceData128: UInt8 = 0x21
 
     /// The advertising data for `token` (no Flags; 26 bytes).
     public static func advertisingData(for token: Token) -> [UInt8] {

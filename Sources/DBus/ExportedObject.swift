@@ -87,6 +87,43 @@ extension BusConnection {
     }
 }
 
+extension BusConnection {
+    /// Serves `org.freedesktop.DBus.ObjectManager` at `path` (sd-bus's own
+    /// implementation): `GetManagedObjects` lists every object exported below
+    /// it with its interfaces and properties. Served until the returned
+    /// registration is cancelled or released.
+    public func addObjectManager(at path: ObjectPath) throws(DBusError) -> ObjectManagerRegistration {
+        let registration = ObjectManagerRegistration()
+        try check(sd_bus_add_object_manager(bus, &registration.manager, path.rawValue), "serving an object manager at \(path)")
+        // sd-bus asks only the enumerators registered at the manager's own path
+        // for the objects below it.
+        try check(sd_bus_add_node_enumerator(bus, &registration.enumerator, path.rawValue, enumerateTrampoline,
+                                             Unmanaged.passUnretained(objects).toOpaque()),
+                  "listing the objects below \(path)")
+        return registration
+    }
+}
+
+/// A live ``BusConnection/addObjectManager(at:)``.
+@BusActor
+public final class ObjectManagerRegistration {
+    fileprivate var manager: OpaquePointer?
+    fileprivate var enumerator: OpaquePointer?
+
+    fileprivate init() {}
+
+    public func cancel() {
+        if let manager { sd_bus_slot_unref(manager) }
+        if let enumerator { sd_bus_slot_unref(enumerator) }
+        manager = nil
+        enumerator = nil
+    }
+
+    isolated deinit {
+        cancel()
+    }
+}
+
 /// Every object a connection exports, by interface and path.
 ///
 /// sd-bus sees one fallback vtable per interface, registered at `/` the first

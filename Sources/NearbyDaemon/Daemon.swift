@@ -1,3 +1,5 @@
+import BlueZ
+import BluetoothHCI
 import DBus
 import Foundation
 import Logging
@@ -23,9 +25,8 @@ public struct Daemon: Service {
     public func run() async throws {
         try FileManager.default.createDirectory(atPath: configuration.stateDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
-        let backends = makeBackends()
         let (busLost, busLostSignal) = AsyncStream.makeStream(of: Void.self)
-        let service = try await start(backends: backends, onBusLost: { busLostSignal.yield() })
+        let service = try await start(onBusLost: { busLostSignal.yield() })
         let uniqueName = await service.connection.uniqueName
         logger.info("nearbyd \(NearbyService.version) ready", metadata: ["bus": "\(configuration.bus)", "name": "\(uniqueName)"])
         FileHandle.standardOutput.write(Data("nearbyd: ready on \(configuration.bus) as \(uniqueName)\n".utf8))
@@ -53,23 +54,38 @@ public struct Daemon: Service {
     }
 
     @BusActor
-    private func start(backends: [any MediumBackend], onBusLost: @escaping @Sendable () -> Void) throws -> NearbyService {
+    private func start(onBusLost: @escaping @Sendable () -> Void) throws -> NearbyService {
         let connection = try BusConnection(configuration.bus)
         connection.onDisconnect {
             logger.error("the connection to the bus was lost")
             onBusLost()
         }
-        let service = NearbyService(configuration: configuration, connection: connection, backends: backends, logger: logger)
+        let service = NearbyService(configuration: configuration, connection: connection, backends: makeBackends(),
+                                    logger: logger)
         try service.start()
         // The name last: whoever finds it on the bus finds the API ready.
         try connection.requestName(Self.busName)
         return service
     }
 
+    @BusActor
     private func makeBackends() -> [any MediumBackend] {
-        guard configuration.ble == .sim else { return [] }
-        let settings = SimulatedMedium.Settings(socketPath: configuration.airSocket, device: configuration.simDevice,
-                                                position: configuration.simPosition, txPower: configuration.bleTxPower)
-        return [SimulatedMedium(medium: .ble, settings: settings, logger: logger)]
+        switch configuration.ble {
+        case .off:
+            return []
+        case .sim:
+            let settings = SimulatedMedium.Settings(socketPath: configuration.airSocket, device: configuration.simDevice,
+                                                    position: configuration.simPosition, txPower: configuration.bleTxPower)
+            return [SimulatedMedium(medium: .ble, settings: settings, logger: logger)]
+        case .bluez:
+            let settings = BlueZMedium.Settings(bus: configuration.bluezBus, adapter: configuration.bleAdapter,
+                                                txPower: configuration.bleTxPower,
+                                                lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)))
+            return [BlueZMedium(settings: settings, logger: logger)]
+        case .hci:
+            let settings = HCIMedium.Settings(device: configuration.bleAdapter ?? "hci0", channel: configuration.hciChannel,
+                                              txPower: configuration.bleTxPower, logger: logger)
+            return [HCIMedium(settings: settings)]
+        }
     }
 }

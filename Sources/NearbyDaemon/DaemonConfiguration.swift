@@ -1,3 +1,4 @@
+import BluetoothHCI
 import ConfigFile
 import DBus
 import Foundation
@@ -17,6 +18,10 @@ public struct DaemonConfiguration: Sendable {
         case off
         /// The antenna or speaker is nearby-air's simulated space.
         case sim
+        /// BLE through bluetoothd on the system bus.
+        case bluez
+        /// BLE through a raw HCI socket, for hosts without bluetoothd.
+        case hci
     }
 
     /// `[daemon] bus`: system, session, or a D-Bus address.
@@ -49,8 +54,15 @@ public struct DaemonConfiguration: Sendable {
     public var limits = RegistryLimits()
 
     /// `[ble] backend` and `tx-power` (dBm at one metre).
-    public var ble = Backend.sim
+    public var ble = Backend.bluez
     public var bleTxPower = -59
+    /// `[ble] adapter`: the controller (`hci0`); nil for BlueZ's first powered
+    /// one, or hci0 for the HCI backend.
+    public var bleAdapter: String?
+    /// `[ble] hci-channel`: how the HCI backend reaches its controller.
+    public var hciChannel = HCIMedium.Channel.raw
+    /// `[ble] bluez-bus`: where bluetoothd is (the system bus but in tests).
+    public var bluezBus: BusConnection.Address = .system
     /// `[audio] backend`.
     public var audio = Backend.off
 
@@ -106,12 +118,23 @@ public struct DaemonConfiguration: Sendable {
         if let value = try limits.integer("max-managers-per-client") { result.limits.maxManagersPerClient = value }
         if let value = try limits.integer("max-objects-per-manager") { result.limits.maxObjectsPerManager = value }
 
-        let ble = try file.section("ble", keys: ["backend", "tx-power"])
-        if let backend = try ble.string("backend") { result.ble = try Self.backend(backend, in: ble) }
+        let ble = try file.section("ble", keys: ["backend", "tx-power", "adapter", "bluez-bus", "hci-channel"])
+        if let backend = try ble.string("backend") { result.ble = try Self.backend(backend, of: [.off, .sim, .bluez, .hci], in: ble) }
         if let power = try ble.integer("tx-power") { result.bleTxPower = power }
+        if let adapter = try ble.string("adapter") {
+            guard Self.isAdapterName(adapter) else { throw ble.invalid("adapter", "must be an adapter name such as hci0") }
+            result.bleAdapter = adapter
+        }
+        if let bus = try ble.string("bluez-bus") { result.bluezBus = Self.busAddress(bus) }
+        if let channel = try ble.string("hci-channel") {
+            guard let parsed = HCIMedium.Channel(rawValue: channel) else {
+                throw ble.invalid("hci-channel", "must be one of \(HCIMedium.Channel.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            result.hciChannel = parsed
+        }
 
         let audio = try file.section("audio", keys: ["backend"])
-        if let backend = try audio.string("backend") { result.audio = try Self.backend(backend, in: audio) }
+        if let backend = try audio.string("backend") { result.audio = try Self.backend(backend, of: [.off, .sim], in: audio) }
         if result.audio == .sim {
             throw audio.invalid("backend", "'sim' is not available yet: the simulated acoustic space comes with the audio modem; use 'off'")
         }
@@ -168,11 +191,16 @@ public struct DaemonConfiguration: Sendable {
         return Position(x: values[0], y: values[1], z: values.count == 3 ? values[2] : 0)
     }
 
-    private static func backend(_ name: String, in section: Section) throws(ConfigurationError) -> Backend {
-        guard let backend = Backend(rawValue: name) else {
-            throw section.invalid("backend", "must be one of \(Backend.allCases.map(\.rawValue).joined(separator: ", "))")
+    private static func backend(_ name: String, of allowed: [Backend], in section: Section) throws(ConfigurationError) -> Backend {
+        guard let backend = Backend(rawValue: name), allowed.contains(backend) else {
+            throw section.invalid("backend", "must be one of \(allowed.map(\.rawValue).joined(separator: ", "))")
         }
         return backend
+    }
+
+    /// `hci` and a device number, as the kernel names controllers.
+    public static func isAdapterName(_ name: String) -> Bool {
+        HCIMedium.Settings.deviceIndex(named: name) != nil
     }
 
     private static func check(_ value: Double, in range: ClosedRange<Double>, _ name: String) throws(ConfigurationError) {

@@ -287,6 +287,21 @@ final class NearbyService {
         return path
     }
 
+    /// A manager going to or from the background: while it is there its
+    /// objects listen with low power (on BLE, a passive advertisement monitor
+    /// where the adapter has one), unless another manager needs full listening.
+    func setBackground(_ object: ManagerObject, _ background: Bool) {
+        guard object.background != background else { return }
+        object.background = background
+        object.changed(["Background"])
+        guard let state = links[object.manager.apiKey] else { return }
+        let strategies = object.manager.publications.values.map(\.strategy) + object.manager.subscriptions.values.map(\.strategy)
+        var changed = false
+        for strategy in strategies where state.move(strategy, toForeground: !background) { changed = true }
+        if changed { updateMediums() }
+        record(background ? "in the background" : "in the foreground", by: object.manager, [:])
+    }
+
     func unpublish(_ object: PublicationObject) {
         remove(object)
     }
@@ -568,7 +583,11 @@ final class NearbyService {
         for state in links.values {
             let usage = state.usage[medium] ?? LinkState.Usage()
             if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
-            if usage.scanning > 0 { wish.scanMode = .full }
+            if usage.fullScanning > 0 {
+                wish.scanMode = .full
+            } else if usage.scanning > 0, wish.scanMode == .off {
+                wish.scanMode = .lowPower
+            }
         }
         return wish
     }
@@ -583,7 +602,7 @@ final class NearbyService {
     /// use of the mediums; the mediums and error properties are revisited only
     /// when a count starts or stops being zero.
     private func counted(_ strategy: Strategy, by delta: Int, in state: LinkState, owner: ManagerObject?) {
-        let change = state.use(strategy, by: delta)
+        let change = state.use(strategy, by: delta, inForeground: !(owner?.background ?? false))
         startListening(state, on: change.startedListening)
         if change.changed { updateMediums() }
         if let owner, strategy.mediums.contains(.ble) {
@@ -642,6 +661,9 @@ final class LinkState {
     struct Usage {
         var broadcasting = 0
         var scanning = 0
+        /// The scanning objects of managers in the foreground: while there are
+        /// none, the medium listens with low power.
+        var fullScanning = 0
     }
 
     let link: ServerLink
@@ -665,21 +687,42 @@ final class LinkState {
     /// Counts an object's strategy in (`delta` 1) or out (-1). Says whether any
     /// count started or stopped being zero, and on which mediums the link
     /// starts listening.
-    func use(_ strategy: Strategy, by delta: Int) -> (changed: Bool, startedListening: [Medium]) {
+    func use(_ strategy: Strategy, by delta: Int, inForeground: Bool) -> (changed: Bool, startedListening: [Medium]) {
         var changed = false
         var started: [Medium] = []
         for medium in strategy.mediums {
             let before = usage[medium] ?? Usage()
             var after = before
             if strategy.mode.broadcasts { after.broadcasting += delta }
-            if strategy.mode.scans { after.scanning += delta }
-            usage[medium] = after
-            if (before.broadcasting > 0) != (after.broadcasting > 0) || (before.scanning > 0) != (after.scanning > 0) {
-                changed = true
+            if strategy.mode.scans {
+                after.scanning += delta
+                if inForeground { after.fullScanning += delta }
             }
+            usage[medium] = after
+            changed = changed || Self.crossesZero(before, after)
             if before.scanning == 0, after.scanning > 0 { started.append(medium) }
         }
         return (changed, started)
+    }
+
+    /// Moves an object's strategy between the background (low-power listening)
+    /// and the foreground. Says whether any count started or stopped being zero.
+    func move(_ strategy: Strategy, toForeground: Bool) -> Bool {
+        guard strategy.mode.scans else { return false }
+        var changed = false
+        for medium in strategy.mediums {
+            let before = usage[medium] ?? Usage()
+            var after = before
+            after.fullScanning += toForeground ? 1 : -1
+            usage[medium] = after
+            changed = changed || Self.crossesZero(before, after)
+        }
+        return changed
+    }
+
+    private static func crossesZero(_ before: Usage, _ after: Usage) -> Bool {
+        (before.broadcasting > 0) != (after.broadcasting > 0) || (before.scanning > 0) != (after.scanning > 0)
+            || (before.fullScanning > 0) != (after.fullScanning > 0)
     }
 }
 

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import Synchronization
 
 /// Where nearbyd is: the system bus (the default), the session bus, or an address.
 public typealias BusAddress = BusConnection.Address
@@ -14,9 +15,37 @@ public final class MessageManager: Sendable {
     public let path: ObjectPath
     let bus: NearbyBus
 
+    /// What keeps Nearby from working for this manager now (the error state
+    /// handlers of the iOS API). Each is false while all is well.
+    public struct ErrorState: Sendable, Equatable {
+        /// Audio is needed and the microphone cannot be used.
+        public var microphonePermission = false
+        /// BLE is needed and the adapter is off, blocked or absent.
+        public var bluetoothPower = false
+        /// BLE is needed and BlueZ or the bus policy refuses the daemon.
+        public var bluetoothPermission = false
+
+        public init(microphonePermission: Bool = false, bluetoothPower: Bool = false, bluetoothPermission: Bool = false) {
+            self.microphonePermission = microphonePermission
+            self.bluetoothPower = bluetoothPower
+            self.bluetoothPermission = bluetoothPermission
+        }
+
+        /// Applies changed `…Error` properties.
+        mutating func apply(_ changed: [String: DBusValue]) -> Bool {
+            let before = self
+            if let value = changed["MicrophonePermissionError"]?.bool { microphonePermission = value }
+            if let value = changed["BluetoothPowerError"]?.bool { bluetoothPower = value }
+            if let value = changed["BluetoothPermissionError"]?.bool { bluetoothPermission = value }
+            return self != before
+        }
+    }
+
     /// Creates a manager. `appId` identifies the app for permission decisions
-    /// (default: derived from the user and the API key).
-    public init(apiKey: String, appId: String? = nil, bus address: BusAddress = .system) async throws {
+    /// (default: derived from the user and the API key). `errorStateChanged`
+    /// runs on the bus thread with the new state each time it changes.
+    public init(apiKey: String, appId: String? = nil, bus address: BusAddress = .system,
+                errorStateChanged: @escaping @Sendable (ErrorState) -> Void = { _ in }) async throws {
         bus = try await NearbyBus.shared(address)
         var params: [String: Variant] = [:]
         if let appId { params["AppId"] = Variant(.string(appId)) }
@@ -24,11 +53,30 @@ public final class MessageManager: Sendable {
         path = try await bus.call(RootPath.manager, "org.nearbyd.Nearby1", "CreateManager") { writer throws(DBusError) in
             try writer.append(apiKey)
             try writer.append(params)
-        } decode: { reader throws(DBusError) in try reader.read(ObjectPath.self) }
+        } decode: { reader throws(DBusError) in
+            let path = try reader.read(ObjectPath.self)
+            // Routed as the reply is read, before any later message: no change is missed.
+            let state = Mutex(ErrorState())
+            bus.route(path) { event in
+                guard case .propertiesChanged(let changed) = event else { return }
+                if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
+            }
+            return path
+        }
         try await bus.watchSubtree(path)
     }
 
+    /// The error state now.
+    public var errorState: ErrorState {
+        get async throws {
+            var state = ErrorState()
+            _ = state.apply(try await bus.properties(path, "org.nearbyd.Manager1"))
+            return state
+        }
+    }
+
     deinit {
+        bus.unroute(path)
         bus.unwatchSubtree(path)
         bus.sendAndForget(path, "org.nearbyd.Manager1", "Release")
     }
@@ -75,6 +123,7 @@ public final class MessageManager: Sendable {
                 case .found(let message, let info): messageFound(message, info)
                 case .lost(let message, let info): messageLost(message, info)
                 case .expired: expired()
+                case .propertiesChanged: break
                 }
             }
             return objectPath
@@ -90,6 +139,12 @@ public final class MessageManager: Sendable {
     /// Records the user's decision for this app (stored until permissions are enforced).
     public func setPermissionGranted(_ granted: Bool) async throws {
         try await bus.setProperty(path, "org.nearbyd.Manager1", "PermissionGranted", .bool(granted))
+    }
+
+    /// Tells nearbyd the app is in the background (or back): meanwhile its
+    /// subscriptions listen with low power.
+    public func setBackground(_ background: Bool) async throws {
+        try await bus.setProperty(path, "org.nearbyd.Manager1", "Background", .bool(background))
     }
 
     /// Ends the manager and everything it made now rather than at deallocation.

@@ -5,6 +5,8 @@ enum ObjectEvent: Sendable {
     case found(Message, MessageInfo)
     case lost(Message, MessageInfo)
     case expired
+    /// PropertiesChanged: the changed properties' new values.
+    case propertiesChanged([String: DBusValue])
 }
 
 /// The process's connection to one bus, shared by its managers, and the routes
@@ -53,6 +55,12 @@ final class NearbyBus: Sendable {
             try writer.append(interface)
             try writer.append(name)
         } decode: { reader throws(DBusError) in try reader.read(Variant.self).value }
+    }
+
+    @BusActor func properties(_ path: ObjectPath, _ interface: String) async throws -> [String: DBusValue] {
+        try await call(path, "org.freedesktop.DBus.Properties", "GetAll") { writer throws(DBusError) in
+            try writer.append(interface)
+        } decode: { reader throws(DBusError) in try reader.read([String: Variant].self).mapValues(\.value) }
     }
 
     @BusActor func setProperty(_ path: ObjectPath, _ interface: String, _ name: String, _ value: DBusValue) async throws {
@@ -108,6 +116,10 @@ final class NearbyBus: Sendable {
         case "Expired":
             routes.removeValue(forKey: signal.path)
             handler(.expired)
+        case "PropertiesChanged":
+            guard (try? signal.arguments.read(String.self)) != nil,
+                  let changed = try? signal.arguments.read([String: Variant].self) else { return }
+            handler(.propertiesChanged(changed.mapValues(\.value)))
         default:
             break
         }

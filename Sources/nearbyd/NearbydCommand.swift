@@ -23,6 +23,11 @@ struct NearbydCommand: AsyncParsableCommand {
             running system, busctl introspect org.nearbyd /org/nearbyd shows it).
             nearbyctl and the NearbyMessages Swift library are two such clients.
 
+            BLE goes through bluetoothd (BlueZ) on the system bus by default: nearbyd
+            needs access to org.bluez (the bluetooth group, as the packaged unit has).
+            The [ble] section of the configuration picks an adapter, the raw HCI
+            backend for hosts without bluetoothd, or nearby-air's simulated space.
+
             Settings come from the configuration file (TOML, see doc/configuration.md),
             then from these options, which override it. The daemon logs to the systemd
             journal when started by systemd and to standard error otherwise, tells
@@ -56,6 +61,9 @@ struct NearbydCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp("Base URL of nearby-server.", valueName: "url"))
     var server: String?
+
+    @Option(name: .long, help: ArgumentHelp("BLE backend: bluez, hci, sim (nearby-air) or off.", valueName: "backend"))
+    var ble: String?
 
     @Option(name: .long, help: ArgumentHelp("nearby-air socket, for the simulated mediums.", valueName: "path"))
     var airSocket: String?
@@ -103,6 +111,12 @@ struct NearbydCommand: AsyncParsableCommand {
         if let bus { result.bus = .address(bus) }
         if let stateDir { result.stateDirectory = stateDir }
         if let server { result.serverURL = server }
+        if let ble {
+            guard let backend = DaemonConfiguration.Backend(rawValue: ble) else {
+                throw ConfigurationError("--ble must be one of \(DaemonConfiguration.Backend.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            result.ble = backend
+        }
         if let airSocket { result.airSocket = airSocket }
         if let deviceName { result.simDevice = deviceName }
         if let position {

@@ -50,8 +50,9 @@ struct RecordedSubscription: Sendable {
 
 extension MessageManager {
     /// A manager on one device of the cluster.
-    convenience init(_ device: Cluster.Device, apiKey: String) async throws {
-        try await self.init(apiKey: apiKey, bus: .address(device.busAddress))
+    convenience init(_ device: Cluster.Device, apiKey: String,
+                     errorStateChanged: @escaping @Sendable (ErrorState) -> Void = { _ in }) async throws {
+        try await self.init(apiKey: apiKey, bus: .address(device.busAddress), errorStateChanged: errorStateChanged)
     }
 
     func publish(_ text: String, type: String = "chat", namespace: String = "", strategy: Strategy? = nil,

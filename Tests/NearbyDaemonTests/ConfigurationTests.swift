@@ -29,6 +29,9 @@ import Testing
             [ble]
             backend = "off"
             tx-power = -65
+            adapter = "hci1"
+            bluez-bus = "unix:path=/tmp/bluez-bus"
+            hci-channel = "user"
             [audio]
             backend = "off"
             [sim]
@@ -44,6 +47,9 @@ import Testing
         #expect(configuration.limits.maxObjectsPerManager == 50)
         #expect(configuration.ble == .off && configuration.enabledMediums.isEmpty)
         #expect(configuration.bleTxPower == -65)
+        #expect(configuration.bleAdapter == "hci1")
+        #expect(configuration.bluezBus == .address("unix:path=/tmp/bluez-bus"))
+        #expect(configuration.hciChannel == .user)
         #expect(configuration.simPosition == Position(x: 1, y: 2.5))
         #expect(configuration.simDevice == "kiosk")
     }
@@ -51,6 +57,7 @@ import Testing
     @Test func anEmptyFileMeansTheDefaults() throws {
         let configuration = try parse("")
         #expect(configuration.bus == .system)
+        #expect(configuration.ble == .bluez && configuration.bleAdapter == nil && configuration.bluezBus == .system)
         #expect(configuration.lostTimeout == 3)
         #expect(configuration.enabledMediums == [.ble])
     }
@@ -61,7 +68,10 @@ import Testing
         ("[discovery]\nlost-timeout = \"3s\"", "[discovery] lost-timeout must be a number"),
         ("[discovery]\nlost-timeout = 0", "lost-timeout is 0.0; it must be between"),
         ("[limits]\nmax-clients = 1.5", "max-clients must be an integer"),
-        ("[ble]\nbackend = \"bluetooth\"", "backend must be one of off, sim"),
+        ("[ble]\nbackend = \"bluetooth\"", "backend must be one of off, sim, bluez, hci"),
+        ("[ble]\nadapter = \"hci-1\"", "adapter must be an adapter name such as hci0"),
+        ("[audio]\nbackend = \"bluez\"", "backend must be one of off, sim"),
+        ("[ble]\nhci-channel = \"monitor\"", "hci-channel must be one of raw, user"),
         ("[audio]\nbackend = \"sim\"", "not available yet"),
         ("[server]\nurl = \"ftp://x\"", "must be an http:// or https:// URL"),
         ("[sim]\nposition = [1]", "position must be [x, y]"),

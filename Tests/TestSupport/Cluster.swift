@@ -74,9 +74,11 @@ public final class Cluster: Sendable {
         return key
     }
 
-    /// Starts a device: a private bus and a nearbyd on it, attached to the air at (x, y).
+    /// Starts a device: a private bus and a nearbyd on it, attached to the air at
+    /// (x, y). `ble` is the daemon's `[ble]` section (by default, nearby-air).
     @discardableResult
-    public func addDevice(_ name: String, at position: (Double, Double)) async throws -> Device {
+    public func addDevice(_ name: String, at position: (Double, Double) = (0, 0),
+                          ble: String = "backend = \"sim\"") async throws -> Device {
         let bus = try await PrivateBus()
         let configuration = try directory.write("\(name).conf", """
             [server]
@@ -88,6 +90,9 @@ public final class Cluster: Sendable {
             [discovery]
             lost-timeout = \(options.lostTimeout)
             refresh-interval = \(options.refreshInterval)
+
+            [ble]
+            \(ble)
 
             [sim]
             air-socket = "\(airSocket)"

@@ -65,6 +65,11 @@ public final class PrivateBus: Sendable {
         address = try await daemon.waitForLine(containing: "unix:").trimmingCharacters(in: .whitespaces)
     }
 
+    /// Makes the bus daemon read its configuration and policy files again (SIGHUP).
+    public func reloadConfiguration() {
+        daemon.signal(SIGHUP)
+    }
+
     /// Stops the bus daemon and removes its directory.
     public func stop() async {
         await daemon.stop()

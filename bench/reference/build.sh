@@ -10,3 +10,4 @@ flags=$(pkg-config --cflags --libs libsystemd)
 gcc -O2 -o "$here/bin/bench" "$reference/bench.c" $flags
 gcc -O2 -o "$here/bin/svc_sdbus" "$reference/svc_sdbus.c" $flags
 gcc -O2 -Wall -o "$here/bin/pairs" "$here/pairs.c" $flags
+gcc -O2 -Wall -o "$here/bin/scan_floor" "$here/scan_floor.c" $flags

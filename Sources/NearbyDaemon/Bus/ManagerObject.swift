@@ -86,10 +86,7 @@ final class ManagerObject {
             Property("BluetoothPowerError", "b") { object, _ in .bool(object.bluetoothPowerError) },
             Property("BluetoothPermissionError", "b") { object, _ in .bool(object.bluetoothPermissionError) },
             Property("Background", "b", get: { object, _ in .bool(object.background) },
-                     set: { object, value, _ throws(DBusError) in
-                         object.background = value.bool ?? false
-                         try object.exported?.emitPropertiesChanged(interface: interfaceName, ["Background"])
-                     }),
+                     set: { object, value, _ in object.service.setBackground(object, value.bool ?? false) }),
         ]
     )
 
