@@ -251,9 +251,22 @@ public final class BlueZMedium: MediumBackend {
             heard(signal.path)
         case BlueZ.adapter where changed["Powered"] != nil:
             adaptersChanged()
+        case BlueZ.adapter where changed["Discovering"]?.value.bool == false:
+            discoveryEnded(on: signal.path)
         default:
             break
         }
+    }
+
+    /// Discovery stopped on an adapter while nearbyd was discovering there:
+    /// bluetoothd dropped the session (a new bluetoothd whose first discovery
+    /// the kernel refused as busy does so after answering StartDiscovery).
+    /// Start again, after the retry delay.
+    private func discoveryEnded(on adapter: ObjectPath) {
+        guard let scanning, scanning.adapter == adapter, scanning.mode == .full else { return }
+        logger.notice("bluetoothd stopped discovering; starting again", metadata: ["adapter": "\(BlueZObjects.name(of: adapter))"])
+        self.scanning = nil
+        retryLater { await $0.reconcile() }
     }
 
     private func adaptersChanged() {

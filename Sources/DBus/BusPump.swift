@@ -32,8 +32,19 @@ final class BusPump {
             BusActor.assumeIsolated(userdata) { userdata in Unmanaged<BusPump>.fromOpaque(userdata!).takeUnretainedValue().prepare() }
             return 0
         }
-        try check(sd_event_add_io(event, &io, sd_bus_get_fd(bus), UInt32(EPOLLIN.rawValue), ready, userdata),
-                  "watching the bus socket")
+        // The loop watches a duplicate of the socket that it owns and closes only
+        // after taking it out of epoll. sd-bus closes its own descriptor when the
+        // connection drops, before this pump can stop; if a child being spawned
+        // at that moment still held the socket, epoll would keep reporting it for
+        // a source already freed.
+        let watched = fcntl(sd_bus_get_fd(bus), F_DUPFD_CLOEXEC, 3)
+        guard watched >= 0 else { throw .system(-errno, "watching the bus socket") }
+        let added = sd_event_add_io(event, &io, watched, UInt32(EPOLLIN.rawValue), ready, userdata)
+        guard added >= 0 else {
+            close(watched)
+            throw .system(added, "watching the bus socket")
+        }
+        sd_event_source_set_io_fd_own(io, 1)
         try check(sd_event_source_set_prepare(io, prepare), "watching the bus socket")
         try check(sd_event_add_time(event, &timer, CLOCK_MONOTONIC, UInt64.max, 0, due, userdata), "arming the bus timer")
         try check(sd_event_source_set_enabled(timer, Int32(SD_EVENT_OFF)), "arming the bus timer")

@@ -45,6 +45,10 @@ import TestSupport
             #expect(calls.first?.args == #"[{"DuplicateData": true, "Transport": "le"}]"#)
             #expect(calls.allSatisfy { $0.path == "/org/bluez/hci0" && $0.outcome == "ok" })
 
+            // A session bluetoothd drops by itself is started again.
+            try await bluez.dropDiscovery("hci0")
+            try await bluez.call("StartDiscovery") { $0.n == 2 }
+
             try await subscription.subscription.unsubscribe()
             try await bluez.call("StopDiscovery") { $0.outcome == "ok" }
         }

@@ -132,6 +132,11 @@ public final class BlueZStandIn: Sendable {
         try await control("RemoveDevice", "o", [path])
     }
 
+    /// bluetoothd drops every discovery session on `adapter` (Discovering turns false).
+    public func dropDiscovery(_ adapter: String) async throws {
+        try await control("DropDiscovery", "s", [adapter])
+    }
+
     /// Every later BlueZ call fails with `errorName` (nil: none).
     public func refuse(with errorName: String?) async throws {
         try await control("Refuse", "s", [errorName ?? ""])

@@ -151,6 +151,14 @@ class StandIn:
         if member == "Flood":
             asyncio.ensure_future(self.flood(*args))
             return "", []
+        if member == "DropDiscovery":
+            # What bluetoothd does when the kernel refuses to start discovery
+            # after StartDiscovery was answered: the sessions go, Discovering
+            # turns false.
+            adapter = self.adapter_path(args[0])
+            self.discovering.pop(adapter, None)
+            self.set_properties(adapter, ADAPTER, {"Discovering": Variant("b", False)})
+            return "", []
         if member == "Refuse":
             self.refusal = args[0] or None
             return "", []
