@@ -39,10 +39,9 @@ public final class BlueZMedium: MediumBackend {
     }
 
     public nonisolated let medium = Medium.ble
-    public nonisolated let sightings: AsyncStream<Sighting>
-    public nonisolated let conditionChanges: AsyncStream<MediumCondition>
-    private let sightingSink: AsyncStream<Sighting>.Continuation
-    private let conditionSink: AsyncStream<MediumCondition>.Continuation
+    public nonisolated var sightings: AsyncStream<Sighting> { reports.sightings }
+    public nonisolated var conditionChanges: AsyncStream<MediumCondition> { reports.conditionChanges }
+    private let reports = MediumReports()
     private let settings: Settings
     private let logger: Logger
     private static let root: ObjectPath = "/org/nearbyd/ble"
@@ -80,8 +79,6 @@ public final class BlueZMedium: MediumBackend {
     public init(settings: Settings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-        (sightings, sightingSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1024))
-        (conditionChanges, conditionSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
     public func broadcast(_ tokens: Set<Token>) async {
@@ -282,7 +279,7 @@ public final class BlueZMedium: MediumBackend {
         guard let scanning, let device = objects.device(at: path), device.adapter == scanning.adapter,
               let token = device.token else { return }
         lastHeard[path] = .now
-        sightingSink.yield(sighting(token, device))
+        reports.sightingSink.yield(sighting(token, device))
     }
 
     private func sighting(_ token: Token, _ device: DeviceInfo) -> Sighting {
@@ -344,7 +341,7 @@ public final class BlueZMedium: MediumBackend {
         let now: MediumCondition = refused ? .refused : readyAdapter == nil ? .unavailable : .ready
         guard now != condition else { return }
         condition = now
-        conditionSink.yield(now)
+        reports.conditionSink.yield(now)
     }
 
     /// Makes one call at a time until bluetoothd holds what the daemon asked

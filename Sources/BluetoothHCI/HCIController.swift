@@ -96,7 +96,7 @@ final class HCIController {
     private func report(_ condition: MediumCondition) {
         guard condition != reported else { return }
         reported = condition
-        medium.conditionSink.yield(condition)
+        medium.reports.conditionSink.yield(condition)
     }
 
     /// Waits `delay`, or less if run()'s task is cancelled meanwhile; wishes
@@ -357,7 +357,7 @@ final class HCISession {
             let now = UInt64(Date().timeIntervalSince1970 * 1000)
             for report in reports {
                 if let sighting = HCIMedium.sighting(from: report, txPower: settings.txPower, seenAtMilliseconds: now) {
-                    medium.sightingSink.yield(sighting)
+                    medium.reports.sightingSink.yield(sighting)
                 }
             }
         case .hardwareError(let code):

@@ -107,11 +107,10 @@ public final class HCIMedium: MediumBackend {
     }
 
     public let medium = Medium.ble
-    public let sightings: AsyncStream<Sighting>
-    public let conditionChanges: AsyncStream<MediumCondition>
+    public var sightings: AsyncStream<Sighting> { reports.sightings }
+    public var conditionChanges: AsyncStream<MediumCondition> { reports.conditionChanges }
     let settings: Settings
-    let sightingSink: AsyncStream<Sighting>.Continuation
-    let conditionSink: AsyncStream<MediumCondition>.Continuation
+    let reports = MediumReports()
     /// What the daemon asked for, and what the thread is told through the
     /// eventfd: the one state shared between async callers and the thread.
     let shared = Mutex(Shared())
@@ -144,8 +143,6 @@ public final class HCIMedium: MediumBackend {
 
     public init(settings: Settings) {
         self.settings = settings
-        (sightings, sightingSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1024))
-        (conditionChanges, conditionSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
     /// Broadcasts exactly `tokens` from now on; an empty set stops advertising.

@@ -61,3 +61,18 @@ public enum MediumCondition: Sendable, Equatable, CustomStringConvertible {
         }
     }
 }
+
+/// The two streams a backend reports through, and their ends to yield into.
+/// Sightings keep the newest 1,024 when the daemon falls behind (old
+/// hearings are worth less than new ones); conditions the newest 16.
+public struct MediumReports: Sendable {
+    public let sightings: AsyncStream<Sighting>
+    public let conditionChanges: AsyncStream<MediumCondition>
+    public let sightingSink: AsyncStream<Sighting>.Continuation
+    public let conditionSink: AsyncStream<MediumCondition>.Continuation
+
+    public init() {
+        (sightings, sightingSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1024))
+        (conditionChanges, conditionSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
+    }
+}

@@ -24,10 +24,9 @@ public actor SimulatedMedium: MediumBackend {
     }
 
     public nonisolated let medium: Medium
-    public nonisolated let sightings: AsyncStream<Sighting>
-    public nonisolated let conditionChanges: AsyncStream<MediumCondition>
-    private let sightingSink: AsyncStream<Sighting>.Continuation
-    private let conditionSink: AsyncStream<MediumCondition>.Continuation
+    public nonisolated var sightings: AsyncStream<Sighting> { reports.sightings }
+    public nonisolated var conditionChanges: AsyncStream<MediumCondition> { reports.conditionChanges }
+    private let reports = MediumReports()
     private let settings: Settings
     private let logger: Logger
     private var client: AirClient?
@@ -43,8 +42,6 @@ public actor SimulatedMedium: MediumBackend {
         self.medium = medium
         self.settings = settings
         self.logger = logger
-        (sightings, sightingSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1024))
-        (conditionChanges, conditionSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
     }
 
     public func broadcast(_ tokens: Set<Token>) async {
@@ -90,7 +87,7 @@ public actor SimulatedMedium: MediumBackend {
                 let client = try await connect()
                 delay = .milliseconds(100)
                 for await heard in client.heard {
-                    if let sighting = sighting(from: heard) { sightingSink.yield(sighting) }
+                    if let sighting = sighting(from: heard) { reports.sightingSink.yield(sighting) }
                 }
                 logger.warning("lost the connection to nearby-air; reconnecting", metadata: ["medium": "\(medium)"])
             } catch {
@@ -115,7 +112,7 @@ public actor SimulatedMedium: MediumBackend {
         self.client = client
         advertised = []
         scanRequested = false
-        conditionSink.yield(.ready)
+        reports.conditionSink.yield(.ready)
         logger.info("attached to nearby-air", metadata: ["device": "\(settings.device)", "medium": "\(medium)"])
         await reconcile()
         return client
@@ -125,7 +122,7 @@ public actor SimulatedMedium: MediumBackend {
         guard let client else { return }
         client.close()
         self.client = nil
-        conditionSink.yield(.unavailable)
+        reports.conditionSink.yield(.unavailable)
     }
 
     private func send(_ request: AirRequest, on client: AirClient) async {
