@@ -71,3 +71,10 @@ install:
 
 clean:
 	rm -rf .build
+
+# The rig (Tests/rig/README.md): nearbyd against a real bluetoothd on two
+# virtual controllers and a real ALSA loopback card, in a QEMU VM. Debian 12,
+# as root or with sudo.
+.PHONY: rig
+rig:
+	SWIFT=$(SWIFT) Tests/rig/run

@@ -67,6 +67,10 @@ public final class BlueZMedium: MediumBackend {
     /// When each device carrying a token was last heard.
     private var lastHeard: [ObjectPath: ContinuousClock.Instant] = [:]
     private var tick: BusTimer?
+    /// Since when the adapter nearbyd discovers with has not been discovering.
+    private var notDiscoveringSince: ContinuousClock.Instant?
+    /// Set when listening must be stopped and started again.
+    private var restartScanning = false
 
     private var refused = false
     private var condition = MediumCondition.unavailable
@@ -195,6 +199,7 @@ public final class BlueZMedium: MediumBackend {
         objects = BlueZObjects()
         registered.removeAll()
         scanning = nil
+        restartScanning = false
         monitored.removeAll()
         lastHeard.removeAll()
         for advertisement in advertisements.values { advertisement.exported?.unregister() }
@@ -248,21 +253,31 @@ public final class BlueZMedium: MediumBackend {
             heard(signal.path)
         case BlueZ.adapter where changed["Powered"] != nil:
             adaptersChanged()
-        case BlueZ.adapter where changed["Discovering"]?.value.bool == false:
-            discoveryEnded(on: signal.path)
         default:
             break
         }
     }
 
-    /// Discovery stopped on an adapter while nearbyd was discovering there:
-    /// bluetoothd dropped the session (a new bluetoothd whose first discovery
-    /// the kernel refused as busy does so after answering StartDiscovery).
-    /// Start again, after the retry delay.
-    private func discoveryEnded(on adapter: ObjectPath) {
-        guard let scanning, scanning.adapter == adapter, scanning.mode == .full else { return }
-        logger.notice("bluetoothd stopped discovering; starting again", metadata: ["adapter": "\(BlueZObjects.name(of: adapter))"])
-        self.scanning = nil
+    /// bluetoothd can drop a discovery session by itself, after answering
+    /// StartDiscovery: a restarted bluetoothd does when the kernel refuses its
+    /// first discovery as busy, and the adapter never shows `Discovering`.
+    /// While nearbyd discovers, an adapter that has not been discovering for
+    /// a few seconds (longer than bluetoothd's own restarts of the scan) gets
+    /// its discovery started again.
+    private func checkDiscovering() {
+        guard let scanning, scanning.mode == .full, let adapter = objects.adapter(at: scanning.adapter),
+              !adapter.discovering else {
+            notDiscoveringSince = nil
+            return
+        }
+        guard let since = notDiscoveringSince else {
+            notDiscoveringSince = .now
+            return
+        }
+        guard ContinuousClock.now - since >= .seconds(3) else { return }
+        logger.notice("\(adapter.name) is not discovering; starting discovery again")
+        notDiscoveringSince = nil
+        restartScanning = true
         retryLater { await $0.reconcile() }
     }
 
@@ -273,12 +288,13 @@ public final class BlueZMedium: MediumBackend {
 
     // MARK: Hearing
 
-    /// A device report: a sighting if the device carries a token and is on
-    /// the adapter nearbyd listens with.
-    private func heard(_ path: ObjectPath) {
+    /// A device report (or, with `report` false, a device held present): a
+    /// sighting if the device carries a token and is on the adapter nearbyd
+    /// listens with.
+    private func heard(_ path: ObjectPath, report: Bool = true) {
         guard let scanning, let device = objects.device(at: path), device.adapter == scanning.adapter,
               let token = device.token else { return }
-        lastHeard[path] = .now
+        if report { lastHeard[path] = .now }
         reports.sightingSink.yield(sighting(token, device))
     }
 
@@ -296,24 +312,41 @@ public final class BlueZMedium: MediumBackend {
         monitored.remove(path)
     }
 
-    /// Once a second while listening: devices the monitor holds in range are
-    /// heard again, and bluetoothd's devices that carried a token but have gone
-    /// quiet are removed, so a device that comes back is announced afresh.
+    /// Once a second while listening: devices held present are heard again,
+    /// discovery that bluetoothd dropped is started again, and
+    /// bluetoothd's devices that carried a token but have gone quiet are
+    /// removed, so a device that comes back is announced afresh.
     private func startTicking() {
         guard tick == nil else { return }
         tick = BusTimer(after: .seconds(1)) { [weak self] in
             guard let self else { return }
             self.tick = nil
             guard self.scanning != nil else { return }
-            for path in self.monitored { self.heard(path) }
+            self.hearHeldDevices()
+            self.checkDiscovering()
             self.removeStaleDevices()
             self.startTicking()
         }
     }
 
+    /// Devices still taken as present between reports: those the monitor holds
+    /// in range, and, without a monitor, those reported within the last
+    /// ``duplicateFilterHold``. Without a monitor the kernel scans with its
+    /// duplicate filter on and reports a steady advertiser only once per scan
+    /// (the scan restarts every few seconds), so silence shorter than that
+    /// says nothing; the price is that such a device is lost that much later.
+    private func hearHeldDevices() {
+        for path in monitored { heard(path, report: false) }
+        guard monitor == nil else { return }
+        let since = ContinuousClock.now - Self.duplicateFilterHold
+        for (path, seen) in lastHeard where seen > since { heard(path, report: false) }
+    }
+
+    static let duplicateFilterHold = Duration.seconds(10)
+
     private func removeStaleDevices() {
         guard let connection, let adapter = scanning?.adapter else { return }
-        let limit = ContinuousClock.now - settings.lostTimeout * 2
+        let limit = ContinuousClock.now - settings.lostTimeout * 2 - (monitor == nil ? Self.duplicateFilterHold : .zero)
         for (path, seen) in lastHeard where seen < limit && !monitored.contains(path) {
             lastHeard.removeValue(forKey: path)
             guard objects.device(at: path)?.isTemporary == true else { continue }
@@ -381,7 +414,7 @@ public final class BlueZMedium: MediumBackend {
             return .unregister(token, adapter: on)
         }
         let mode = adapter.map(effectiveScanMode) ?? .off
-        if let scanning, scanning.adapter != adapter?.path || scanning.mode != mode {
+        if let scanning, restartScanning || scanning.adapter != adapter?.path || scanning.mode != mode {
             return .stopScanning(scanning.mode, adapter: scanning.adapter)
         }
         guard let adapter else { return nil }
@@ -426,39 +459,44 @@ public final class BlueZMedium: MediumBackend {
                 advertisement.exported?.unregister()
             }
             logger.info("stopped advertising", metadata: ["token": "\(token)"])
-        case .startScanning(.lowPower, let adapter):
-            let monitor = try exportMonitor(on: connection)
-            try await call(connection, adapter.path, BlueZ.monitorManager, "RegisterMonitor") { writer throws(DBusError) in
-                try writer.append(monitor.root)
-            }
-            scanning = (.lowPower, adapter.path)
-            startTicking()
-            logger.info("listening", metadata: ["mode": "low-power", "adapter": "\(adapter.name)"])
         case .startScanning(let mode, let adapter):
-            // No UUIDs in the filter: bluetoothd matches them against service
-            // UUID lists only, never service data (doc/ble-research.md, §2.2).
-            // Any filter also makes non-discoverable broadcasters visible.
-            try await call(connection, adapter.path, BlueZ.adapter, "SetDiscoveryFilter") { writer throws(DBusError) in
-                try writer.append(["Transport": Variant(.string("le")), "DuplicateData": Variant(.bool(true))])
+            if mode == .full {
+                // No UUIDs in the filter: bluetoothd matches them against service
+                // UUID lists only, never service data (doc/ble-research.md, §2.2).
+                // Any filter also makes non-discoverable broadcasters visible.
+                try await call(connection, adapter.path, BlueZ.adapter, "SetDiscoveryFilter") { writer throws(DBusError) in
+                    try writer.append(["Transport": Variant(.string("le")), "DuplicateData": Variant(.bool(true))])
+                }
+                do {
+                    try await call(connection, adapter.path, BlueZ.adapter, "StartDiscovery")
+                } catch where error.name == "org.bluez.Error.InProgress" {
+                    // This connection's session is already running.
+                }
             }
-            do {
-                try await call(connection, adapter.path, BlueZ.adapter, "StartDiscovery")
-            } catch where error.name == "org.bluez.Error.InProgress" {
-                // This connection's session is already running.
+            // The monitor also serves full listening: while one is registered
+            // the kernel scans without its duplicate filter, which otherwise
+            // reports a steady advertiser once per scan (measured in the rig).
+            if adapter.canMonitorPatterns {
+                let monitor = try exportMonitor(on: connection)
+                try await call(connection, adapter.path, BlueZ.monitorManager, "RegisterMonitor") { writer throws(DBusError) in
+                    try writer.append(monitor.root)
+                }
             }
             scanning = (mode, adapter.path)
             startTicking()
-            logger.info("listening", metadata: ["mode": "full", "adapter": "\(adapter.name)"])
+            logger.info("listening", metadata: ["mode": "\(mode)", "adapter": "\(adapter.name)", "monitor": "\(monitor != nil)"])
         case .stopScanning(let mode, let adapter):
             scanning = nil
+            restartScanning = false
             monitored.removeAll()
-            if mode == .lowPower, let monitor {
+            if let monitor {
                 try? await call(connection, adapter, BlueZ.monitorManager, "UnregisterMonitor") { writer throws(DBusError) in
                     try writer.append(monitor.root)
                 }
                 monitor.unexport()
                 self.monitor = nil
-            } else {
+            }
+            if mode == .full {
                 try? await call(connection, adapter, BlueZ.adapter, "StopDiscovery")
             }
             logger.info("stopped listening", metadata: ["adapter": "\(BlueZObjects.name(of: adapter))"])
@@ -521,7 +559,7 @@ public final class BlueZMedium: MediumBackend {
             },
             lost: { [weak self] device in self?.monitored.remove(device) },
             released: { [weak self] in
-                guard let self, self.scanning?.mode == .lowPower else { return }
+                guard let self, self.monitor != nil, self.scanning != nil else { return }
                 self.logger.notice("bluetoothd released the advertisement monitor")
                 self.scanning = nil
                 self.monitor?.unexport()

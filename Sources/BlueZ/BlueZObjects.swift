@@ -56,6 +56,7 @@ struct BlueZObjects: Sendable {
             path: path,
             name: Self.name(of: path),
             powered: properties["Powered"]?.bool ?? false,
+            discovering: properties["Discovering"]?.bool ?? false,
             canAdvertise: interfaces[BlueZ.advertisingManager] != nil,
             monitorTypes: interfaces[BlueZ.monitorManager]?["SupportedMonitorTypes"]?.strings ?? [])
     }
@@ -84,6 +85,7 @@ struct AdapterInfo: Equatable, Sendable {
     /// The last path element, such as `hci0`: what the configuration names.
     let name: String
     let powered: Bool
+    let discovering: Bool
     /// Whether it has `LEAdvertisingManager1`.
     let canAdvertise: Bool
     /// `AdvertisementMonitorManager1.SupportedMonitorTypes`; empty without the

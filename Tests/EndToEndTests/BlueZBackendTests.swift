@@ -235,16 +235,16 @@ import TestSupport
         }
     }
 
-    @Test func aManagerInTheBackgroundListensThroughAnAdvertisementMonitor() async throws {
+    @Test func listeningUsesAnAdvertisementMonitorWithDiscoveryInTheForegroundAndAloneInTheBackground() async throws {
         let bluez = try await BlueZStandIn(adapters: ["hci0", "hci1:nomonitor"])
         try await withBlueZ(bluez) { cluster, bluez in
             let key = try await cluster.createProject("background")
             let device = try await cluster.addDevice("A", ble: bluez.configuration())
             let manager = try await MessageManager(device, apiKey: key)
             let subscription = try await manager.record()
-            try await bluez.call("StartDiscovery") { $0.outcome == "ok" }
 
-            try await manager.setBackground(true)
+            // In the foreground: discovery, and the monitor that turns the kernel's duplicate filter off.
+            try await bluez.call("StartDiscovery") { $0.outcome == "ok" }
             let registered = try await bluez.call("RegisterMonitor") { $0.outcome == "ok" }
             #expect(registered.path == "/org/bluez/hci0" && registered.args == #"["/org/nearbyd/ble/monitor"]"#)
             // AD type 0x21 (33) starting with the UUID; any strength; lost after the lost timeout (1 s here).
@@ -253,11 +253,16 @@ import TestSupport
                 "RSSIHighThreshold": -127, "RSSIHighTimeout": 1, "RSSILowThreshold": -127, "RSSILowTimeout": 1, \
                 "RSSISamplingPeriod": 0, "Type": "or_patterns"}}
                 """)
+
+            // In the background: the monitor alone.
+            try await manager.setBackground(true)
             try await bluez.call("StopDiscovery") { $0.outcome == "ok" }
+            try await bluez.call("RegisterMonitor") { $0.n == 2 }
 
             try await manager.setBackground(false)
-            try await bluez.call("UnregisterMonitor") { $0.outcome == "ok" }
+            try await bluez.call("UnregisterMonitor") { $0.n == 2 }
             try await bluez.call("StartDiscovery") { $0.n == 2 }
+            try await bluez.call("RegisterMonitor") { $0.n == 3 }
 
             // An adapter without monitors keeps discovering in the background, and says so.
             let other = try await cluster.addDevice("B", ble: bluez.configuration("adapter = \"hci1\""))
@@ -268,6 +273,31 @@ import TestSupport
             try await other.daemon.waitForLine(containing: "hci1 has no advertisement monitor")
             withExtendedLifetime((subscription, quiet)) {}
         }
+    }
+
+    @Test func withoutAMonitorAHeardDeviceIsHeldAcrossTheKernelsDuplicateFilter() async throws {
+        let radioA = try await BlueZStandIn()
+        let radioB = try await BlueZStandIn(adapters: ["hci0:nomonitor"])
+        try await withBlueZ(radioB) { cluster, radioB in
+            let key = try await cluster.createProject("hold")
+            let a = try await cluster.addDevice("A", ble: radioA.configuration())
+            let b = try await cluster.addDevice("B", ble: radioB.configuration())
+            let publication = try await MessageManager(a, apiKey: key).publish("steady")
+            let subscription = try await MessageManager(b, apiKey: key).record()
+            try await radioB.call("StartDiscovery") { $0.outcome == "ok" }
+            let advertisement = try #require(try await radioA.call("RegisterAdvertisement") { $0.outcome == "ok" }.advertisement)
+            let token = try #require(Self.bytes(advertisement.serviceData[BlueZStandIn.serviceUUID]))
+
+            // One report, as the kernel gives for a steady advertiser per scan.
+            try await radioB.addDevice(on: "hci0", address: "C0:00:00:00:00:04", serviceData: [BlueZStandIn.serviceUUID: token])
+            let reported = ContinuousClock.now
+            try await subscription.wait(.found, "steady")
+            try await subscription.wait(.lost, "steady", within: 30)
+            // Held for ten seconds, then lost after the lost timeout (1 s).
+            #expect(ContinuousClock.now - reported >= .seconds(10))
+            withExtendedLifetime(publication) {}
+        }
+        await radioA.stop()
     }
 
     // MARK: Helpers
