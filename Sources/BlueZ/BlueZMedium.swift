@@ -330,11 +330,12 @@ public final class BlueZMedium: MediumBackend {
     }
 
     /// Devices still taken as present between reports: those the monitor holds
-    /// in range, and, without a monitor, those reported within the last
-    /// ``duplicateFilterHold``. Without a monitor the kernel scans with its
-    /// duplicate filter on and reports a steady advertiser only once per scan
-    /// (the scan restarts every few seconds), so silence shorter than that
-    /// says nothing; the price is that such a device is lost that much later.
+    /// in range, and, while discovering, those reported within the last
+    /// ``duplicateFilterHold``. Discovery scans with the kernel's duplicate
+    /// filter on, which reports a steady advertiser only once per scan (the
+    /// scan restarts every few seconds; measured in the rig), so silence
+    /// shorter than that says nothing; the price is that a device that goes is
+    /// lost that much later.
     private func hearHeldDevices() {
         for path in monitored { heard(path, report: false) }
         guard monitor == nil else { return }
@@ -473,10 +474,14 @@ public final class BlueZMedium: MediumBackend {
                     // This connection's session is already running.
                 }
             }
-            // The monitor also serves full listening: while one is registered
-            // the kernel scans without its duplicate filter, which otherwise
-            // reports a steady advertiser once per scan (measured in the rig).
-            if adapter.canMonitorPatterns {
+            // Low power is the monitor alone: passive scanning by the kernel,
+            // matching in bluetoothd. Full listening does without one, although
+            // a monitor would also turn the kernel's duplicate filter off: on
+            // Debian 12's kernel, a monitor being added while the adapter
+            // powers down crashed the kernel in the rig (a use-after-free in
+            // mgmt_add_adv_patterns_monitor_complete), and full listening
+            // follows power changes closely. Heard devices are held instead.
+            if mode == .lowPower {
                 let monitor = try exportMonitor(on: connection)
                 try await call(connection, adapter.path, BlueZ.monitorManager, "RegisterMonitor") { writer throws(DBusError) in
                     try writer.append(monitor.root)
