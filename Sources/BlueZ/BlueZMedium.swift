@@ -312,13 +312,15 @@ public final class BlueZMedium: MediumBackend {
         monitored.remove(path)
     }
 
-    /// Once a second while listening: devices held present are heard again,
+    /// Once a second (more often with a short lost timeout) while listening:
+    /// devices held present are heard again,
     /// discovery that bluetoothd dropped is started again, and
     /// bluetoothd's devices that carried a token but have gone quiet are
     /// removed, so a device that comes back is announced afresh.
     private func startTicking() {
         guard tick == nil else { return }
-        tick = BusTimer(after: .seconds(1)) { [weak self] in
+        // Held devices must be heard again well within the lost timeout.
+        tick = BusTimer(after: min(.seconds(1), settings.lostTimeout / 4)) { [weak self] in
             guard let self else { return }
             self.tick = nil
             guard self.scanning != nil else { return }
