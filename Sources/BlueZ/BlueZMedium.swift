@@ -299,12 +299,8 @@ public final class BlueZMedium: MediumBackend {
     }
 
     private func sighting(_ token: Token, _ device: DeviceInfo) -> Sighting {
-        let reference = device.referencePower(default: settings.txPower)
-        // Unknown strength (virtual controllers report none) is taken as one metre.
-        let rssi = device.rssi ?? reference
-        return Sighting(token: token, medium: .ble, rssi: rssi, txPower: reference,
-                        distanceMeters: PathLoss.distance(rssi: rssi, txPower: reference),
-                        seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000))
+        Sighting(token: token, medium: .ble, rssi: device.rssi, txPower: device.referencePower(default: settings.txPower),
+                 seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000))
     }
 
     private func forget(_ path: ObjectPath) {

@@ -370,13 +370,8 @@ final class HCISession {
 
 extension HCIMedium {
     /// The sighting in an advertising report, if it carries nearbyd's frame.
-    /// A report without RSSI (127: virtual controllers never have one) is
-    /// taken as heard at one metre, as the BlueZ backend does.
     static func sighting(from report: AdvertisingReport, txPower: Int, seenAtMilliseconds: UInt64) -> Sighting? {
         guard let token = TokenFrame.token(inAdvertisingData: report.data) else { return nil }
-        let rssi = report.rssi ?? txPower
-        return Sighting(token: token, medium: .ble, rssi: rssi, txPower: txPower,
-                        distanceMeters: PathLoss.distance(rssi: rssi, txPower: txPower),
-                        seenAtMilliseconds: seenAtMilliseconds)
+        return Sighting(token: token, medium: .ble, rssi: report.rssi, txPower: txPower, seenAtMilliseconds: seenAtMilliseconds)
     }
 }

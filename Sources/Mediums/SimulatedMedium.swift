@@ -137,7 +137,6 @@ public actor SimulatedMedium: MediumBackend {
     private nonisolated func sighting(from heard: Heard) -> Sighting? {
         guard heard.medium == medium, let token = Token(bytes: heard.payload) else { return nil }
         return Sighting(token: token, medium: medium, rssi: heard.rssi, txPower: heard.txPower,
-                        distanceMeters: PathLoss.distance(rssi: heard.rssi, txPower: heard.txPower),
                         seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000))
     }
 }

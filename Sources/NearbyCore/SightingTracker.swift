@@ -22,6 +22,15 @@ public struct Sighting: Hashable, Sendable, Codable {
         self.seenAtMilliseconds = seenAtMilliseconds
     }
 
+    /// A hearing at `rssi` of a transmitter whose strength at one metre is
+    /// `txPower`, its distance estimated by free-space path loss. An unknown
+    /// strength (virtual controllers report none) is taken as one metre.
+    public init(token: Token, medium: Medium, rssi: Int?, txPower: Int, seenAtMilliseconds: UInt64) {
+        let rssi = rssi ?? txPower
+        self.init(token: token, medium: medium, rssi: rssi, txPower: txPower,
+                  distanceMeters: PathLoss.distance(rssi: rssi, txPower: txPower), seenAtMilliseconds: seenAtMilliseconds)
+    }
+
     public var key: Key { Key(token: token, medium: medium) }
 
     /// A token on a medium: what is found and lost.
