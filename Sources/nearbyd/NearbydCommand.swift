@@ -24,7 +24,8 @@ struct NearbydCommand: AsyncParsableCommand {
             nearbyctl and the NearbyMessages Swift library are two such clients.
 
             BLE goes through bluetoothd (BlueZ) on the system bus by default: nearbyd
-            needs access to org.bluez (the bluetooth group, as the packaged unit has).
+            needs access to org.bluez (the bluetooth group; the packaged sysusers file
+            makes the nearbyd user a member).
             The [ble] section of the configuration picks an adapter, the raw HCI
             backend for hosts without bluetoothd, or nearby-air's simulated space.
 
