@@ -99,6 +99,8 @@ import TestSupport
             try await bluez.call("RegisterAdvertisement") { $0.outcome == "ok" }
             #expect(try await manager.errorState == MessageManager.ErrorState())
             #expect(try await DaemonStatus.read(from: .address(device.busAddress)).availableMediums == ["ble"])
+            // The publication may have come before BlueZ was read, with the error set and cleared since.
+            errors.clear()
 
             try await bluez.setPowered("hci0", false)
             _ = try await errors.first(within: 10, "BluetoothPowerError") { $0.bluetoothPower }
@@ -156,6 +158,7 @@ import TestSupport
             try await bluez.addAdapter("hci2")
             try await bluez.call("RegisterAdvertisement") { $0.path == "/org/bluez/hci2" && $0.outcome == "ok" }
             _ = try await errors.first(within: 10, "BluetoothPowerError cleared") { !$0.bluetoothPower }
+            errors.clear()
 
             // The adapter goes: the error comes back; bluetoothd's Release is taken in stride.
             try await bluez.removeAdapter("hci2")
@@ -174,6 +177,7 @@ import TestSupport
             let manager = try await MessageManager(device, apiKey: key) { errors.put($0) }
             let publication = try await manager.publish("refused")
             _ = try await errors.first(within: 10, "BluetoothPermissionError") { $0.bluetoothPermission && !$0.bluetoothPower }
+            errors.clear()
 
             try await bluez.refuse(with: nil)
             try await bluez.call("RegisterAdvertisement", within: 40) { $0.outcome == "ok" }
@@ -212,6 +216,7 @@ import TestSupport
             let publication = try await manager.publish("denied")
             _ = try await errors.first(within: 10, "BluetoothPermissionError") { $0.bluetoothPermission }
             #expect(try await DaemonStatus.read(from: .address(device.busAddress)).availableMediums == [])
+            errors.clear()
 
             try rules(#"<allow send_destination="org.bluez"/>"#).write(toFile: policy, atomically: true, encoding: .utf8)
             bluez.bus.reloadConfiguration()
