@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "nearby-server", targets: ["nearby-server"]),
         .executable(name: "nearby-air", targets: ["nearby-air"]),
         .executable(name: "nearbyctl", targets: ["nearbyctl"]),
+        .executable(name: "nearby-modem", targets: ["nearby-modem"]),
         .executable(name: "nearby-bench", targets: ["nearby-bench"]),
         .library(name: "NearbyMessages", targets: ["NearbyMessages"]),
         .library(name: "DBus", targets: ["DBus"]),
@@ -57,6 +58,8 @@ let package = Package(
             ]
         ),
         .target(name: "BluetoothLE", dependencies: ["NearbyCore"]),
+        // Pure DSP: the near-ultrasonic token modem, no I/O.
+        .target(name: "AudioModem", dependencies: ["NearbyCore"]),
         // C: libbluetooth's HCI headers, for the raw-HCI BLE backend.
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
         .target(
@@ -137,6 +140,10 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
+        .executableTarget(
+            name: "nearby-modem",
+            dependencies: ["AudioModem", "NearbyCore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         // Benchmarks: the real programs in a simulated cluster, against reference
         // programs measured in the same run (bench/reference, ../shared/bench).
         .executableTarget(
@@ -160,6 +167,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
+        .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "BluetoothLE", "DBus", "NearbyCore"]),
         .testTarget(name: "BluetoothHCITests", dependencies: ["BluetoothHCI", "BluetoothLE", "NearbyCore", "Mediums"]),
         .testTarget(
