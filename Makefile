@@ -14,7 +14,7 @@ VENV := .build/venv
 
 # Debian packages the build, the demo and the tests need (the tests' Python
 # D-Bus client runs on Debian's /usr/bin/python3).
-PACKAGES := libsystemd-dev libsqlite3-dev libbluetooth-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
+PACKAGES := libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
 	python3-dbus-next
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl

@@ -58,6 +58,9 @@ let package = Package(
             ]
         ),
         .target(name: "BluetoothLE", dependencies: ["NearbyCore"]),
+        // C: libasound, for playback and capture.
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
+        .target(name: "ALSA", dependencies: ["CALSA"]),
         // Pure DSP: the near-ultrasonic token modem, no I/O.
         .target(name: "AudioModem", dependencies: ["NearbyCore"]),
         // C: libbluetooth's HCI headers, for the raw-HCI BLE backend.
@@ -144,6 +147,8 @@ let package = Package(
             name: "nearby-modem",
             dependencies: ["AudioModem", "NearbyCore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        // Opens one PCM and prints the outcome; ALSATests run it under another uid.
+        .executableTarget(name: "alsa-probe", dependencies: ["ALSA"]),
         // Benchmarks: the real programs in a simulated cluster, against reference
         // programs measured in the same run (bench/reference, ../shared/bench).
         .executableTarget(
@@ -168,6 +173,7 @@ let package = Package(
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
+        .testTarget(name: "ALSATests", dependencies: ["ALSA", "alsa-probe"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "BluetoothLE", "DBus", "NearbyCore"]),
         .testTarget(name: "BluetoothHCITests", dependencies: ["BluetoothHCI", "BluetoothLE", "NearbyCore", "Mediums"]),
         .testTarget(
