@@ -51,8 +51,13 @@ public final class AirClient: Sendable {
     }
 
     /// Sends a request and waits for its reply; throws the air's error message.
+    /// ``AirRequest/audio(device:)`` is refused: ``AirAudioLink`` opens audio links.
     @discardableResult
     public func request(_ request: AirRequest) async throws -> AirMessage {
+        if case .audio = request {
+            // An audio link is a connection of its own, carrying frames this client does not read.
+            throw AirProtocolError("open audio links with AirAudioLink")
+        }
         let reply = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<AirMessage, any Error>) in
             guard let id = replies.register(continuation) else {
                 continuation.resume(throwing: AirProtocolError("the connection to the air is closed"))

@@ -4,6 +4,8 @@ import NearbyCore
 // The line protocol between nearby-air and the programs attached to it: one JSON
 // object per line over a Unix stream socket. Requests carry an `id` that their
 // reply repeats; `heard` events arrive whenever the space delivers a broadcast.
+// A connection whose first line is an `audio` request becomes, once answered
+// `ok`, a device's audio link and carries binary sample frames (see AirAudio).
 
 /// A point in the simulated space, in metres.
 public struct Position: Codable, Equatable, Sendable, CustomStringConvertible {
@@ -56,6 +58,10 @@ public enum AirRequest: Equatable, Sendable {
     case move(device: String, position: Position)
     /// Describe every attached device.
     case list
+    /// Open the audio link of `device`, attached by another connection. Only as
+    /// the first line of a connection: after the air's `ok` the connection
+    /// carries sample frames (``AirAudio``).
+    case audio(device: String)
 }
 
 /// A broadcast one device heard.
@@ -81,12 +87,15 @@ public struct AirDevice: Codable, Equatable, Sendable {
     public var position: Position
     public var broadcasts: Int
     public var scanning: [Medium]
+    /// Whether the device has an audio link: a speaker and a microphone in the acoustic space.
+    public var audio: Bool
 
-    public init(name: String, position: Position, broadcasts: Int, scanning: [Medium]) {
+    public init(name: String, position: Position, broadcasts: Int, scanning: [Medium], audio: Bool = false) {
         self.name = name
         self.position = position
         self.broadcasts = broadcasts
         self.scanning = scanning
+        self.audio = audio
     }
 }
 
@@ -148,6 +157,8 @@ public enum AirCoding {
             line.op = "move"; line.device = device; line.position = position
         case .list:
             line.op = "list"
+        case .audio(let device):
+            line.op = "audio"; line.device = device
         }
         return text(line)
     }
@@ -184,6 +195,10 @@ public enum AirCoding {
             return .move(device: try required(line.device, "device"), position: try required(line.position, "position"))
         case "list":
             return .list
+        case "audio":
+            let device = try required(line.device, "device")
+            guard !device.isEmpty, device.utf8.count <= 64 else { throw AirProtocolError("device names are 1..64 bytes") }
+            return .audio(device: device)
         case let other:
             throw AirProtocolError("unknown op '\(other ?? "")'")
         }
