@@ -271,6 +271,11 @@ public actor AirServer {
         }
     }
 
+    /// How many microphone blocks `device`'s open link has dropped (tests).
+    func droppedBlocks(of device: String) -> Int? {
+        audioLinks[device]?.dropped
+    }
+
     /// Produces `blocks` blocks; returns whether any audio link remains.
     private func audioTick(blocks: Int) -> Bool {
         for _ in 0..<blocks {

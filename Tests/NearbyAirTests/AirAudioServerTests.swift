@@ -9,13 +9,17 @@ import Testing
 /// Runs an AirServer on a fresh socket for the length of `body`, then stops it
 /// and waits until it has stopped.
 private func withAudioAir(_ parameters: AirParameters, _ body: (String) async throws -> Void) async throws {
+    try await withAudioAir(parameters) { path, _ in try await body(path) }
+}
+
+private func withAudioAir(_ parameters: AirParameters, _ body: (String, AirServer) async throws -> Void) async throws {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("air-\(UUID().uuidString.prefix(8)).sock").path
     let server = AirServer(parameters: parameters, logger: Logger(label: "test-air"))
     let (listening, ready) = AsyncStream.makeStream(of: Void.self)
     let running = Task { try await server.run(socketPath: path) { ready.yield() } }
     for await _ in listening { break }
     do {
-        try await body(path)
+        try await body(path, server)
     } catch {
         running.cancel()
         _ = await running.result
@@ -289,6 +293,36 @@ private func rawConnection(_ path: String, samplesFollow: Bool) async throws -> 
                 .failed(id: 2, message: "an audio link must be opened by the first line of its own connection"),
                 .devices(id: 3, [AirDevice(name: "A", position: Position(x: 0, y: 0), broadcasts: 0, scanning: [], audio: false)]),
             ])
+        }
+    }
+
+    @Test func aListenerThatDoesNotReadLosesItsOldestBlocksAndHoldsUpNobody() async throws {
+        try await withAudioAir(exact) { path, server in
+            let a = try await AirClient(socketPath: path)
+            let b = try await AirClient(socketPath: path)
+            try await a.request(.attach(device: "A", position: Position(x: 0, y: 0)))
+            try await b.request(.attach(device: "B", position: Position(x: 1, y: 0)))
+            // A's link is opened and then never read: the socket and the buffers behind it fill up.
+            let stalled = try await rawConnection(path, samplesFollow: true)
+            try await stalled.channel.writeAndFlush(
+                ByteBuffer(string: AirCoding.encode(id: 1, .audio(device: "A")) + "\n"))
+            let link = try await AirAudioLink(socketPath: path, device: "B")
+            // B keeps hearing every tick (5 s of blocks, more than everything between A and the air holds).
+            let received = try await within(30) {
+                var count = 0
+                for await _ in link.captured {
+                    count += 1
+                    if count == 250 { break }
+                }
+                return count
+            }
+            #expect(received == 250)
+            let dropped = await server.droppedBlocks(of: "A") ?? 0
+            #expect(dropped > 0, "the air dropped A's oldest blocks")
+            #expect(dropped < 250)
+            link.close()
+            try await stalled.channel.close()
+            for client in [a, b] { client.close() }
         }
     }
 }
