@@ -86,9 +86,10 @@ public struct HCICommand: Equatable, Sendable, CustomStringConvertible {
         HCICommand(opcode: Opcode.leSetEventMask, parameters: littleEndian(mask, bytes: 8))
     }
 
-    /// Only bit 1, "LE Advertising Report event" (§7.8.1): the one LE event
-    /// nearbyd reads. (The default, 0x1F, has it too.)
-    public static let leEventMaskAdvertisingReports: UInt64 = 1 << 1
+    /// Bit 1, "LE Advertising Report event", and bit 12, "LE Extended
+    /// Advertising Report event" (§7.8.1): the LE events nearbyd reads. Some
+    /// controllers report legacy advertisements as extended reports.
+    public static let leEventMaskAdvertisingReports: UInt64 = 1 << 1 | 1 << 12
 
     // MARK: Advertising
 

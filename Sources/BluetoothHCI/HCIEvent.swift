@@ -11,7 +11,8 @@ public enum HCIEvent: Equatable, Sendable {
     /// Command Status (§7.7.15, `evt_cmd_status`).
     case commandStatus(opcode: UInt16, status: UInt8)
     /// LE Meta event (0x3E, §7.7.65) with subevent LE Advertising Report
-    /// (0x02, §7.7.65.2): the reports that were well-formed.
+    /// (0x02, §7.7.65.2) or LE Extended Advertising Report (0x0D,
+    /// §7.7.65.13): the reports that were well-formed and complete.
     case advertisingReports([AdvertisingReport])
     /// Hardware Error (§7.7.16): the controller needs a reset.
     case hardwareError(code: UInt8)
@@ -24,6 +25,7 @@ public enum HCIEvent: Equatable, Sendable {
     static let hardwareErrorCode: UInt8 = 0x10 // EVT_HARDWARE_ERROR
     static let leMetaCode: UInt8 = 0x3E // EVT_LE_META_EVENT
     static let advertisingReportSubevent: UInt8 = 0x02 // EVT_LE_ADVERTISING_REPORT
+    static let extendedAdvertisingReportSubevent: UInt8 = 0x0D // EVT_LE_EXT_ADVERTISING_REPORT
 
     /// Decodes one packet; nil when it is not an event packet, or too short
     /// for its kind. Parameters are bounded by both the declared length and
@@ -50,11 +52,16 @@ public enum HCIEvent: Equatable, Sendable {
             self = .hardwareError(code: parameters[p])
         case Self.leMetaCode:
             guard parameters.count >= 1 else { return nil }
-            guard parameters[p] == Self.advertisingReportSubevent else {
+            switch parameters[p] {
+            case Self.advertisingReportSubevent:
+                self = .advertisingReports(AdvertisingReport.reports(in: parameters.dropFirst()))
+            case Self.extendedAdvertisingReportSubevent:
+                // Controllers that advertise extended reporting (and btvirt)
+                // report legacy advertisements this way too.
+                self = .advertisingReports(AdvertisingReport.extendedReports(in: parameters.dropFirst()))
+            default:
                 self = .other(code: code)
-                return
             }
-            self = .advertisingReports(AdvertisingReport.reports(in: parameters.dropFirst()))
         default:
             self = .other(code: code)
         }
@@ -71,7 +78,8 @@ public struct AdvertisingReport: Equatable, Sendable {
     /// private address).
     public var addressType: UInt8
     public var address: DeviceAddress
-    /// The advertising data: AD structures, at most 31 bytes.
+    /// The advertising data: AD structures, at most 31 bytes (229 from an
+    /// extended report).
     public var data: [UInt8]
     /// dBm, -127...20; nil when the controller says it has none (127).
     public var rssi: Int?
@@ -116,6 +124,58 @@ public struct AdvertisingReport: Equatable, Sendable {
             ))
         }
         return reports
+    }
+}
+
+extension AdvertisingReport {
+    /// Longest data of one extended report (§7.7.65.13: 229 bytes).
+    static let maximumExtendedLength = 229
+
+    /// The reports of an LE Extended Advertising Report event's parameters
+    /// after the subevent code: Num_Reports, then per report Event_Type (2),
+    /// Address_Type (1), Address (6), Primary_PHY, Secondary_PHY,
+    /// Advertising_SID, TX_Power, RSSI (1 each), Periodic_Advertising_Interval
+    /// (2), Direct_Address_Type (1), Direct_Address (6), Data_Length (1),
+    /// Data; consecutive records, as the kernel reads them
+    /// (`hci_le_ext_adv_report_evt`).
+    ///
+    /// A report whose data is incomplete (Event_Type bits 5–6 not 00: more
+    /// is coming, or it was truncated) is skipped: a token frame is never
+    /// split. The event type becomes the legacy one where the PDU is legacy
+    /// (bit 4), and the nearest legacy one otherwise.
+    public static func extendedReports(in parameters: ArraySlice<UInt8>) -> [AdvertisingReport] {
+        guard let count = parameters.first else { return [] }
+        var reports: [AdvertisingReport] = []
+        var index = parameters.startIndex + 1
+        for _ in 0..<count {
+            guard parameters.endIndex - index >= 24 else { break }
+            let length = Int(parameters[index + 23])
+            let next = index + 24 + length
+            guard next <= parameters.endIndex else { break }
+            defer { index = next }
+            let eventType = UInt16(parameters[index]) | UInt16(parameters[index + 1]) << 8
+            guard (eventType >> 5) & 0b11 == 0, length <= maximumExtendedLength else { continue }
+            let rssi = Int8(bitPattern: parameters[index + 13])
+            reports.append(AdvertisingReport(
+                eventType: legacyType(eventType),
+                addressType: parameters[index + 2],
+                address: DeviceAddress(littleEndian: Array(parameters[(index + 3)..<(index + 9)]))!,
+                data: Array(parameters[(index + 24)..<next]),
+                rssi: rssi == 127 ? nil : Int(rssi)
+            ))
+        }
+        return reports
+    }
+
+    /// Event_Type bits 0 connectable, 1 scannable, 2 directed, 3 scan response.
+    private static func legacyType(_ eventType: UInt16) -> UInt8 {
+        if eventType & 0b1000 != 0 { return 0x04 }     // SCAN_RSP
+        if eventType & 0b0100 != 0 { return 0x01 }     // ADV_DIRECT_IND
+        switch eventType & 0b11 {
+        case 0b11: return 0x00                         // ADV_IND
+        case 0b10: return 0x02                         // ADV_SCAN_IND
+        default: return 0x03                           // ADV_NONCONN_IND
+        }
     }
 }
 

@@ -24,6 +24,59 @@ import Testing
 
     var ourData: [UInt8] { AdvertisingData.carrying(token) }
 
+    /// One extended report record (§7.7.65.13): event type (2), address type,
+    /// address, primary and secondary PHY, SID, TX power, RSSI, periodic
+    /// interval (2), direct address type and address, data length, data.
+    func extendedRecord(type: UInt16 = 0x0010, data: [UInt8], rssi: UInt8, lengthByte: UInt8? = nil) -> [UInt8] {
+        let eventType: [UInt8] = [UInt8(type & 0xFF), UInt8(type >> 8)]
+        let phys: [UInt8] = [0x01, 0x00, 0xFF, 0x7F, rssi, 0x00, 0x00, 0x00]
+        let direct = [UInt8](repeating: 0, count: 6)
+        let length: [UInt8] = [lengthByte ?? UInt8(data.count)]
+        return eventType + [0x01] + address + phys + direct + length + data
+    }
+
+    func extendedEvent(count: UInt8, _ records: [UInt8]) -> [UInt8] {
+        let parameters = [0x0D, count] + records
+        return [0x04, 0x3E, UInt8(parameters.count)] + parameters
+    }
+
+    /// btvirt, and controllers with extended reporting, report a legacy
+    /// ADV_NONCONN_IND (event type 0x0010: legacy, complete) this way.
+    @Test func extendedReportsOfLegacyAdvertisementsCarryTheToken() throws {
+        let event = HCIEvent(packet: extendedEvent(count: 1, extendedRecord(data: ourData, rssi: 0xC4)))
+        let expected = AdvertisingReport(eventType: 0x03, addressType: 0x01, address: DeviceAddress(littleEndian: address)!,
+                                         data: ourData, rssi: -60)
+        #expect(event == .advertisingReports([expected]))
+        let sighting = try #require(HCIMedium.sighting(from: expected, txPower: -59, seenAtMilliseconds: 1))
+        #expect(sighting.token == token && sighting.rssi == -60)
+    }
+
+    @Test func extendedReportsAreReadInTurnAndIncompleteOnesSkipped() {
+        let records = extendedRecord(type: 0x0013, data: [0x02, 0x01, 0x06], rssi: 0x7F)   // ADV_IND, no RSSI
+            + extendedRecord(type: 0x0020, data: ourData, rssi: 0xC0)                    // more data to come: skipped
+            + extendedRecord(type: 0x001B, data: [], rssi: 0xB0)                          // legacy SCAN_RSP
+            + extendedRecord(type: 0x0000, data: ourData, rssi: 0xA0)                    // extended PDU, non-connectable
+        guard case .advertisingReports(let reports) = HCIEvent(packet: extendedEvent(count: 4, records)) else {
+            Issue.record("not advertising reports")
+            return
+        }
+        #expect(reports.map(\.eventType) == [0x00, 0x04, 0x03])
+        #expect(reports.map(\.rssi) == [nil, -80, -96])
+        #expect(reports[2].data == ourData)
+    }
+
+    @Test func aTruncatedExtendedReportStopsTheReading() {
+        let whole = extendedRecord(data: ourData, rssi: 0xC4)
+        let cut = extendedRecord(data: ourData, rssi: 0xC4, lengthByte: 200)
+        guard case .advertisingReports(let reports) = HCIEvent(packet: extendedEvent(count: 3, whole + cut + whole)) else {
+            Issue.record("not advertising reports")
+            return
+        }
+        #expect(reports.count == 1)
+        // Fewer bytes than a record's fixed part.
+        #expect(HCIEvent(packet: extendedEvent(count: 1, Array(whole.prefix(20)))) == .advertisingReports([]))
+    }
+
     @Test func commandCompleteCarriesOpcodeAndStatus() {
         #expect(HCIEvent(packet: [0x04, 0x0E, 0x04, 0x01, 0x06, 0x20, 0x00])
             == .commandComplete(opcode: 0x2006, returnParameters: [0x00]))
