@@ -63,6 +63,11 @@ let package = Package(
         .target(name: "ALSA", dependencies: ["CALSA"]),
         // Pure DSP: the near-ultrasonic token modem, no I/O.
         .target(name: "AudioModem", dependencies: ["NearbyCore"]),
+        // The audio medium: the modem on a sound card (ALSA) or in nearby-air.
+        .target(
+            name: "AudioMedium",
+            dependencies: ["AudioModem", "ALSA", "Mediums", "NearbyAir", "NearbyCore", .product(name: "Logging", package: "swift-log")]
+        ),
         // C: libbluetooth's HCI headers, for the raw-HCI BLE backend.
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
         .target(
@@ -97,7 +102,8 @@ let package = Package(
         .target(
             name: "NearbyDaemon",
             dependencies: [
-                "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "BluetoothHCI", "SystemdService", "ConfigFile",
+                "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
+                "SystemdService", "ConfigFile",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
@@ -158,7 +164,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "bench",
-            exclude: ["reference"]
+            exclude: ["reference", "modem-compare"]
         ),
 
         // Helpers for tests that start real processes: a private dbus-daemon,
@@ -174,6 +180,10 @@ let package = Package(
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
         .testTarget(name: "ALSATests", dependencies: ["ALSA", "alsa-probe"]),
+        .testTarget(
+            name: "AudioMediumTests",
+            dependencies: ["AudioMedium", "Mediums", "NearbyCore", .product(name: "Logging", package: "swift-log")]
+        ),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "BluetoothLE", "DBus", "NearbyCore"]),
         .testTarget(name: "BluetoothHCITests", dependencies: ["BluetoothHCI", "BluetoothLE", "NearbyCore", "Mediums"]),
         .testTarget(

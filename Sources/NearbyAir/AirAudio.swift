@@ -34,7 +34,7 @@ public enum AirAudio {
         buffer.writeInteger(UInt32(samples.count), endianness: .little)
         #if _endian(little)
         // Float32 in memory is the wire's format already: one copy.
-        samples.withUnsafeBytes { buffer.writeBytes($0) }
+        _ = samples.withUnsafeBytes { buffer.writeBytes($0) }
         #else
         for sample in samples { buffer.writeInteger(sample.bitPattern, endianness: .little) }
         #endif

@@ -51,12 +51,17 @@ public struct Sighting: Hashable, Sendable, Codable {
 public struct SightingTracker: Sendable {
     public let lostTimeout: Duration
     public let refreshInterval: Duration
+    /// Mediums with a timeout of their own (audio: its bursts are seconds apart).
+    public let lostTimeouts: [Medium: Duration]
     private var heard: [Sighting.Key: (sighting: Sighting, lastHeard: ContinuousClock.Instant, lastReported: ContinuousClock.Instant)] = [:]
 
-    public init(lostTimeout: Duration, refreshInterval: Duration) {
+    public init(lostTimeout: Duration, refreshInterval: Duration, lostTimeouts: [Medium: Duration] = [:]) {
         self.lostTimeout = lostTimeout
         self.refreshInterval = refreshInterval
+        self.lostTimeouts = lostTimeouts
     }
+
+    private func timeout(_ key: Sighting.Key) -> Duration { lostTimeouts[key.medium] ?? lostTimeout }
 
     /// Records a hearing; returns it if it should be reported now.
     public mutating func heard(_ sighting: Sighting, at now: ContinuousClock.Instant) -> Sighting? {
@@ -70,14 +75,14 @@ public struct SightingTracker: Sendable {
 
     /// Removes and returns the tokens not heard for the lost timeout.
     public mutating func expire(at now: ContinuousClock.Instant) -> [Sighting.Key] {
-        let gone = heard.filter { now - $0.value.lastHeard >= lostTimeout }.map(\.key)
+        let gone = heard.filter { now - $0.value.lastHeard >= timeout($0.key) }.map(\.key)
         for key in gone { heard.removeValue(forKey: key) }
         return gone
     }
 
     /// When the next token will time out if not heard again, if any is heard.
     public var nextExpiry: ContinuousClock.Instant? {
-        heard.values.map { $0.lastHeard + lostTimeout }.min()
+        heard.map { $0.value.lastHeard + timeout($0.key) }.min()
     }
 
     /// Every token currently heard, with its latest hearing.

@@ -1,3 +1,5 @@
+import ALSA
+import AudioMedium
 import BlueZ
 import BluetoothHCI
 import DBus
@@ -70,8 +72,34 @@ public struct Daemon: Service {
 
     @BusActor
     private func makeBackends() -> [any MediumBackend] {
+        bleBackends() + audioBackends()
+    }
+
+    @BusActor
+    private func audioBackends() -> [any MediumBackend] {
+        let device: any SoundDevice
+        switch configuration.audio {
+        case .alsa:
+            device = ALSASoundDevice(
+                capture: PCMConfiguration(pcm: configuration.capturePCM, configFile: configuration.alsaConfig),
+                playback: PCMConfiguration(pcm: configuration.playbackPCM, configFile: configuration.alsaConfig))
+        case .sim:
+            // With BLE in the air too, the BLE medium attaches the device.
+            device = AirSoundDevice(socketPath: configuration.airSocket, device: configuration.simDevice,
+                                    attachAt: configuration.ble == .sim ? nil : configuration.simPosition)
+        default:
+            return []
+        }
+        let settings = AudioMedium.Settings(volume: configuration.audioVolume, referenceLevel: configuration.audioReferenceLevel,
+                                            interval: .milliseconds(Int64(configuration.audioInterval * 1000)),
+                                            threshold: configuration.audioThreshold)
+        return [AudioMedium(device: device, settings: settings, logger: logger)]
+    }
+
+    @BusActor
+    private func bleBackends() -> [any MediumBackend] {
         switch configuration.ble {
-        case .off:
+        case .off, .alsa:
             return []
         case .sim:
             let settings = SimulatedMedium.Settings(socketPath: configuration.airSocket, device: configuration.simDevice,

@@ -1,3 +1,4 @@
+import AudioModem
 import BluetoothHCI
 import ConfigFile
 import DBus
@@ -22,6 +23,8 @@ public struct DaemonConfiguration: Sendable {
         case bluez
         /// BLE through a raw HCI socket, for hosts without bluetoothd.
         case hci
+        /// Audio through libasound.
+        case alsa
     }
 
     /// `[daemon] bus`: system, session, or a D-Bus address.
@@ -63,8 +66,26 @@ public struct DaemonConfiguration: Sendable {
     public var hciChannel = HCIMedium.Channel.raw
     /// `[ble] bluez-bus`: where bluetoothd is (the system bus but in tests).
     public var bluezBus: BusConnection.Address = .system
-    /// `[audio] backend`.
+    /// `[audio] backend`: off by default, so the microphone is opened only
+    /// where the administrator asked for it.
     public var audio = Backend.off
+    /// `[audio] capture-pcm`, `playback-pcm`: ALSA PCM names.
+    public var capturePCM = "default"
+    public var playbackPCM = "default"
+    /// `[audio] alsa-config`: an ALSA configuration file read over the system's.
+    public var alsaConfig: String?
+    /// `[audio] volume`, dBFS: the peak level of a burst.
+    public var audioVolume = -6.0
+    /// `[audio] reference-level`, dBFS: how loud a burst at `volume` is heard
+    /// from one metre, for distance estimates.
+    public var audioReferenceLevel = -6.0
+    /// `[audio] interval`, seconds: mean time between bursts.
+    public var audioInterval = 2.0
+    /// `[audio] lost-timeout`, seconds: a device not heard over audio for this
+    /// long is gone (several intervals: bursts may collide).
+    public var audioLostTimeout = 8.0
+    /// `[audio] threshold`: the modem's detection threshold.
+    public var audioThreshold = TokenDemodulator.defaultThreshold
 
     /// `[sim] air-socket`, `device`, `position`: how the daemon appears in nearby-air.
     public var airSocket = "/run/nearby-air.sock"
@@ -133,11 +154,17 @@ public struct DaemonConfiguration: Sendable {
             result.hciChannel = parsed
         }
 
-        let audio = try file.section("audio", keys: ["backend"])
-        if let backend = try audio.string("backend") { result.audio = try Self.backend(backend, of: [.off, .sim], in: audio) }
-        if result.audio == .sim {
-            throw audio.invalid("backend", "'sim' is not available yet: the simulated acoustic space comes with the audio modem; use 'off'")
-        }
+        let audio = try file.section("audio", keys: ["backend", "capture-pcm", "playback-pcm", "alsa-config", "volume",
+                                                     "reference-level", "interval", "lost-timeout", "threshold"])
+        if let backend = try audio.string("backend") { result.audio = try Self.backend(backend, of: [.off, .sim, .alsa], in: audio) }
+        if let pcm = try audio.string("capture-pcm") { result.capturePCM = pcm }
+        if let pcm = try audio.string("playback-pcm") { result.playbackPCM = pcm }
+        if let path = try audio.string("alsa-config") { result.alsaConfig = path }
+        if let volume = try audio.number("volume") { result.audioVolume = volume }
+        if let level = try audio.number("reference-level") { result.audioReferenceLevel = level }
+        if let interval = try audio.number("interval") { result.audioInterval = interval }
+        if let timeout = try audio.number("lost-timeout") { result.audioLostTimeout = timeout }
+        if let threshold = try audio.number("threshold") { result.audioThreshold = threshold }
 
         let sim = try file.section("sim", keys: ["air-socket", "device", "position"])
         if let socket = try sim.string("air-socket") { result.airSocket = socket }
@@ -171,6 +198,12 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(Double(limits.maxManagersPerClient), in: 1...10_000, "[limits] max-managers-per-client")
         try Self.check(Double(limits.maxObjectsPerManager), in: 1...1_000_000, "[limits] max-objects-per-manager")
         try Self.check(Double(bleTxPower), in: -127...20, "[ble] tx-power")
+        guard !capturePCM.isEmpty, !playbackPCM.isEmpty else { throw ConfigurationError("[audio] PCM names must not be empty") }
+        try Self.check(audioVolume, in: -60...0, "[audio] volume")
+        try Self.check(audioReferenceLevel, in: -120...0, "[audio] reference-level")
+        try Self.check(audioInterval, in: 0.5...60, "[audio] interval")
+        try Self.check(audioLostTimeout, in: 1...600, "[audio] lost-timeout")
+        try Self.check(audioThreshold, in: 8...1000, "[audio] threshold")
         guard !simDevice.isEmpty, simDevice.utf8.count <= 64 else {
             throw ConfigurationError("[sim] device must be 1..64 bytes")
         }

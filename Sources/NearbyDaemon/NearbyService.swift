@@ -68,7 +68,8 @@ final class NearbyService {
         serverClient = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
         credentials = CredentialStore(stateDirectory: configuration.stateDirectory)
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
-                                    refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)))
+                                    refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
+                                    lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
     }
 
     /// Exports `/org/nearbyd` and starts the mediums.
@@ -522,6 +523,7 @@ final class NearbyService {
     /// BluetoothPowerError and BluetoothPermissionError: BLE is configured, some
     /// object of the manager needs it, and it cannot be used now because it is
     /// off or absent, or because the system refuses the daemon.
+    /// MicrophonePermissionError: the same for audio refused.
     private func refreshErrors(of object: ManagerObject) {
         let needsBLE = object.bleUsers > 0 && enabledMediums.contains(.ble)
         let condition = mediumConditions[.ble] ?? .unavailable
@@ -535,6 +537,11 @@ final class NearbyService {
         if permissionError != object.bluetoothPermissionError {
             object.bluetoothPermissionError = permissionError
             changed.append("BluetoothPermissionError")
+        }
+        let microphoneError = object.audioUsers > 0 && enabledMediums.contains(.audio) && mediumConditions[.audio] == .refused
+        if microphoneError != object.microphonePermissionError {
+            object.microphonePermissionError = microphoneError
+            changed.append("MicrophonePermissionError")
         }
         if !changed.isEmpty { object.changed(changed) }
     }
@@ -608,6 +615,10 @@ final class NearbyService {
         if let owner, strategy.mediums.contains(.ble) {
             owner.bleUsers += delta
             if owner.bleUsers == 0 || (delta > 0 && owner.bleUsers == delta) { refreshErrors(of: owner) }
+        }
+        if let owner, strategy.mediums.contains(.audio) {
+            owner.audioUsers += delta
+            if owner.audioUsers == 0 || (delta > 0 && owner.audioUsers == delta) { refreshErrors(of: owner) }
         }
     }
 
@@ -690,7 +701,8 @@ final class LinkState {
     func use(_ strategy: Strategy, by delta: Int, inForeground: Bool) -> (changed: Bool, startedListening: [Medium]) {
         var changed = false
         var started: [Medium] = []
-        for medium in strategy.mediums {
+        // Audio never runs for a manager in the background.
+        for medium in strategy.mediums where inForeground || medium != .audio {
             let before = usage[medium] ?? Usage()
             var after = before
             if strategy.mode.broadcasts { after.broadcasting += delta }
@@ -705,15 +717,20 @@ final class LinkState {
         return (changed, started)
     }
 
-    /// Moves an object's strategy between the background (low-power listening)
-    /// and the foreground. Says whether any count started or stopped being zero.
+    /// Moves an object's strategy between the background (low-power listening
+    /// on BLE, nothing on audio) and the foreground. Says whether any count
+    /// started or stopped being zero.
     func move(_ strategy: Strategy, toForeground: Bool) -> Bool {
-        guard strategy.mode.scans else { return false }
         var changed = false
+        let delta = toForeground ? 1 : -1
         for medium in strategy.mediums {
             let before = usage[medium] ?? Usage()
             var after = before
-            after.fullScanning += toForeground ? 1 : -1
+            if medium == .audio {
+                if strategy.mode.broadcasts { after.broadcasting += delta }
+                if strategy.mode.scans { after.scanning += delta }
+            }
+            if strategy.mode.scans { after.fullScanning += delta }
             usage[medium] = after
             changed = changed || Self.crossesZero(before, after)
         }

@@ -15,7 +15,7 @@ struct NearbydCommand: AsyncParsableCommand {
             nearbyd lets programs on this device publish small messages to programs on
             devices nearby, and subscribe to theirs: found when the devices come near
             each other, lost when they part. It owns the device's BLE advertiser and
-            scanner (and, later, its near-ultrasonic audio), keeps every client's
+            scanner and its near-ultrasonic audio modem, keeps every client's
             publications and subscriptions, and talks to nearby-server, which turns
             the tokens heard over the air into messages.
 
@@ -28,6 +28,12 @@ struct NearbydCommand: AsyncParsableCommand {
             makes the nearbyd user a member).
             The [ble] section of the configuration picks an adapter, the raw HCI
             backend for hosts without bluetoothd, or nearby-air's simulated space.
+
+            Audio is off until the [audio] section (or --audio) turns it on: then nearbyd
+            plays its tokens as short bursts between 18.5 and 20 kHz through ALSA (the
+            PCM "default" unless configured, so PipeWire's and PulseAudio's ALSA plugins
+            work) and listens on the microphone while a client subscribes over audio.
+            Its user needs access to the sound devices (the audio group, for hw PCMs).
 
             Settings come from the configuration file (TOML, see doc/configuration.md),
             then from these options, which override it. The daemon logs to the systemd
@@ -65,6 +71,9 @@ struct NearbydCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp("BLE backend: bluez, hci, sim (nearby-air) or off.", valueName: "backend"))
     var ble: String?
+
+    @Option(name: .long, help: ArgumentHelp("Audio backend: alsa, sim (nearby-air) or off.", valueName: "backend"))
+    var audio: String?
 
     @Option(name: .long, help: ArgumentHelp("nearby-air socket, for the simulated mediums.", valueName: "path"))
     var airSocket: String?
@@ -112,12 +121,8 @@ struct NearbydCommand: AsyncParsableCommand {
         if let bus { result.bus = .address(bus) }
         if let stateDir { result.stateDirectory = stateDir }
         if let server { result.serverURL = server }
-        if let ble {
-            guard let backend = DaemonConfiguration.Backend(rawValue: ble) else {
-                throw ConfigurationError("--ble must be one of \(DaemonConfiguration.Backend.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            result.ble = backend
-        }
+        if let ble { result.ble = try Self.backend(ble, of: [.bluez, .hci, .sim, .off], option: "--ble") }
+        if let audio { result.audio = try Self.backend(audio, of: [.alsa, .sim, .off], option: "--audio") }
         if let airSocket { result.airSocket = airSocket }
         if let deviceName { result.simDevice = deviceName }
         if let position {
@@ -135,5 +140,13 @@ struct NearbydCommand: AsyncParsableCommand {
         }
         try result.validate()
         return result
+    }
+
+    private static func backend(_ name: String, of allowed: [DaemonConfiguration.Backend],
+                                option: String) throws(ConfigurationError) -> DaemonConfiguration.Backend {
+        guard let backend = DaemonConfiguration.Backend(rawValue: name), allowed.contains(backend) else {
+            throw ConfigurationError("\(option) must be one of \(allowed.map(\.rawValue).joined(separator: ", "))")
+        }
+        return backend
     }
 }

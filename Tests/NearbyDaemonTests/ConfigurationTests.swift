@@ -33,7 +33,15 @@ import Testing
             bluez-bus = "unix:path=/tmp/bluez-bus"
             hci-channel = "user"
             [audio]
-            backend = "off"
+            backend = "alsa"
+            capture-pcm = "hw:1,0"
+            playback-pcm = "plughw:1,0"
+            alsa-config = "/etc/nearbyd/asound.conf"
+            volume = -12
+            reference-level = -30
+            interval = 1.5
+            lost-timeout = 6
+            threshold = 20
             [sim]
             air-socket = "/tmp/air.sock"
             device = "kiosk"
@@ -45,7 +53,11 @@ import Testing
         #expect(configuration.serverURL == "https://nearby.example:8443")
         #expect(configuration.lostTimeout == 2)
         #expect(configuration.limits.maxObjectsPerManager == 50)
-        #expect(configuration.ble == .off && configuration.enabledMediums.isEmpty)
+        #expect(configuration.ble == .off && configuration.enabledMediums == [.audio])
+        #expect(configuration.audio == .alsa && configuration.capturePCM == "hw:1,0" && configuration.playbackPCM == "plughw:1,0")
+        #expect(configuration.alsaConfig == "/etc/nearbyd/asound.conf")
+        #expect(configuration.audioVolume == -12 && configuration.audioReferenceLevel == -30)
+        #expect(configuration.audioInterval == 1.5 && configuration.audioLostTimeout == 6 && configuration.audioThreshold == 20)
         #expect(configuration.bleTxPower == -65)
         #expect(configuration.bleAdapter == "hci1")
         #expect(configuration.bluezBus == .address("unix:path=/tmp/bluez-bus"))
@@ -60,6 +72,7 @@ import Testing
         #expect(configuration.ble == .bluez && configuration.bleAdapter == nil && configuration.bluezBus == .system)
         #expect(configuration.lostTimeout == 3)
         #expect(configuration.enabledMediums == [.ble])
+        #expect(configuration.audio == .off && configuration.capturePCM == "default" && configuration.audioInterval == 2)
     }
 
     @Test(arguments: [
@@ -70,9 +83,12 @@ import Testing
         ("[limits]\nmax-clients = 1.5", "max-clients must be an integer"),
         ("[ble]\nbackend = \"bluetooth\"", "backend must be one of off, sim, bluez, hci"),
         ("[ble]\nadapter = \"hci-1\"", "adapter must be an adapter name such as hci0"),
-        ("[audio]\nbackend = \"bluez\"", "backend must be one of off, sim"),
+        ("[audio]\nbackend = \"bluez\"", "backend must be one of off, sim, alsa"),
+        ("[ble]\nbackend = \"alsa\"", "backend must be one of off, sim, bluez, hci"),
+        ("[audio]\nvolume = 3", "[audio] volume is 3.0; it must be between -60.0 and 0.0"),
+        ("[audio]\ninterval = 0.1", "[audio] interval is 0.1"),
+        ("[audio]\ncapture-pcm = \"\"", "[audio] PCM names must not be empty"),
         ("[ble]\nhci-channel = \"monitor\"", "hci-channel must be one of raw, user"),
-        ("[audio]\nbackend = \"sim\"", "not available yet"),
         ("[server]\nurl = \"ftp://x\"", "must be an http:// or https:// URL"),
         ("[sim]\nposition = [1]", "position must be [x, y]"),
         ("[daemon]\nlog-level = \"loud\"", "log-level must be one of"),

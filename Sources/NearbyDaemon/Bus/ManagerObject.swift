@@ -11,15 +11,15 @@ final class ManagerObject {
     unowned let service: NearbyService
     var exported: ExportedObject?
 
-    /// Live publications and subscriptions of this manager that use BLE.
+    /// Live publications and subscriptions of this manager that use BLE, and audio.
     var bleUsers = 0
+    var audioUsers = 0
 
     /// Kept as set: permissions (issue 7) are not enforced yet.
     var permissionGranted = true
     var background = false
-    /// Always false until the audio backend (issue 4) reports it.
+    /// Kept up to date by ``NearbyService`` from the mediums' conditions.
     var microphonePermissionError = false
-    /// Kept up to date by ``NearbyService`` from the BLE medium's condition.
     var bluetoothPermissionError = false
     var bluetoothPowerError = false
 

@@ -1,0 +1,83 @@
+import Foundation
+import NearbyMessages
+import Testing
+import TestSupport
+
+/// Discovery over sound only: two daemons whose audio medium is nearby-air's
+/// acoustic space, so the real modem runs on the samples each hears.
+@Suite(.serialized) struct AudioDiscoveryTests {
+    /// BLE off, audio in the air, bursts every 0.5 s on average.
+    private static let options = Cluster.Options(extraConfiguration: """
+        [audio]
+        backend = "sim"
+        interval = 0.5
+        lost-timeout = 2.5
+        """)
+    private static let audioOnly = Strategy(mediums: ["audio"])
+
+    private func addDevice(_ name: String, at position: (Double, Double), to cluster: Cluster) async throws -> Cluster.Device {
+        try await cluster.addDevice(name, at: position, ble: #"backend = "off""#)
+    }
+
+    @Test func foundOverSoundAndLostOutOfEarshot() async throws {
+        try await withCluster(Self.options) { cluster in
+            let key = try await cluster.createProject("audio")
+            let a = try await addDevice("A", at: (0, 0), to: cluster)
+            let b = try await addDevice("B", at: (1, 0), to: cluster)
+            let mediums = try await runProgram("/usr/bin/busctl", ["--address=\(a.busAddress)", "get-property", "org.nearbyd",
+                                                                   "/org/nearbyd", "org.nearbyd.Nearby1", "AvailableMediums"])
+            #expect(mediums.output.trimmingCharacters(in: .whitespacesAndNewlines) == #"as 1 "audio""#)
+
+            let publication = try await MessageManager(a, apiKey: key).publish("chirp", strategy: Self.audioOnly)
+            let subscription = try await MessageManager(b, apiKey: key).record(strategy: Self.audioOnly)
+            let found = try await subscription.wait(.found, "chirp", within: 20)
+            #expect(found.info?.medium == "audio")
+            // Heard at the level a burst has from one metre.
+            #expect(abs((found.info?.distanceMeters ?? 0) - 1) < 0.25)
+
+            try await cluster.move("A", to: (1_000, 0))
+            try await subscription.wait(.lost, "chirp", within: 20)
+            // Back, nearer than before: found again, at the new distance.
+            try await cluster.move("A", to: (0.3, 0))
+            _ = try await subscription.events.first(within: 20, "found again") {
+                $0.kind == .found && $0.text == "chirp" && ($0.info?.distanceMeters ?? 1) < 0.85
+            }
+            #expect(subscription.kinds == ["found audio/chat 'chirp'", "lost audio/chat 'chirp'", "found audio/chat 'chirp'"])
+            withExtendedLifetime(publication) {}
+        }
+    }
+
+    @Test func aListeningPublisherFindsASubscriberThatPlays() async throws {
+        try await withCluster(Self.options) { cluster in
+            let key = try await cluster.createProject("kiosk")
+            let a = try await addDevice("A", at: (0, 0), to: cluster)
+            let b = try await addDevice("B", at: (0.5, 0), to: cluster)
+            let publication = try await MessageManager(a, apiKey: key)
+                .publish("menu", strategy: Strategy(mediums: ["audio"], mode: .scan))
+            let subscription = try await MessageManager(b, apiKey: key)
+                .record(strategy: Strategy(mediums: ["audio"], mode: .broadcast))
+            try await subscription.wait(.found, "menu", within: 20)
+            try await publication.unpublish()
+            try await subscription.wait(.lost, "menu")
+        }
+    }
+
+    @Test func soundStopsWhileThePublishersManagerIsInTheBackground() async throws {
+        try await withCluster(Self.options) { cluster in
+            let key = try await cluster.createProject("quiet")
+            let a = try await addDevice("A", at: (0, 0), to: cluster)
+            let b = try await addDevice("B", at: (1, 0), to: cluster)
+            let publisher = try await MessageManager(a, apiKey: key)
+            try await publisher.setBackground(true)
+            let publication = try await publisher.publish("hush", strategy: Self.audioOnly)
+            let subscription = try await MessageManager(b, apiKey: key).record(strategy: Self.audioOnly)
+            // Ten bursts' worth of time in which A must stay silent.
+            await #expect(throws: TimedOut.self) {
+                try await subscription.wait(.found, "hush", within: 5)
+            }
+            try await publisher.setBackground(false)
+            try await subscription.wait(.found, "hush", within: 20)
+            withExtendedLifetime(publication) {}
+        }
+    }
+}
