@@ -3,6 +3,7 @@
 #   make demo     set up, build and run the two-device demo
 #   make test     set up, build and run every test
 #   make bench    run the benchmarks (release build), figures for doc/performance.md
+#   make bench-modem  the audio modem against ggwave (about 25 minutes)
 
 SWIFT ?= swift
 PREFIX ?= /usr
@@ -19,7 +20,7 @@ PACKAGES := libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev pkg-co
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test bench install clean
+.PHONY: setup build demo test bench bench-modem install clean
 
 setup:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -49,6 +50,9 @@ bench: setup
 	$(SWIFT) build -c release
 	bench/reference/build.sh
 	.build/release/nearby-bench all --bin .build/release --reference bench/reference/bin
+
+bench-modem: setup
+	bench/modem-compare
 
 install:
 	$(SWIFT) build -c release
