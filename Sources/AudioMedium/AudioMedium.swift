@@ -53,7 +53,8 @@ public actor AudioMedium: MediumBackend {
     private var condition = MediumCondition.unavailable
     /// Wakes run() to check the device again after a failure.
     private var failures: AsyncStream<Void>.Continuation?
-    private var waveforms: [Token: [Float]] = [:]
+    /// Each token's burst at the speaker's rate, made once.
+    private var waveforms: [Token: (sampleRate: Int, samples: [Float])] = [:]
 
     public init(device: any SoundDevice, settings: Settings = Settings(), logger: Logger) {
         self.device = device
@@ -176,10 +177,10 @@ public actor AudioMedium: MediumBackend {
     }
 
     private func waveform(for token: Token, sampleRate: Int) -> [Float] {
-        if let cached = waveforms[token], cached.count > 0 { return cached }
+        if let cached = waveforms[token], cached.sampleRate == sampleRate { return cached.samples }
         let gain = Float(pow(10, settings.volume / 20))
         let samples = TokenModulator(sampleRate: Double(sampleRate)).waveform(for: token).map { $0 * gain }
-        waveforms[token] = samples
+        waveforms[token] = (sampleRate, samples)
         return samples
     }
 

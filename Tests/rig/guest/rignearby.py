@@ -82,14 +82,14 @@ class Manager:
             raise RuntimeError(f"{member}: {reply.error_name}: {reply.body}")
         return reply.body
 
-    async def publish(self, text):
+    async def publish(self, text, mediums=None, mode=None):
         (path,) = await self.call(self.path, "org.nearbyd.Manager1", "Publish", "aysa{sv}",
-                                  [text.encode(), "chat", {}])
+                                  [text.encode(), "chat", strategy(mediums, mode)])
         return path
 
-    async def subscribe(self):
+    async def subscribe(self, mediums=None, mode=None):
         (path,) = await self.call(self.path, "org.nearbyd.Manager1", "Subscribe", "a{sv}",
-                                  [{"Type": Variant("s", "chat")}])
+                                  [{"Type": Variant("s", "chat"), **strategy(mediums, mode)}])
         return path
 
     async def end(self, path, interface):
@@ -109,6 +109,17 @@ class Manager:
                     return at
             await asyncio.sleep(0.05)
         raise TimeoutError(f"no {kind} {content!r} within {timeout}s; events: {self.events[-10:]}")
+
+
+def strategy(mediums=None, mode=None):
+    """Publish/Subscribe options with a Strategy of these mediums and mode
+    (None: the default)."""
+    keys = {}
+    if mediums is not None:
+        keys["Mediums"] = Variant("as", mediums)
+    if mode is not None:
+        keys["Mode"] = Variant("s", mode)
+    return {"Strategy": Variant("a{sv}", keys)} if keys else {}
 
 
 class World:
@@ -138,15 +149,16 @@ class World:
                                   "--json"], check=True, capture_output=True, text=True)
         self.api_key = json.loads(created.stdout)["apiKey"]
 
-    async def start_daemon(self, name, ble):
-        """A nearbyd on a private bus of its own; `ble` is its [ble] section."""
+    async def start_daemon(self, name, ble, extra=""):
+        """A nearbyd on a private bus of its own; `ble` is its [ble] section,
+        `extra` more sections."""
         address = f"unix:path={self.scratch}/bus-{name}"
         bus_daemon = self.start(f"bus-{name}", ["dbus-daemon", "--session", f"--address={address}", "--nofork",
                                                 "--print-address=1"])
         await bus_daemon.wait_for("unix:")
         config = os.path.join(self.scratch, f"{name}.conf")
         with open(config, "w") as f:
-            f.write(f"[ble]\n{ble}\n[discovery]\nlost-timeout = 2\nrefresh-interval = 1\n")
+            f.write(f"[ble]\n{ble}\n[discovery]\nlost-timeout = 2\nrefresh-interval = 1\n{extra}\n")
         daemon = self.start(f"nearbyd-{name}", [f"{self.bin}/nearbyd", "--bus", address, "--config", config,
                                                 "--server", self.server_url, "--state-dir",
                                                 os.path.join(self.scratch, f"state-{name}"), "--log-level", "debug"])
