@@ -179,7 +179,7 @@ let package = Package(
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
-        .testTarget(name: "ALSATests", dependencies: ["ALSA", "alsa-probe"]),
+        .testTarget(name: "ALSATests", dependencies: ["ALSA", "alsa-probe", "AudioModem", "NearbyCore"]),
         .testTarget(
             name: "AudioMediumTests",
             dependencies: ["AudioMedium", "Mediums", "NearbyCore", .product(name: "Logging", package: "swift-log")]

@@ -132,6 +132,7 @@ class World:
         self.case = env("RIG_CASE")
         self.processes = []
         self.buses = []
+        self.daemon_buses = {}
 
     def start(self, name, argv):
         process = Process(f"{self.case}.{name}", argv, self.logs)
@@ -145,9 +146,14 @@ class World:
                                        "--database", database])
         line = await server.wait_for("listening on http://")
         self.server_url = line[line.index("http://"):].strip()
-        created = subprocess.run([f"{self.bin}/nearby-server", "project", "create", "rig", "--database", database,
+        self.database = database
+        self.api_key = self.create_project("rig")
+
+    def create_project(self, name):
+        """A new project on the server; returns its API key."""
+        created = subprocess.run([f"{self.bin}/nearby-server", "project", "create", name, "--database", self.database,
                                   "--json"], check=True, capture_output=True, text=True)
-        self.api_key = json.loads(created.stdout)["apiKey"]
+        return json.loads(created.stdout)["apiKey"]
 
     async def start_daemon(self, name, ble, extra=""):
         """A nearbyd on a private bus of its own; `ble` is its [ble] section,
@@ -165,16 +171,24 @@ class World:
         await daemon.wait_for("nearbyd: ready")
         bus = await MessageBus(bus_address=address).connect()
         self.buses.append(bus)
+        self.daemon_buses[name] = bus
         await bus.call(Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
                                interface="org.freedesktop.DBus", member="AddMatch", signature="s",
                                body=["type='signal',sender='org.nearbyd'"]))
+        manager = await self.manager(name, self.api_key)
+        log(f"nearbyd {name} ready ({ble.splitlines()[0]}), manager {manager.path}")
+        return manager
+
+    async def manager(self, name, api_key):
+        """A new manager of `api_key` on daemon `name` (Release() it when done:
+        a client may hold 16)."""
+        bus = self.daemon_buses[name]
         reply = await bus.call(Message(destination="org.nearbyd", path="/org/nearbyd", interface="org.nearbyd.Nearby1",
-                                       member="CreateManager", signature="sa{sv}", body=[self.api_key, {}]))
+                                       member="CreateManager", signature="sa{sv}", body=[api_key, {}]))
         if reply.message_type == MessageType.ERROR:
             raise RuntimeError(f"CreateManager: {reply.error_name}: {reply.body}")
         manager = Manager(bus, reply.body[0])
         bus.add_message_handler(manager.on_signal)
-        log(f"nearbyd {name} ready ({ble.splitlines()[0]}), manager {manager.path}")
         return manager
 
     def stop(self):
