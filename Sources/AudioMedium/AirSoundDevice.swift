@@ -2,18 +2,18 @@ import NearbyAir
 import NearbyCore
 
 /// nearby-air's acoustic space as a sound device: the device's audio link
-/// carries what its speaker plays and what its microphone hears. One link
-/// serves both, opened while either is and closed with the last of them.
+/// carries what its speaker plays and what its microphone hears. The link is
+/// opened with the first speaker or microphone and kept while the air is
+/// there (closing and opening it for every burst would race the air's
+/// bookkeeping); what arrives while no microphone is open is dropped, and an
+/// idle speaker plays silence. A device this attaches itself stays in the air,
+/// as a device with its sound off is still where it is.
 public actor AirSoundDevice: SoundDevice {
     private let socketPath: String
     private let device: String
     private let attachAt: Position?
     private var link: AirAudioLink?
     private var attachment: AirClient?
-    private var users = 0
-    /// Counts links, so that closing a speaker or microphone of a link that
-    /// already ended does not touch its successor.
-    private var generation = 0
     private var microphones: [Int: AsyncStream<[Float]>.Continuation] = [:]
     private var nextMicrophone = 0
 
@@ -26,24 +26,20 @@ public actor AirSoundDevice: SoundDevice {
     }
 
     public func openMicrophone() async throws(SoundDeviceError) -> any Microphone {
-        let (_, generation) = try await open()
+        _ = try await open()
         nextMicrophone += 1
         let number = nextMicrophone
         let (blocks, continuation) = AsyncStream.makeStream(of: [Float].self, bufferingPolicy: .bufferingNewest(100))
         microphones[number] = continuation
-        return AirMicrophone(blocks: blocks) { await self.closeMicrophone(number, of: generation) }
+        return AirMicrophone(blocks: blocks) { await self.closeMicrophone(number) }
     }
 
     public func openSpeaker() async throws(SoundDeviceError) -> any Speaker {
-        let (link, generation) = try await open()
-        return AirSpeaker(link: link) { await self.release(generation) }
+        AirSpeaker(link: try await open())
     }
 
-    private func open() async throws(SoundDeviceError) -> (AirAudioLink, generation: Int) {
-        if let link {
-            users += 1
-            return (link, generation)
-        }
+    private func open() async throws(SoundDeviceError) -> AirAudioLink {
+        if let link { return link }
         do {
             if let attachAt, attachment == nil {
                 let client = try await AirClient(socketPath: socketPath)
@@ -57,11 +53,10 @@ public actor AirSoundDevice: SoundDevice {
             }
             let link = try await AirAudioLink(socketPath: socketPath, device: device)
             self.link = link
-            users = 1
-            generation += 1
             Task { await self.pump(link) }
-            return (link, generation)
+            return link
         } catch {
+            // The air went away or never was: attach afresh next time.
             attachment?.close()
             attachment = nil
             throw .unavailable("nearby-air: \(error)")
@@ -74,30 +69,15 @@ public actor AirSoundDevice: SoundDevice {
         for await block in link.captured {
             for microphone in microphones.values { microphone.yield(block) }
         }
-        guard self.link === link else { return }
         for microphone in microphones.values { microphone.finish() }
         microphones = [:]
-        users = 0
-        generation += 1
-        link.close()
         self.link = nil
         attachment?.close()
         attachment = nil
     }
 
-    private func closeMicrophone(_ number: Int, of generation: Int) {
+    private func closeMicrophone(_ number: Int) {
         microphones.removeValue(forKey: number)?.finish()
-        release(generation)
-    }
-
-    private func release(_ generation: Int) {
-        guard generation == self.generation, link != nil else { return }
-        users -= 1
-        guard users == 0 else { return }
-        link?.close()
-        link = nil
-        attachment?.close()
-        attachment = nil
     }
 }
 
@@ -118,13 +98,9 @@ private final class AirMicrophone: Microphone {
 
 private final class AirSpeaker: Speaker {
     let link: AirAudioLink
-    let closing: @Sendable () async -> Void
     var sampleRate: Int { AirAudioLink.sampleRate }
 
-    init(link: AirAudioLink, closing: @escaping @Sendable () async -> Void) {
-        self.link = link
-        self.closing = closing
-    }
+    init(link: AirAudioLink) { self.link = link }
 
     func play(_ samples: [Float]) async throws(SoundDeviceError) {
         do {
@@ -134,5 +110,6 @@ private final class AirSpeaker: Speaker {
         }
     }
 
-    func close() async { await closing() }
+    /// The link stays: an idle speaker in the air is silent.
+    func close() async {}
 }

@@ -56,6 +56,7 @@ actor Matcher {
         var mediums: Set<Medium>
         var mode: DiscoveryMode
         var expiresAtMs: UInt64
+        var earshot: Bool
 
         init(_ stored: StoredPublication) {
             id = stored.id
@@ -65,6 +66,7 @@ actor Matcher {
             mediums = Set(stored.mediums)
             mode = stored.mode
             expiresAtMs = stored.expiresAtMs
+            earshot = stored.distance == .earshot
         }
 
         func isLive(_ nowMs: UInt64) -> Bool { expiresAtMs > nowMs }
@@ -76,6 +78,7 @@ actor Matcher {
         var mediums: Set<Medium>
         var mode: DiscoveryMode
         var expiresAtMs: UInt64
+        var earshot: Bool
 
         init(_ stored: StoredSubscription) {
             id = stored.id
@@ -83,6 +86,7 @@ actor Matcher {
             mediums = Set(stored.mediums)
             mode = stored.mode
             expiresAtMs = stored.expiresAtMs
+            earshot = stored.distance == .earshot
         }
 
         func isLive(_ nowMs: UInt64) -> Bool { expiresAtMs == 0 || expiresAtMs > nowMs }
@@ -126,7 +130,14 @@ actor Matcher {
         var tokens: [Token: UInt64]
         var rssi: Int
         var distance: Double
+
+        /// Near enough for `earshot`: heard over audio within ``Matcher/earshotMeters``.
+        func inEarshot(_ medium: Medium) -> Bool { medium == .audio && distance <= Matcher.earshotMeters }
     }
+
+    /// How near `earshot` is: about arm's length, what sound in a room carries
+    /// clearly (doc/configuration.md gives the level it takes with nearbyd's defaults).
+    static let earshotMeters = 1.5
 
     private struct Pair: Hashable {
         var subscriber: String
@@ -331,10 +342,13 @@ actor Matcher {
         for sighting in seen where sighting.observed != observer && devices[sighting.observed] != nil {
             let key = EdgeKey(observer: observer, observed: sighting.observed, medium: sighting.medium)
             if var edge = edges[key] {
+                let wasInEarshot = edge.inEarshot(key.medium)
                 edge.tokens[sighting.token] = now
                 edge.rssi = sighting.rssi
                 edge.distance = sighting.distance
                 edges[key] = edge
+                // Coming into or out of earshot changes what earshot objects match.
+                if edge.inEarshot(key.medium) != wasInEarshot { changed.insert(sighting.observed) }
             } else {
                 edges[key] = Edge(tokens: [sighting.token: now], rssi: sighting.rssi, distance: sighting.distance)
                 link(observer, sighting.observed, by: 1)
@@ -492,8 +506,9 @@ actor Matcher {
     private func strongestEdge(_ subscription: Subscription, _ publication: Publication, subscriber: String,
                                publisher: String) -> (medium: Medium, edge: Edge)? {
         var best: (medium: Medium, edge: Edge)?
+        let earshot = subscription.earshot || publication.earshot
         func consider(_ key: EdgeKey) {
-            guard let edge = edges[key] else { return }
+            guard let edge = edges[key], !earshot || edge.inEarshot(key.medium) else { return }
             if best == nil || edge.rssi > best!.edge.rssi { best = (key.medium, edge) }
         }
         for medium in Medium.allCases where publication.mediums.contains(medium) && subscription.mediums.contains(medium) {

@@ -108,6 +108,13 @@ public final class SQLiteStorage: ServerStorage {
                 END;
                 """)
         }
+        // Earshot publications and subscriptions (audio within 1.5 m).
+        migrator.registerMigration("v3") { db in
+            try db.execute(sql: """
+                ALTER TABLE publication ADD COLUMN distance TEXT NOT NULL DEFAULT 'default';
+                ALTER TABLE subscription ADD COLUMN distance TEXT NOT NULL DEFAULT 'default';
+                """)
+        }
         return migrator
     }
 
@@ -277,22 +284,25 @@ public final class SQLiteStorage: ServerStorage {
                 case .putPublication(let publication):
                     try publications.put(publication.id, db) {
                         try db.cachedStatement(sql: """
-                            INSERT OR REPLACE INTO publication (device, id, namespace, type, content, mediums, mode, expiresAtMs)
-                            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                            INSERT OR REPLACE INTO publication (device, id, namespace, type, content, mediums, mode, expiresAtMs,
+                                                                distance)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                             """).execute(arguments: [device, publication.id, publication.namespace, publication.type,
                                                      publication.content, Self.text(publication.mediums),
-                                                     publication.mode.rawValue, Int64(clamping: publication.expiresAtMs)])
+                                                     publication.mode.rawValue, Int64(clamping: publication.expiresAtMs),
+                                                     publication.distance.rawValue])
                     }
                 case .deletePublication(let id):
                     try publications.delete(id, db)
                 case .putSubscription(let subscription):
                     try subscriptions.put(subscription.id, db) {
                         try db.cachedStatement(sql: """
-                            INSERT OR REPLACE INTO subscription (device, id, namespace, type, mediums, mode, expiresAtMs)
-                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            INSERT OR REPLACE INTO subscription (device, id, namespace, type, mediums, mode, expiresAtMs,
+                                                                 distance)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                             """).execute(arguments: [device, subscription.id, subscription.namespace, subscription.type,
                                                      Self.text(subscription.mediums), subscription.mode.rawValue,
-                                                     Int64(clamping: subscription.expiresAtMs)])
+                                                     Int64(clamping: subscription.expiresAtMs), subscription.distance.rawValue])
                     }
                 case .deleteSubscription(let id):
                     try subscriptions.delete(id, db)
@@ -303,7 +313,7 @@ public final class SQLiteStorage: ServerStorage {
 
     public func publications(device: String?) async throws -> [StoredPublication] {
         try await pool.read { db in
-            let columns = "device, id, namespace, type, content, mediums, mode, expiresAtMs"
+            let columns = "device, id, namespace, type, content, mediums, mode, expiresAtMs, distance"
             let rows = if let device {
                 try Row.fetchAll(db, sql: "SELECT \(columns) FROM publication WHERE device = ? ORDER BY id", arguments: [device])
             } else {
@@ -312,7 +322,8 @@ public final class SQLiteStorage: ServerStorage {
             return try rows.map { row in
                 StoredPublication(device: row["device"], id: row["id"], namespace: row["namespace"], type: row["type"],
                                   content: row["content"], mediums: try Self.mediums(row["mediums"]),
-                                  mode: try Self.mode(row["mode"]), expiresAtMs: milliseconds(row["expiresAtMs"]))
+                                  mode: try Self.mode(row["mode"]), expiresAtMs: milliseconds(row["expiresAtMs"]),
+                                  distance: try Self.distance(row["distance"]))
             }
         }
     }
@@ -325,7 +336,7 @@ public final class SQLiteStorage: ServerStorage {
 
     public func subscriptions(device: String?) async throws -> [StoredSubscription] {
         try await pool.read { db in
-            let columns = "device, id, namespace, type, mediums, mode, expiresAtMs"
+            let columns = "device, id, namespace, type, mediums, mode, expiresAtMs, distance"
             let rows = if let device {
                 try Row.fetchAll(db, sql: "SELECT \(columns) FROM subscription WHERE device = ? ORDER BY id", arguments: [device])
             } else {
@@ -334,7 +345,7 @@ public final class SQLiteStorage: ServerStorage {
             return try rows.map { row in
                 StoredSubscription(device: row["device"], id: row["id"], namespace: row["namespace"], type: row["type"],
                                    mediums: try Self.mediums(row["mediums"]), mode: try Self.mode(row["mode"]),
-                                   expiresAtMs: milliseconds(row["expiresAtMs"]))
+                                   expiresAtMs: milliseconds(row["expiresAtMs"]), distance: try Self.distance(row["distance"]))
             }
         }
     }
@@ -351,6 +362,11 @@ public final class SQLiteStorage: ServerStorage {
     private static func requireDevice(_ device: String, _ db: Database) throws {
         let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM device WHERE id = ?)", arguments: [device]) ?? false
         guard exists else { throw StorageError.deviceNotFound(device) }
+    }
+
+    private static func distance(_ text: String) throws -> DistanceType {
+        guard let distance = DistanceType(rawValue: text) else { throw CorruptRow("distance '\(text)'") }
+        return distance
     }
 
     private static func text(_ mediums: [Medium]) -> String {

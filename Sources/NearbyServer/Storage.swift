@@ -134,9 +134,10 @@ public struct StoredPublication: Sendable, Equatable {
     public var mediums: [Medium]
     public var mode: DiscoveryMode
     public var expiresAtMs: UInt64
+    public var distance: DistanceType
 
     public init(device: String, id: String, namespace: String, type: String, content: Data, mediums: [Medium],
-                mode: DiscoveryMode, expiresAtMs: UInt64) {
+                mode: DiscoveryMode, expiresAtMs: UInt64, distance: DistanceType = .default) {
         self.device = device
         self.id = id
         self.namespace = namespace
@@ -145,6 +146,7 @@ public struct StoredPublication: Sendable, Equatable {
         self.mediums = mediums
         self.mode = mode
         self.expiresAtMs = expiresAtMs
+        self.distance = distance
     }
 }
 
@@ -157,9 +159,10 @@ public struct StoredSubscription: Sendable, Equatable {
     public var mediums: [Medium]
     public var mode: DiscoveryMode
     public var expiresAtMs: UInt64
+    public var distance: DistanceType
 
     public init(device: String, id: String, namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode,
-                expiresAtMs: UInt64) {
+                expiresAtMs: UInt64, distance: DistanceType = .default) {
         self.device = device
         self.id = id
         self.namespace = namespace
@@ -167,6 +170,7 @@ public struct StoredSubscription: Sendable, Equatable {
         self.mediums = mediums
         self.mode = mode
         self.expiresAtMs = expiresAtMs
+        self.distance = distance
     }
 }
 

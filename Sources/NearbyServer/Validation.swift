@@ -34,7 +34,7 @@ enum Validation {
         try checkHorizon(spec.expiresAtMs, nowMs: nowMs)
         return StoredPublication(device: device, id: id, namespace: spec.namespace.isEmpty ? projectNamespace : spec.namespace,
                                  type: spec.type, content: spec.content, mediums: mediums, mode: spec.mode,
-                                 expiresAtMs: spec.expiresAtMs)
+                                 expiresAtMs: spec.expiresAtMs, distance: try distance(spec.distance, mediums: mediums))
     }
 
     static func subscription(_ spec: SubscriptionSpec, id: String, device: String, projectNamespace: String,
@@ -51,7 +51,17 @@ enum Validation {
             try checkHorizon(spec.expiresAtMs, nowMs: nowMs)
         }
         return StoredSubscription(device: device, id: id, namespace: spec.namespace.isEmpty ? projectNamespace : spec.namespace,
-                                  type: spec.type, mediums: mediums, mode: spec.mode, expiresAtMs: spec.expiresAtMs)
+                                  type: spec.type, mediums: mediums, mode: spec.mode, expiresAtMs: spec.expiresAtMs,
+                                  distance: try distance(spec.distance, mediums: mediums))
+    }
+
+    /// `earshot` is heard over audio only.
+    private static func distance(_ distance: DistanceType?, mediums: [Medium]) throws(APIError) -> DistanceType {
+        let distance = distance ?? .default
+        guard distance == .default || mediums.contains(.audio) else {
+            throw APIError(.invalidArgument, "distance 'earshot' needs the audio medium")
+        }
+        return distance
     }
 
     /// A change of a batch, checked as its own request would be.

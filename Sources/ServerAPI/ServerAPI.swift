@@ -65,15 +65,18 @@ public struct PublicationSpec: Codable, Sendable, Equatable {
     public var mediums: [Medium]
     public var mode: DiscoveryMode
     public var expiresAtMs: UInt64
+    /// `earshot`: matched only over audio heard within ``earshotMeters``. Absent: `default`.
+    public var distance: DistanceType?
 
     public init(namespace: String, type: String, content: Data, mediums: [Medium], mode: DiscoveryMode,
-                expiresAtMs: UInt64) {
+                expiresAtMs: UInt64, distance: DistanceType? = nil) {
         self.namespace = namespace
         self.type = type
         self.content = content
         self.mediums = mediums
         self.mode = mode
         self.expiresAtMs = expiresAtMs
+        self.distance = distance
     }
 }
 
@@ -115,13 +118,17 @@ public struct SubscriptionSpec: Codable, Sendable, Equatable {
     public var mode: DiscoveryMode
     /// 0: no expiry.
     public var expiresAtMs: UInt64
+    /// As for publications.
+    public var distance: DistanceType?
 
-    public init(namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode, expiresAtMs: UInt64) {
+    public init(namespace: String, type: String, mediums: [Medium], mode: DiscoveryMode, expiresAtMs: UInt64,
+                distance: DistanceType? = nil) {
         self.namespace = namespace
         self.type = type
         self.mediums = mediums
         self.mode = mode
         self.expiresAtMs = expiresAtMs
+        self.distance = distance
     }
 }
 

@@ -62,6 +62,28 @@ import TestSupport
         }
     }
 
+    @Test func earshotKeepsToDevicesHeardWithinAMetreAndAHalf() async throws {
+        try await withCluster(Self.options) { cluster in
+            let key = try await cluster.createProject("earshot")
+            let a = try await addDevice("A", at: (0, 0), to: cluster)
+            let b = try await addDevice("B", at: (3, 0), to: cluster)
+            let earshot = Strategy(mediums: ["audio"], distance: .earshot)
+            let publication = try await MessageManager(a, apiKey: key).publish("whisper", strategy: earshot)
+            let subscription = try await MessageManager(b, apiKey: key).record(strategy: Self.audioOnly)
+            // Heard at 3 m, bursts every half second: ten bursts' worth of time without a match.
+            await #expect(throws: TimedOut.self) {
+                try await subscription.wait(.found, "whisper", within: 5)
+            }
+            try await cluster.move("A", to: (2, 0))
+            let found = try await subscription.wait(.found, "whisper", within: 20)
+            #expect((found.info?.distanceMeters ?? 9) <= 1.5)
+            // Still heard, but from 5 m: out of earshot.
+            try await cluster.move("A", to: (8, 0))
+            try await subscription.wait(.lost, "whisper", within: 20)
+            withExtendedLifetime(publication) {}
+        }
+    }
+
     @Test func soundStopsWhileThePublishersManagerIsInTheBackground() async throws {
         try await withCluster(Self.options) { cluster in
             let key = try await cluster.createProject("quiet")

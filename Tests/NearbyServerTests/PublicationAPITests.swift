@@ -71,6 +71,8 @@ import Testing
         ("expiresAtMs", #"{"namespace":"","type":"t","content":"aGk=","mediums":["ble"],"mode":"broadcast","expiresAtMs":-5}"#),
         ("expiresAtMs", #"{"namespace":"","type":"t","content":"aGk=","mediums":["ble"],"mode":"broadcast","expiresAtMs":1.5}"#),
         ("expiresAtMs", #"{"namespace":"","type":"t","content":"aGk=","mediums":["ble"],"mode":"broadcast","expiresAtMs":1e30}"#),
+        ("earshot", #"{"namespace":"","type":"t","content":"aGk=","mediums":["ble"],"mode":"broadcast","expiresAtMs":EXP,"distance":"earshot"}"#),
+        ("distance", #"{"namespace":"","type":"t","content":"aGk=","mediums":["audio"],"mode":"broadcast","expiresAtMs":EXP,"distance":"far"}"#),
     ])
     func invalidPublications(field: String, body: String) async throws {
         try await withServer { harness in
