@@ -20,6 +20,10 @@ struct NearbyModem: ParsableCommand {
             Examples:
               nearby-modem encode 0123456789abcdef --wav burst.wav && aplay burst.wav
               arecord -f FLOAT_LE -r 48000 -c 1 -t raw | nearby-modem decode --verbose
+
+            EXIT STATUS
+              0 when done (decode: whether or not a token was heard); 64 for a bad
+              argument; 1 when a file cannot be read or written or is not a WAV file.
             """,
         subcommands: [Encode.self, Decode.self]
     )
