@@ -33,7 +33,8 @@ struct NearbydCommand: AsyncParsableCommand {
             plays its tokens as short bursts between 18.5 and 20 kHz through ALSA (the
             PCM "default" unless configured, so PipeWire's and PulseAudio's ALSA plugins
             work) and listens on the microphone while a client subscribes over audio.
-            Its user needs access to the sound devices (the audio group, for hw PCMs).
+            Its user needs the sound devices: the packaged sysusers file makes the
+            nearbyd user a member of the audio group.
 
             Settings come from the configuration file (TOML, see doc/configuration.md),
             then from these options, which override it. The daemon logs to the systemd
