@@ -58,11 +58,28 @@ let package = Package(
             ]
         ),
         .target(name: "BluetoothLE", dependencies: ["NearbyCore"]),
+        // BLE beacon frames: Eddystone (UID, URL, TLM, EID) and iBeacon, parsed strictly and built.
+        .target(name: "Beacons", dependencies: ["NearbyCore"]),
+        // libFuzzer harness of the beacon parsers (Sources/BeaconsFuzz/README.md); a plain
+        // build replays inputs. The C target only declares libFuzzer's driver.
+        .executableTarget(
+            name: "beacons-fuzz",
+            dependencies: ["Beacons", "BeaconsFuzzDriver"],
+            path: "Sources/BeaconsFuzz",
+            exclude: ["beacons.dict", "README.md"]
+        ),
+        .target(name: "BeaconsFuzzDriver"),
         // C: libasound, for playback and capture.
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .target(name: "ALSA", dependencies: ["CALSA"]),
-        // Pure DSP: the near-ultrasonic token modem, no I/O.
-        .target(name: "AudioModem", dependencies: ["NearbyCore"]),
+        // Pure DSP: the near-ultrasonic token modem, no I/O. Optimised in debug
+        // builds too: unoptimised, demodulating one daemon's microphone takes
+        // most of a core, which starves the tests and debug daemons around it.
+        .target(
+            name: "AudioModem",
+            dependencies: ["NearbyCore"],
+            swiftSettings: [.unsafeFlags(["-O"], .when(configuration: .debug))]
+        ),
         // The audio medium: the modem on a sound card (ALSA) or in nearby-air.
         .target(
             name: "AudioMedium",
@@ -179,6 +196,7 @@ let package = Package(
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
+        .testTarget(name: "BeaconsTests", dependencies: ["Beacons"]),
         .testTarget(name: "ALSATests", dependencies: ["ALSA", "alsa-probe", "AudioModem", "NearbyCore"]),
         .testTarget(
             name: "AudioMediumTests",

@@ -1,0 +1,1 @@
+// SwiftPM needs one source file per C target; the header is the point.
