@@ -28,7 +28,7 @@ public struct EddystoneEID: Hashable, Sendable {
         }
         return .success(Self(
             txPower: frame.int8(at: 1),
-            ephemeralID: EddystoneEphemeralID(unchecked: frame.bytes(at: 2, count: 8))))
+            ephemeralID: EddystoneEphemeralID(exactly: frame.bytes(at: 2, count: 8))))
     }
 
     /// The 10-byte frame as Eddystone service data.

@@ -1,87 +1,66 @@
 // Fixed-size identifier types carried by Eddystone frames.
-//
-// Each wraps a byte array whose count is checked once at construction,
-// so frames built from them can always be serialised without failing.
 
-/// The 10-byte namespace half of an Eddystone-UID beacon id.
-public struct EddystoneNamespace: Hashable, Sendable, CustomStringConvertible {
-    /// Number of bytes in a namespace.
-    public static let byteCount = 10
-    /// The namespace bytes, exactly ``byteCount`` of them.
-    public let bytes: [UInt8]
+/// An identifier of a fixed number of bytes, checked when it is made, so
+/// frames built from it always serialise.
+public protocol FixedSizeIdentifier: Hashable, Sendable, CustomStringConvertible {
+    /// Number of bytes in the identifier.
+    static var byteCount: Int { get }
+    /// Exactly ``byteCount`` bytes.
+    var bytes: [UInt8] { get }
+    /// Wraps bytes known to be ``byteCount`` long (a precondition): what a
+    /// parser that has checked the frame's length uses.
+    init(exactly bytes: [UInt8])
+}
 
-    /// Wraps `bytes`, which must be exactly 10 bytes long.
+extension FixedSizeIdentifier {
+    /// Wraps `bytes`; a wrong length is ``BeaconError/invalidIdentifierLength(expected:actual:)``.
     public init(bytes: [UInt8]) throws(BeaconError) {
-        self.bytes = try checked(bytes, count: Self.byteCount)
+        guard bytes.count == Self.byteCount else {
+            throw .invalidIdentifierLength(expected: Self.byteCount, actual: bytes.count)
+        }
+        self.init(exactly: bytes)
     }
 
-    /// Parses 20 hex digits (dashes ignored), e.g. `"8b0ca750095477cb3e77"`.
+    /// Parses two hex digits per byte (dashes ignored), e.g. `"8b0ca750095477cb3e77"`.
     public init(hex: String) throws(BeaconError) {
         try self.init(bytes: BeaconHex.decode(hex))
     }
-
-    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
 
     /// Lowercase hex, no separators.
     public var hex: String { BeaconHex.encode(bytes) }
     /// Same as ``hex``.
     public var description: String { hex }
+}
+
+/// The 10-byte namespace half of an Eddystone-UID beacon id.
+public struct EddystoneNamespace: FixedSizeIdentifier {
+    public static let byteCount = 10
+    public let bytes: [UInt8]
+
+    public init(exactly bytes: [UInt8]) {
+        precondition(bytes.count == Self.byteCount)
+        self.bytes = bytes
+    }
 }
 
 /// The 6-byte instance half of an Eddystone-UID beacon id.
-public struct EddystoneInstance: Hashable, Sendable, CustomStringConvertible {
-    /// Number of bytes in an instance.
+public struct EddystoneInstance: FixedSizeIdentifier {
     public static let byteCount = 6
-    /// The instance bytes, exactly ``byteCount`` of them.
     public let bytes: [UInt8]
 
-    /// Wraps `bytes`, which must be exactly 6 bytes long.
-    public init(bytes: [UInt8]) throws(BeaconError) {
-        self.bytes = try checked(bytes, count: Self.byteCount)
+    public init(exactly bytes: [UInt8]) {
+        precondition(bytes.count == Self.byteCount)
+        self.bytes = bytes
     }
-
-    /// Parses 12 hex digits (dashes ignored).
-    public init(hex: String) throws(BeaconError) {
-        try self.init(bytes: BeaconHex.decode(hex))
-    }
-
-    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
-
-    /// Lowercase hex, no separators.
-    public var hex: String { BeaconHex.encode(bytes) }
-    /// Same as ``hex``.
-    public var description: String { hex }
 }
 
 /// The 8-byte rotating ephemeral identifier of an Eddystone-EID frame.
-public struct EddystoneEphemeralID: Hashable, Sendable, CustomStringConvertible {
-    /// Number of bytes in an ephemeral id.
+public struct EddystoneEphemeralID: FixedSizeIdentifier {
     public static let byteCount = 8
-    /// The ephemeral id bytes, exactly ``byteCount`` of them.
     public let bytes: [UInt8]
 
-    /// Wraps `bytes`, which must be exactly 8 bytes long.
-    public init(bytes: [UInt8]) throws(BeaconError) {
-        self.bytes = try checked(bytes, count: Self.byteCount)
+    public init(exactly bytes: [UInt8]) {
+        precondition(bytes.count == Self.byteCount)
+        self.bytes = bytes
     }
-
-    /// Parses 16 hex digits (dashes ignored).
-    public init(hex: String) throws(BeaconError) {
-        try self.init(bytes: BeaconHex.decode(hex))
-    }
-
-    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
-
-    /// Lowercase hex, no separators.
-    public var hex: String { BeaconHex.encode(bytes) }
-    /// Same as ``hex``.
-    public var description: String { hex }
-}
-
-/// Returns `bytes` if it has exactly `count` elements.
-private func checked(_ bytes: [UInt8], count: Int) throws(BeaconError) -> [UInt8] {
-    guard bytes.count == count else {
-        throw .invalidIdentifierLength(expected: count, actual: bytes.count)
-    }
-    return bytes
 }

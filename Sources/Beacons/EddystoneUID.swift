@@ -43,8 +43,8 @@ public struct EddystoneUID: Hashable, Sendable {
         }
         return .success(Self(
             txPower: frame.int8(at: 1),
-            namespace: EddystoneNamespace(unchecked: frame.bytes(at: 2, count: 10)),
-            instance: EddystoneInstance(unchecked: frame.bytes(at: 12, count: 6))))
+            namespace: EddystoneNamespace(exactly: frame.bytes(at: 2, count: 10)),
+            instance: EddystoneInstance(exactly: frame.bytes(at: 12, count: 6))))
     }
 
     /// The 20-byte frame, reserved bytes included, as Eddystone service data.
