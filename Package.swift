@@ -196,7 +196,7 @@ let package = Package(
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
-        .testTarget(name: "BeaconsTests", dependencies: ["Beacons"]),
+        .testTarget(name: "BeaconsTests", dependencies: ["Beacons", "NearbyCore"]),
         .testTarget(name: "ALSATests", dependencies: ["ALSA", "alsa-probe", "AudioModem", "NearbyCore"]),
         .testTarget(
             name: "AudioMediumTests",

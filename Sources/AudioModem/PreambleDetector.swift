@@ -41,6 +41,10 @@ struct PreambleDetector: Sendable {
     // Decimated samples (doubled rings).
     private var decimatedRe: [Float], decimatedIm: [Float]
     private var decimatedCount = 0
+    // Per-sample scratch, kept so the 3 kHz loop allocates nothing.
+    private var blockRe = [Float](repeating: 0, count: PreambleDetector.blocks)
+    private var blockIm = [Float](repeating: 0, count: PreambleDetector.blocks)
+    private var energies = [Float](repeating: 0, count: PreambleDetector.frequencyOffsets.count)
     private var peak: Candidate?
 
     init(sampleRate: Int, threshold: Double) {
@@ -117,7 +121,6 @@ struct PreambleDetector: Sendable {
         guard decimatedCount >= length else { return nil }
 
         let first = slot + 1
-        var blockRe = [Float](repeating: 0, count: Self.blocks), blockIm = blockRe
         var windowPower: Float = 0
         templateRe.withUnsafeBufferPointer { tr in
             templateIm.withUnsafeBufferPointer { ti in
@@ -139,7 +142,6 @@ struct PreambleDetector: Sendable {
             }
         }
         var best: Float = 0, bestOffset = 0
-        var energies = [Float](repeating: 0, count: Self.frequencyOffsets.count)
         for g in Self.frequencyOffsets.indices {
             var sr: Float = 0, si: Float = 0
             for b in 0..<Self.blocks {

@@ -53,9 +53,9 @@ public struct TokenDemodulator: Sendable {
     public mutating func process(_ samples: some Sequence<Float>) -> [HeardToken] {
         var heard: [HeardToken] = []
         for sample in samples {
-            let index = history.end
-            history.append(sample.isFinite ? sample : 0)
-            if let candidate = detector.consume(history[index], at: index) { pending.append(candidate) }
+            let index = history.end, clean = sample.isFinite ? sample : 0
+            history.append(clean)
+            if let candidate = detector.consume(clean, at: index) { pending.append(candidate) }
             if let first = pending.first, decoder.span(of: first, margin: detector.decimation).upperBound <= history.end {
                 heard += decodePending(upTo: history.end)
             }

@@ -199,16 +199,14 @@ struct GaussianNoise: Sendable {
         self.rms = rms
     }
 
-    /// `count` samples (Box–Muller, both outputs of each pair used).
+    /// `count` samples (both outputs of each Box–Muller pair used).
     mutating func samples(_ count: Int) -> [Float] {
         var result = [Float](repeating: 0, count: count)
         var index = 0
         while index < count {
-            let u1 = 1 - Double(random.next() >> 11) * 0x1p-53  // (0, 1]
-            let u2 = Double(random.next() >> 11) * 0x1p-53
-            let radius = rms * (-2 * log(u1)).squareRoot()
-            result[index] = Float(radius * cos(2 * .pi * u2))
-            if index + 1 < count { result[index + 1] = Float(radius * sin(2 * .pi * u2)) }
+            let (first, second) = random.nextGaussianPair()
+            result[index] = Float(rms * first)
+            if index + 1 < count { result[index + 1] = Float(rms * second) }
             index += 2
         }
         return result

@@ -525,7 +525,7 @@ final class NearbyService {
     /// off or absent, or because the system refuses the daemon.
     /// MicrophonePermissionError: the same for audio refused.
     private func refreshErrors(of object: ManagerObject) {
-        let needsBLE = object.bleUsers > 0 && enabledMediums.contains(.ble)
+        let needsBLE = object.mediumUsers[.ble, default: 0] > 0 && enabledMediums.contains(.ble)
         let condition = mediumConditions[.ble] ?? .unavailable
         var changed: [String] = []
         let powerError = needsBLE && condition == .unavailable
@@ -538,7 +538,8 @@ final class NearbyService {
             object.bluetoothPermissionError = permissionError
             changed.append("BluetoothPermissionError")
         }
-        let microphoneError = object.audioUsers > 0 && enabledMediums.contains(.audio) && mediumConditions[.audio] == .refused
+        let microphoneError = object.mediumUsers[.audio, default: 0] > 0 && enabledMediums.contains(.audio)
+            && mediumConditions[.audio] == .refused
         if microphoneError != object.microphonePermissionError {
             object.microphonePermissionError = microphoneError
             changed.append("MicrophonePermissionError")
@@ -612,14 +613,14 @@ final class NearbyService {
         let change = state.use(strategy, by: delta, inForeground: !(owner?.background ?? false))
         startListening(state, on: change.startedListening)
         if change.changed { updateMediums() }
-        if let owner, strategy.mediums.contains(.ble) {
-            owner.bleUsers += delta
-            if owner.bleUsers == 0 || (delta > 0 && owner.bleUsers == delta) { refreshErrors(of: owner) }
+        guard let owner else { return }
+        var startedOrStopped = false
+        for medium in strategy.mediums {
+            let users = owner.mediumUsers[medium, default: 0] + delta
+            owner.mediumUsers[medium] = users
+            startedOrStopped = startedOrStopped || users == 0 || (delta > 0 && users == delta)
         }
-        if let owner, strategy.mediums.contains(.audio) {
-            owner.audioUsers += delta
-            if owner.audioUsers == 0 || (delta > 0 && owner.audioUsers == delta) { refreshErrors(of: owner) }
-        }
+        if startedOrStopped { refreshErrors(of: owner) }
     }
 
     /// A link that starts listening on mediums is told what is already heard there.

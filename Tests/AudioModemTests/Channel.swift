@@ -1,27 +1,19 @@
 @testable import AudioModem
 import Foundation
+import NearbyCore
 
 /// A seeded acoustic channel for the tests: gain, echoes and white noise,
 /// with the same noise for the same seed.
 struct Channel {
-    private var state: UInt64
+    private var random: SplitMix64
 
-    init(seed: UInt64) { state = seed }
+    init(seed: UInt64) { random = SplitMix64(seed: seed) }
 
-    /// SplitMix64: uniform in [0, 1).
-    mutating func uniform() -> Double {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return Double((z ^ (z >> 31)) >> 11) / Double(1 << 53)
-    }
+    /// Uniform in [0, 1).
+    mutating func uniform() -> Double { random.nextUniform() }
 
-    /// Standard normal, by Box–Muller.
-    mutating func gaussian() -> Double {
-        let u = max(uniform(), .leastNormalMagnitude)
-        return (-2 * log(u)).squareRoot() * cos(2 * Double.pi * uniform())
-    }
+    /// Standard normal.
+    mutating func gaussian() -> Double { random.nextGaussian() }
 
     mutating func noise(count: Int, rms: Double) -> [Float] {
         (0..<count).map { _ in Float(rms * gaussian()) }

@@ -1,3 +1,4 @@
+import NearbyCore
 import Beacons
 
 /// Generators for the fuzz test: valid frames, their mutations, and

@@ -1,3 +1,4 @@
+import NearbyCore
 import Foundation
 import Testing
 @testable import Beacons

@@ -1,21 +1,10 @@
-/// SplitMix64 (Steele, Lea & Flood): a tiny, fast, seedable generator, so
-/// the fuzz test sees the same inputs on every run and machine.
-///
-/// The helpers avoid the standard library's generic `random(in:using:)`,
-/// which is slow when the test target is built without optimisation.
-struct SplitMix64 {
-    private(set) var state: UInt64
+import NearbyCore
 
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+/// Helpers over NearbyCore's seeded generator, so the fuzz test sees the same
+/// inputs on every run and machine. They avoid the standard library's generic
+/// `random(in:using:)`, which is slow when the test target is built without
+/// optimisation.
+extension SplitMix64 {
     /// A value in `0..<bound` (modulo bias is irrelevant here).
     mutating func below(_ bound: Int) -> Int {
         Int(truncatingIfNeeded: next() % UInt64(bound))

@@ -11,9 +11,8 @@ final class ManagerObject {
     unowned let service: NearbyService
     var exported: ExportedObject?
 
-    /// Live publications and subscriptions of this manager that use BLE, and audio.
-    var bleUsers = 0
-    var audioUsers = 0
+    /// How many live publications and subscriptions of this manager use each medium.
+    var mediumUsers: [Medium: Int] = [:]
 
     /// Kept as set: permissions (issue 7) are not enforced yet.
     var permissionGranted = true
