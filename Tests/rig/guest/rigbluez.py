@@ -85,20 +85,35 @@ class BlueZ:
         self.on_change = None  # optional callback(path, interface, changed)
         self._exported = set()
         self.tx_power_set = []  # (advertisement path, value) bluetoothd Set
+        # Signals that arrive while GetManagedObjects is on its way, replayed
+        # in order over its answer; None once the mirror is live.
+        self._held = None
 
     async def connect(self):
         self.bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
         self.bus.add_message_handler(self._on_message)
         self.bus.add_message_handler(self._on_set_tx_power)
+        self._held = []
         await self.call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
                         "AddMatch", "s", [f"type='signal',sender='{BLUEZ}'"])
         managed = await self.call(BLUEZ, "/", OBJMGR, "GetManagedObjects")
         for path, ifaces in managed[0].items():
             self.objects[path] = plain(ifaces)
+        # dbus-next runs signal handlers as messages are read but resumes this
+        # coroutine later: a signal read right after the reply (newer than the
+        # answer) would otherwise be applied first and then overwritten by the
+        # answer. Replaying every held signal in order ends at the newest
+        # state whichever side of the answer each came from.
+        held, self._held = self._held, None
+        for msg in held:
+            self._on_message(msg)
         return self
 
     def _on_message(self, msg):
         if msg.message_type != MessageType.SIGNAL:
+            return
+        if self._held is not None:
+            self._held.append(msg)
             return
         if msg.interface == OBJMGR and msg.member == "InterfacesAdded":
             path, ifaces = msg.body
