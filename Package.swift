@@ -90,18 +90,18 @@ let package = Package(
         .target(
             name: "BluetoothHCI",
             dependencies: [
-                "CBluetooth", "BluetoothLE", "Mediums", "NearbyCore",
+                "Beacons", "CBluetooth", "BluetoothLE", "Mediums", "NearbyCore",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(
             name: "Mediums",
-            dependencies: ["NearbyCore", "NearbyAir", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["Beacons", "NearbyCore", "NearbyAir", .product(name: "Logging", package: "swift-log")]
         ),
         // BLE through bluetoothd on the system bus.
         .target(
             name: "BlueZ",
-            dependencies: ["DBus", "BluetoothLE", "Mediums", "NearbyCore", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["Beacons", "DBus", "BluetoothLE", "Mediums", "NearbyCore", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "NearbyServer",
@@ -119,7 +119,7 @@ let package = Package(
         .target(
             name: "NearbyDaemon",
             dependencies: [
-                "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
+                "Beacons", "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
                 "SystemdService", "ConfigFile",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -153,7 +153,7 @@ let package = Package(
         .executableTarget(
             name: "nearby-air",
             dependencies: [
-                "NearbyAir", "SystemdService",
+                "Beacons", "NearbyAir", "SystemdService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -202,8 +202,8 @@ let package = Package(
             name: "AudioMediumTests",
             dependencies: ["AudioMedium", "Mediums", "NearbyCore", .product(name: "Logging", package: "swift-log")]
         ),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "BluetoothLE", "DBus", "NearbyCore"]),
-        .testTarget(name: "BluetoothHCITests", dependencies: ["BluetoothHCI", "BluetoothLE", "NearbyCore", "Mediums"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "Beacons", "BluetoothLE", "DBus", "NearbyCore"]),
+        .testTarget(name: "BluetoothHCITests", dependencies: ["BluetoothHCI", "Beacons", "BluetoothLE", "NearbyCore", "Mediums"]),
         .testTarget(
             name: "SystemdServiceTests",
             dependencies: ["SystemdService", "TestSupport", .product(name: "Logging", package: "swift-log")]
@@ -217,7 +217,7 @@ let package = Package(
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
             ]
         ),
-        .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon", "ConfigFile", "NearbyAir"]),
+        .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir"]),
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(
             name: "EndToEndTests",

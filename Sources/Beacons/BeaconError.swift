@@ -76,6 +76,9 @@ public enum BeaconError: Error, Hashable, Sendable, CustomStringConvertible {
     case invalidIdentifierLength(expected: Int, actual: Int)
     /// A string that is not an even-length run of hex digits.
     case invalidHex(String)
+    /// A textual beacon description (``BeaconFrame/init(kind:text:powerAtOneMetre:)``)
+    /// that does not have the form its kind wants; the text says which.
+    case invalidDescription(BeaconKind, String)
 
     /// A one-line explanation naming the offending value.
     public var description: String {
@@ -126,6 +129,8 @@ public enum BeaconError: Error, Hashable, Sendable, CustomStringConvertible {
             "identifier must be \(expected) bytes, got \(actual)"
         case let .invalidHex(text):
             "\(text.debugDescription) is not an even-length hex string"
+        case let .invalidDescription(kind, text):
+            "\(text.debugDescription) does not describe an \(kind) beacon: \(BeaconFrame.descriptionForm(of: kind))"
         }
     }
 }

@@ -26,6 +26,19 @@ public enum BeaconFrame: Hashable, Sendable {
         self = try Self.parse(eddystoneFrame: eddystoneServiceData[...]).get()
     }
 
+    /// Non-throwing form of ``init(eddystoneServiceData:)``.
+    public static func parse(eddystoneServiceData: [UInt8]) -> BeaconFrame? {
+        if case let .success(frame) = parse(eddystoneFrame: eddystoneServiceData[...]) { frame } else { nil }
+    }
+
+    /// An iBeacon in Apple's manufacturer data given without the company id
+    /// (as BlueZ's `ManufacturerData` holds it under key 0x004C), or nil.
+    public static func parse(appleManufacturerData data: [UInt8]) -> BeaconFrame? {
+        let companyID = [UInt8(IBeacon.appleCompanyID & 0xFF), UInt8(IBeacon.appleCompanyID >> 8)]
+        if case let .success(beacon) = IBeacon.parse(manufacturerData: (companyID + data)[...]) { return .iBeacon(beacon) }
+        return nil
+    }
+
     static func parse(eddystoneFrame frame: ArraySlice<UInt8>) -> Result<Self, BeaconError> {
         guard let first = frame.first else { return .failure(.emptyEddystoneFrame) }
         guard let type = Eddystone.FrameType(rawValue: first) else {
@@ -125,6 +138,18 @@ public enum BeaconFrame: Hashable, Sendable {
         case .eddystoneTLM: .eddystoneTLM
         case .eddystoneEID: .eddystoneEID
         case .iBeacon: .iBeacon
+        }
+    }
+
+    /// The signal strength the frame says it is heard with at one metre,
+    /// dBm; nil for TLM, which declares none.
+    public var powerAtOneMetre: Int? {
+        switch self {
+        case let .eddystoneUID(frame): Int(frame.txPower) - Eddystone.lossOverFirstMetre
+        case let .eddystoneURL(frame): Int(frame.txPower) - Eddystone.lossOverFirstMetre
+        case let .eddystoneEID(frame): Int(frame.txPower) - Eddystone.lossOverFirstMetre
+        case let .iBeacon(frame): Int(frame.measuredPower)
+        case .eddystoneTLM: nil
         }
     }
 

@@ -4,6 +4,10 @@ public enum Eddystone {
     /// carried as service data (sent little-endian: `AA FE`).
     public static let serviceUUID: UInt16 = 0xFEAA
 
+    /// How much weaker a 2.4 GHz signal is at 1 m than at 0 m, dB: Eddystone
+    /// frames declare their power at 0 m, iBeacon and most scanners use 1 m.
+    public static let lossOverFirstMetre = 41
+
     /// The first byte of every Eddystone frame. The high nibble selects the
     /// frame; the low nibble is reserved and must be zero, so any other
     /// byte value is rejected as an unknown frame type.

@@ -1,3 +1,4 @@
+import Beacons
 import BluetoothLE
 import DBus
 import Foundation
@@ -16,7 +17,7 @@ import NearbyCore
 /// changes: an adapter powered on or off, appearing or vanishing, bluetoothd
 /// restarting, the bus connection coming back. It never needs a restart.
 @BusActor
-public final class BlueZMedium: MediumBackend {
+public final class BlueZMedium: BeaconScanner {
     public struct Settings: Sendable {
         /// Where bluetoothd is: the system bus, or a test's private bus.
         public var bus: BusConnection.Address
@@ -41,7 +42,9 @@ public final class BlueZMedium: MediumBackend {
     public nonisolated let medium = Medium.ble
     public nonisolated var sightings: AsyncStream<Sighting> { reports.sightings }
     public nonisolated var conditionChanges: AsyncStream<MediumCondition> { reports.conditionChanges }
+    public nonisolated var beaconSightings: AsyncStream<BeaconSighting> { beacons.sightings }
     private let reports = MediumReports()
+    private let beacons = BeaconReports()
     private let settings: Settings
     private let logger: Logger
     private static let root: ObjectPath = "/org/nearbyd/ble"
@@ -249,7 +252,7 @@ public final class BlueZMedium: MediumBackend {
         }
         objects.change(signal.path, interface, changed: changed.mapValues(\.value), invalidated: invalidated)
         switch interface {
-        case BlueZ.device where changed["ServiceData"] != nil || changed["RSSI"] != nil:
+        case BlueZ.device where changed["ServiceData"] != nil || changed["RSSI"] != nil || changed["ManufacturerData"] != nil:
             heard(signal.path)
         case BlueZ.adapter where changed["Powered"] != nil:
             adaptersChanged()
@@ -292,10 +295,14 @@ public final class BlueZMedium: MediumBackend {
     /// sighting if the device carries a token and is on the adapter nearbyd
     /// listens with.
     private func heard(_ path: ObjectPath, report: Bool = true) {
-        guard let scanning, let device = objects.device(at: path), device.adapter == scanning.adapter,
-              let token = device.token else { return }
-        if report { lastHeard[path] = .now }
-        reports.sightingSink.yield(sighting(token, device))
+        guard let scanning, let device = objects.device(at: path), device.adapter == scanning.adapter else { return }
+        if let token = device.token {
+            if report { lastHeard[path] = .now }
+            reports.sightingSink.yield(sighting(token, device))
+        } else if let frame = device.beacon {
+            if report { lastHeard[path] = .now }
+            beacons.sink.yield(BeaconSighting(frame: frame, sender: path.rawValue, rssi: device.rssi))
+        }
     }
 
     private func sighting(_ token: Token, _ device: DeviceInfo) -> Sighting {

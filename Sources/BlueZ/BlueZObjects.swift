@@ -1,3 +1,4 @@
+import Beacons
 import BluetoothLE
 import DBus
 import NearbyCore
@@ -108,6 +109,9 @@ struct DeviceInfo: Equatable, Sendable {
     let adapter: ObjectPath?
     /// nearbyd's token from `ServiceData`, if the device carries one.
     let token: Token?
+    /// The beacon frame the device advertises, if any: Eddystone service data
+    /// or Apple iBeacon manufacturer data.
+    let beacon: BeaconFrame?
     /// Received signal strength, dBm; nil when unknown (absent, 127, or the 0
     /// that bluetoothd sets when discovery ends).
     let rssi: Int?
@@ -121,6 +125,8 @@ struct DeviceInfo: Equatable, Sendable {
         self.path = path
         adapter = properties["Adapter"]?.objectPath
         token = Self.token(in: properties["ServiceData"])
+        beacon = token == nil ? Self.beacon(serviceData: properties["ServiceData"],
+                                            manufacturerData: properties["ManufacturerData"]) : nil
         let rssi = properties["RSSI"]?.int16.map(Int.init)
         self.rssi = rssi.flatMap { $0 == 127 || $0 == 0 ? nil : $0 }
         let txPower = properties["TxPower"]?.int16.map(Int.init)
@@ -134,6 +140,29 @@ struct DeviceInfo: Equatable, Sendable {
         for entry in entries where entry.key.string?.lowercased() == TokenFrame.serviceUUID {
             guard let bytes = BlueZObjects.unwrapped(entry.value).bytes else { return nil }
             return TokenFrame.token(inServiceData: bytes)
+        }
+        return nil
+    }
+
+    /// Eddystone's service UUID as bluetoothd spells it.
+    static let eddystoneUUID = "0000feaa-0000-1000-8000-00805f9b34fb"
+
+    /// A beacon frame from `ServiceData` (`a{sv}`, Eddystone under 0xFEAA)
+    /// or `ManufacturerData` (`a{qv}`, iBeacon under Apple's 0x004C, without
+    /// the company id). Eddystone beacons send their frames in turn under the
+    /// one UUID: bluetoothd keeps the latest, each reported as it comes.
+    static func beacon(serviceData: DBusValue?, manufacturerData: DBusValue?) -> BeaconFrame? {
+        if case .dictionary(_, _, let entries)? = serviceData {
+            for entry in entries where entry.key.string?.lowercased() == eddystoneUUID {
+                if let bytes = BlueZObjects.unwrapped(entry.value).bytes,
+                   let frame = BeaconFrame.parse(eddystoneServiceData: bytes) { return frame }
+            }
+        }
+        if case .dictionary(_, _, let entries)? = manufacturerData {
+            for entry in entries where entry.key == .uint16(IBeacon.appleCompanyID) {
+                if let bytes = BlueZObjects.unwrapped(entry.value).bytes,
+                   let frame = BeaconFrame.parse(appleManufacturerData: bytes) { return frame }
+            }
         }
         return nil
     }

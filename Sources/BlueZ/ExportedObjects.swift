@@ -41,9 +41,10 @@ final class LEAdvertisement {
 }
 
 /// The advertisement monitor of low-power scanning: bluetoothd matches every
-/// advertisement against its pattern (AD type 0x21 starting with nearbyd's
-/// service UUID) without a discovery session, passively, and calls
-/// `DeviceFound` and `DeviceLost` as devices come and go.
+/// advertisement against its patterns (AD type 0x21 starting with nearbyd's
+/// service UUID; Eddystone's and iBeacon's frames for beacon subscriptions)
+/// without a discovery session, passively, and calls `DeviceFound` and
+/// `DeviceLost` as devices come and go.
 ///
 /// bluetoothd finds monitors through the ObjectManager of the path given to
 /// `RegisterMonitor`, so the root serves one.
@@ -105,6 +106,10 @@ final class AdvertisementMonitor {
             Property("Patterns", "a(yyay)", emitsChange: false) { _, _ in
                 .array(element: "(yyay)", [
                     .structure([.byte(0), .byte(TokenFrame.serviceData128), .bytes(TokenFrame.serviceUUIDLittleEndian)]),
+                    // Service Data - 16-bit UUID 0xFEAA, little-endian.
+                    .structure([.byte(0), .byte(0x16), .bytes([0xAA, 0xFE])]),
+                    // Apple manufacturer data of type iBeacon, length 0x15.
+                    .structure([.byte(0), .byte(0xFF), .bytes([0x4C, 0x00, 0x02, 0x15])]),
                 ])
             },
             Property("RSSILowThreshold", "n", emitsChange: false) { _, _ in .int16(-127) },

@@ -1,3 +1,4 @@
+import Beacons
 import BluetoothLE
 import CBluetooth
 import Foundation
@@ -358,6 +359,8 @@ final class HCISession {
             for report in reports {
                 if let sighting = HCIMedium.sighting(from: report, txPower: settings.txPower, seenAtMilliseconds: now) {
                     medium.reports.sightingSink.yield(sighting)
+                } else if let sighting = HCIMedium.beaconSighting(from: report) {
+                    medium.beacons.sink.yield(sighting)
                 }
             }
         case .hardwareError(let code):
@@ -373,5 +376,11 @@ extension HCIMedium {
     static func sighting(from report: AdvertisingReport, txPower: Int, seenAtMilliseconds: UInt64) -> Sighting? {
         guard let token = TokenFrame.token(inAdvertisingData: report.data) else { return nil }
         return Sighting(token: token, medium: .ble, rssi: report.rssi, txPower: txPower, seenAtMilliseconds: seenAtMilliseconds)
+    }
+
+    /// The beacon in an advertising report, if it carries one.
+    static func beaconSighting(from report: AdvertisingReport) -> BeaconSighting? {
+        guard let frame = BeaconFrame.parse(advertisingData: report.data) else { return nil }
+        return BeaconSighting(frame: frame, sender: "\(report.address)", rssi: report.rssi)
     }
 }

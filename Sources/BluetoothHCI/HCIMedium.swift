@@ -39,7 +39,7 @@ import Synchronization
 /// capabilities) and the thread tries again with a backoff from
 /// ``Settings/retryDelay`` doubling up to ``Settings/maximumRetryDelay``. Once
 /// open again, it restores the wished advertising and scanning.
-public final class HCIMedium: MediumBackend {
+public final class HCIMedium: BeaconScanner {
     /// How the socket reaches the controller.
     public enum Channel: String, Sendable, CaseIterable {
         /// `HCI_CHANNEL_RAW`: the kernel keeps managing the device (it is
@@ -109,8 +109,10 @@ public final class HCIMedium: MediumBackend {
     public let medium = Medium.ble
     public var sightings: AsyncStream<Sighting> { reports.sightings }
     public var conditionChanges: AsyncStream<MediumCondition> { reports.conditionChanges }
+    public var beaconSightings: AsyncStream<BeaconSighting> { beacons.sightings }
     let settings: Settings
     let reports = MediumReports()
+    let beacons = BeaconReports()
     /// What the daemon asked for, and what the thread is told through the
     /// eventfd: the one state shared between async callers and the thread.
     let shared = Mutex(Shared())

@@ -1,3 +1,4 @@
+import Beacons
 import Foundation
 import Logging
 import NearbyAir
@@ -5,8 +6,9 @@ import NearbyCore
 
 /// A medium whose antenna is nearby-air: the daemon attaches to the shared
 /// space as a device and broadcasts and hears there. Reconnects by itself when
-/// the air goes away and restores what it was doing.
-public actor SimulatedMedium: MediumBackend {
+/// the air goes away and restores what it was doing. On BLE it also hears the
+/// air's simulated beacons, whose broadcasts are real advertising data.
+public actor SimulatedMedium: BeaconScanner {
     /// How a daemon appears in the air.
     public struct Settings: Sendable {
         public var socketPath: String
@@ -26,7 +28,9 @@ public actor SimulatedMedium: MediumBackend {
     public nonisolated let medium: Medium
     public nonisolated var sightings: AsyncStream<Sighting> { reports.sightings }
     public nonisolated var conditionChanges: AsyncStream<MediumCondition> { reports.conditionChanges }
+    public nonisolated var beaconSightings: AsyncStream<BeaconSighting> { beacons.sightings }
     private let reports = MediumReports()
+    private let beacons = BeaconReports()
     private let settings: Settings
     private let logger: Logger
     private var client: AirClient?
@@ -86,8 +90,12 @@ public actor SimulatedMedium: MediumBackend {
             do {
                 let client = try await connect()
                 delay = .milliseconds(100)
-                for await heard in client.heard {
-                    if let sighting = sighting(from: heard) { reports.sightingSink.yield(sighting) }
+                for await heard in client.heard where heard.medium == medium {
+                    if let sighting = sighting(from: heard) {
+                        reports.sightingSink.yield(sighting)
+                    } else if medium == .ble, let frame = BeaconFrame.parse(advertisingData: heard.payload) {
+                        beacons.sink.yield(BeaconSighting(frame: frame, sender: heard.sender, rssi: heard.rssi))
+                    }
                 }
                 logger.warning("lost the connection to nearby-air; reconnecting", metadata: ["medium": "\(medium)"])
             } catch {
@@ -135,7 +143,7 @@ public actor SimulatedMedium: MediumBackend {
     }
 
     private nonisolated func sighting(from heard: Heard) -> Sighting? {
-        guard heard.medium == medium, let token = Token(bytes: heard.payload) else { return nil }
+        guard let token = Token(bytes: heard.payload) else { return nil }
         return Sighting(token: token, medium: medium, rssi: heard.rssi, txPower: heard.txPower,
                         seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000))
     }

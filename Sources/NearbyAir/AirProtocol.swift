@@ -54,8 +54,14 @@ public enum AirRequest: Equatable, Sendable {
     case stopAdvertising(id: String)
     /// Start or stop hearing broadcasts on `medium`.
     case scan(medium: Medium, enabled: Bool)
-    /// Move any device (the control interface used by `nearby-air move`).
+    /// Move any device or beacon (the control interface used by `nearby-air move`).
     case move(device: String, position: Position)
+    /// Place (or replace) a beacon: a device of the space itself, not of a
+    /// connection, that broadcasts `payload` (BLE advertising data) on BLE
+    /// until removed (`nearby-air beacon add`).
+    case placeBeacon(name: String, position: Position, payload: [UInt8], txPower: Int)
+    /// Remove a beacon (`nearby-air beacon remove`).
+    case removeBeacon(name: String)
     /// Describe every attached device.
     case list
     /// Open the audio link of `device`, attached by another connection. Only as
@@ -72,12 +78,15 @@ public struct Heard: Codable, Equatable, Sendable {
     public var rssi: Int
     /// The sender's declared strength at one metre, dBm.
     public var txPower: Int
+    /// The sending device's name: the simulated radio's sender address.
+    public var sender: String
 
-    public init(medium: Medium, payload: [UInt8], rssi: Int, txPower: Int) {
+    public init(medium: Medium, payload: [UInt8], rssi: Int, txPower: Int, sender: String) {
         self.medium = medium
         self.payload = payload
         self.rssi = rssi
         self.txPower = txPower
+        self.sender = sender
     }
 }
 
@@ -89,13 +98,17 @@ public struct AirDevice: Codable, Equatable, Sendable {
     public var scanning: [Medium]
     /// Whether the device has an audio link: a speaker and a microphone in the acoustic space.
     public var audio: Bool
+    /// Whether it is a beacon the space hosts (placed with `placeBeacon`).
+    public var beacon: Bool
 
-    public init(name: String, position: Position, broadcasts: Int, scanning: [Medium], audio: Bool = false) {
+    public init(name: String, position: Position, broadcasts: Int, scanning: [Medium], audio: Bool = false,
+                beacon: Bool = false) {
         self.name = name
         self.position = position
         self.broadcasts = broadcasts
         self.scanning = scanning
         self.audio = audio
+        self.beacon = beacon
     }
 }
 
@@ -155,6 +168,11 @@ public enum AirCoding {
             line.op = "scan"; line.medium = medium; line.enabled = enabled
         case .move(let device, let position):
             line.op = "move"; line.device = device; line.position = position
+        case .placeBeacon(let name, let position, let payload, let txPower):
+            line.op = "place-beacon"; line.device = name; line.position = position
+            line.payload = Hex.encode(payload); line.txPower = txPower
+        case .removeBeacon(let name):
+            line.op = "remove-beacon"; line.device = name
         case .list:
             line.op = "list"
         case .audio(let device):
@@ -176,17 +194,16 @@ public enum AirCoding {
     private static func request(in line: Line) throws(AirProtocolError) -> AirRequest {
         switch line.op {
         case "attach":
-            let device = try required(line.device, "device")
-            guard !device.isEmpty, device.utf8.count <= 64 else { throw AirProtocolError("device names are 1..64 bytes") }
-            return .attach(device: device, position: try required(line.position, "position"))
+            return .attach(device: try deviceName(in: line), position: try required(line.position, "position"))
         case "advertise":
-            guard let payload = Hex.decode(try required(line.payload, "payload")), (1...255).contains(payload.count) else {
-                throw AirProtocolError("'payload' must be 1..255 bytes of hex")
-            }
-            let txPower = try required(line.txPower, "txPower")
-            guard (-127...20).contains(txPower) else { throw AirProtocolError("'txPower' must be in -127..20 dBm") }
             return .advertise(id: try required(line.advert, "advert"), medium: try required(line.medium, "medium"),
-                              payload: payload, txPower: txPower)
+                              payload: try payload(in: line, limit: 255), txPower: try txPower(in: line))
+        case "place-beacon":
+            // A legacy advertisement's data: what a real beacon can send.
+            return .placeBeacon(name: try deviceName(in: line), position: try required(line.position, "position"),
+                                payload: try payload(in: line, limit: 31), txPower: try txPower(in: line))
+        case "remove-beacon":
+            return .removeBeacon(name: try required(line.device, "device"))
         case "stop-advertising":
             return .stopAdvertising(id: try required(line.advert, "advert"))
         case "scan":
@@ -196,12 +213,29 @@ public enum AirCoding {
         case "list":
             return .list
         case "audio":
-            let device = try required(line.device, "device")
-            guard !device.isEmpty, device.utf8.count <= 64 else { throw AirProtocolError("device names are 1..64 bytes") }
-            return .audio(device: device)
+            return .audio(device: try deviceName(in: line))
         case let other:
             throw AirProtocolError("unknown op '\(other ?? "")'")
         }
+    }
+
+    private static func deviceName(in line: Line) throws(AirProtocolError) -> String {
+        let device = try required(line.device, "device")
+        guard !device.isEmpty, device.utf8.count <= 64 else { throw AirProtocolError("device names are 1..64 bytes") }
+        return device
+    }
+
+    private static func payload(in line: Line, limit: Int) throws(AirProtocolError) -> [UInt8] {
+        guard let payload = Hex.decode(try required(line.payload, "payload")), (1...limit).contains(payload.count) else {
+            throw AirProtocolError("'payload' must be 1..\(limit) bytes of hex")
+        }
+        return payload
+    }
+
+    private static func txPower(in line: Line) throws(AirProtocolError) -> Int {
+        let txPower = try required(line.txPower, "txPower")
+        guard (-127...20).contains(txPower) else { throw AirProtocolError("'txPower' must be in -127..20 dBm") }
+        return txPower
     }
 
     public static func encode(_ message: AirMessage) -> String {
@@ -210,7 +244,7 @@ public enum AirCoding {
         case .failed(let id, let error): text(Line(id: id, error: error))
         case .devices(let id, let devices): text(Line(id: id, devices: devices))
         case .heard(let heard):
-            text(Line(event: "heard", medium: heard.medium, payload: Hex.encode(heard.payload),
+            text(Line(event: "heard", device: heard.sender, medium: heard.medium, payload: Hex.encode(heard.payload),
                       txPower: heard.txPower, rssi: heard.rssi))
         }
     }
@@ -222,7 +256,8 @@ public enum AirCoding {
                 throw AirProtocolError("'payload' must be hex")
             }
             return .heard(Heard(medium: try required(line.medium, "medium"), payload: payload,
-                                rssi: try required(line.rssi, "rssi"), txPower: try required(line.txPower, "txPower")))
+                                rssi: try required(line.rssi, "rssi"), txPower: try required(line.txPower, "txPower"),
+                                sender: try required(line.device, "device")))
         }
         guard let id = line.id else { throw AirProtocolError("line is neither a reply nor an event") }
         if let error = line.error { return .failed(id: id, message: error) }

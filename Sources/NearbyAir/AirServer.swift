@@ -195,6 +195,13 @@ public actor AirServer {
         case .move(let device, let position):
             deliver(try space.move(device, to: position))
             logger.info("device moved", metadata: ["device": "\(device)", "position": "\(position)"])
+        case .placeBeacon(let name, let position, let payload, let txPower):
+            deliver(try space.placeBeacon(name, at: position, payload: payload, txPower: txPower))
+            logger.info("beacon placed", metadata: ["beacon": "\(name)", "position": "\(position)",
+                                                    "payload": "\(Hex.encode(payload))", "txPower": "\(txPower)"])
+        case .removeBeacon(let name):
+            try space.removeBeacon(name)
+            logger.info("beacon removed", metadata: ["beacon": "\(name)"])
         case .list:
             return .devices(id: id, space.describe())
         case .audio:

@@ -110,6 +110,8 @@ public struct AirSpace: Sendable {
         var scanning: Set<Medium> = []
         /// The speaker and microphone, while the device has an audio link.
         var audio: Acoustics?
+        /// A beacon the space hosts, rather than a device a connection attached.
+        var isBeacon = false
     }
 
     private struct Acoustics: Sendable {
@@ -138,6 +140,27 @@ public struct AirSpace: Sendable {
     public mutating func detach(_ name: String) {
         devices.removeValue(forKey: name)
     }
+
+    /// Places a beacon, or moves and reprograms the one of that name: a device
+    /// that broadcasts `payload` on BLE and listens to nothing. Returns its
+    /// first round of deliveries.
+    public mutating func placeBeacon(_ name: String, at position: Position, payload: [UInt8],
+                                     txPower: Int) throws(AirProtocolError) -> [Delivery] {
+        if let existing = devices[name], !existing.isBeacon {
+            throw AirProtocolError("a device named '\(name)' is attached; beacons need names of their own")
+        }
+        devices[name] = Device(position: position, broadcasts: [Self.beaconBroadcast: Broadcast(medium: .ble, payload: payload, txPower: txPower)],
+                               isBeacon: true)
+        return deliveries(from: [name])
+    }
+
+    /// Removes a beacon placed with ``placeBeacon(_:at:payload:txPower:)``.
+    public mutating func removeBeacon(_ name: String) throws(AirProtocolError) {
+        guard devices[name]?.isBeacon == true else { throw AirProtocolError("no beacon named '\(name)'") }
+        devices.removeValue(forKey: name)
+    }
+
+    private static let beaconBroadcast = "beacon"
 
     /// Moves a device; returns what its new neighbours hear at once.
     public mutating func move(_ name: String, to position: Position) throws(AirProtocolError) -> [Delivery] {
@@ -182,7 +205,7 @@ public struct AirSpace: Sendable {
         deviceNames.compactMap { name in
             devices[name].map {
                 AirDevice(name: name, position: $0.position, broadcasts: $0.broadcasts.count,
-                          scanning: $0.scanning.sorted(), audio: $0.audio != nil)
+                          scanning: $0.scanning.sorted(), audio: $0.audio != nil, beacon: $0.isBeacon)
             }
         }
     }
@@ -254,7 +277,7 @@ public struct AirSpace: Sendable {
             for (id, broadcast) in source.broadcasts.sorted(by: { $0.key < $1.key }) where only == nil || only == id {
                 for recipient in deviceNames where recipient != sender {
                     guard let target = devices[recipient], target.scanning.contains(broadcast.medium) else { continue }
-                    if let heard = hearing(broadcast, from: source.position, at: target.position) {
+                    if let heard = hearing(broadcast, from: sender, at: source.position, by: target.position) {
                         result.append(Delivery(recipient: recipient, heard: heard))
                     }
                 }
@@ -270,7 +293,7 @@ public struct AirSpace: Sendable {
             guard let source = devices[sender] else { continue }
             for (_, broadcast) in source.broadcasts.sorted(by: { $0.key < $1.key })
             where target.scanning.contains(broadcast.medium) {
-                if let heard = hearing(broadcast, from: source.position, at: target.position) {
+                if let heard = hearing(broadcast, from: sender, at: source.position, by: target.position) {
                     result.append(Delivery(recipient: recipient, heard: heard))
                 }
             }
@@ -278,12 +301,13 @@ public struct AirSpace: Sendable {
         return result
     }
 
-    private mutating func hearing(_ broadcast: Broadcast, from: Position, at: Position) -> Heard? {
+    private mutating func hearing(_ broadcast: Broadcast, from sender: String, at from: Position,
+                                  by at: Position) -> Heard? {
         let distance = max(from.distance(to: at), 0.01)
         var rssi = Double(broadcast.txPower) - 10 * parameters.pathLossExponent * log10(distance)
         if parameters.noiseSigma > 0 { rssi += parameters.noiseSigma * random.nextGaussian() }
         guard rssi >= parameters.sensitivity else { return nil }
         return Heard(medium: broadcast.medium, payload: broadcast.payload, rssi: Int(rssi.rounded()),
-                     txPower: broadcast.txPower)
+                     txPower: broadcast.txPower, sender: sender)
     }
 }

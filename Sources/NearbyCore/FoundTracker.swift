@@ -4,11 +4,14 @@ public struct SightingInfo: Hashable, Sendable, Codable {
     public var medium: Medium
     public var rssi: Int
     public var distanceMeters: Double
+    /// The beacon, for a beacon message.
+    public var beacon: BeaconDetails?
 
-    public init(medium: Medium, rssi: Int, distanceMeters: Double) {
+    public init(medium: Medium, rssi: Int, distanceMeters: Double, beacon: BeaconDetails? = nil) {
         self.medium = medium
         self.rssi = rssi
         self.distanceMeters = distanceMeters
+        self.beacon = beacon
     }
 }
 
@@ -55,6 +58,9 @@ public struct FoundTracker: Sendable {
 
     /// The sources currently known.
     public var sourceIDs: Set<String> { Set(sources.keys) }
+
+    /// The message a source carries, while it is known.
+    public func message(of source: String) -> Message? { sources[source] }
 
     /// The messages currently found.
     public var messages: Set<Message> { Set(sourceCounts.keys) }

@@ -96,17 +96,20 @@ public final class Subscription: RegisteredObject {
     public let id: String
     public let filter: MessageFilter
     public let strategy: Strategy
+    public let deviceTypes: DeviceTypes
     /// Wall-clock expiry in microseconds since the epoch; 0 = never.
     public let expiresAt: UInt64
     public var status: ObjectStatus = .starting
     public var found = FoundTracker()
 
-    init(number: UInt64, manager: Manager, id: String, filter: MessageFilter, strategy: Strategy, expiresAt: UInt64) {
+    init(number: UInt64, manager: Manager, id: String, filter: MessageFilter, strategy: Strategy,
+         deviceTypes: DeviceTypes, expiresAt: UInt64) {
         self.number = number
         self.manager = manager
         self.id = id
         self.filter = filter
         self.strategy = strategy
+        self.deviceTypes = deviceTypes
         self.expiresAt = expiresAt
     }
 }
@@ -177,10 +180,10 @@ public final class Registry {
     }
 
     public func addSubscription(to manager: Manager, filter: MessageFilter, strategy: Strategy,
-                                expiresAt: UInt64) throws(NearbyError) -> Subscription {
+                                deviceTypes: DeviceTypes = DeviceTypes(), expiresAt: UInt64) throws(NearbyError) -> Subscription {
         try checkRoom(in: manager)
         let subscription = Subscription(number: manager.nextObject, manager: manager, id: newID(),
-                                        filter: filter, strategy: strategy, expiresAt: expiresAt)
+                                        filter: filter, strategy: strategy, deviceTypes: deviceTypes, expiresAt: expiresAt)
         manager.nextObject += 1
         manager.subscriptions[subscription.number] = subscription
         return subscription

@@ -93,7 +93,12 @@ public struct SightingTracker: Sendable {
 public enum PathLoss {
     /// `txPower` is the signal strength at one metre.
     public static func distance(rssi: Int, txPower: Int, exponent: Double = 2.0) -> Double {
-        pow(10, Double(txPower - rssi) / (10 * exponent))
+        distance(rssi: Double(rssi), txPower: txPower, exponent: exponent)
+    }
+
+    /// The same for a smoothed (fractional) signal strength.
+    public static func distance(rssi: Double, txPower: Int, exponent: Double = 2.0) -> Double {
+        pow(10, (Double(txPower) - rssi) / (10 * exponent))
     }
 
     /// The signal strength at `distance` metres.

@@ -87,6 +87,17 @@ public struct DaemonConfiguration: Sendable {
     /// `[audio] threshold`: the modem's detection threshold.
     public var audioThreshold = TokenDemodulator.defaultThreshold
 
+    /// `[beacons] lost-timeout`, seconds: a beacon not heard for this long is gone.
+    public var beaconLostTimeout = 10.0
+    /// `[beacons] cache-ttl`, seconds: how long the server's answer about a
+    /// beacon's attachments is kept before it is asked again.
+    public var beaconCacheTTL = 300.0
+    /// `[beacons] signal-interval`, seconds: at most one `DistanceChanged` and
+    /// one `BleSignalChanged` per message per interval.
+    public var beaconSignalInterval = 1.0
+    /// `[beacons] max-beacons`: beacons tracked at once; more are ignored.
+    public var maxBeacons = 1024
+
     /// `[sim] air-socket`, `device`, `position`: how the daemon appears in nearby-air.
     public var airSocket = "/run/nearby-air.sock"
     public var simDevice = ProcessInfo.processInfo.hostName
@@ -110,7 +121,7 @@ public struct DaemonConfiguration: Sendable {
     /// These settings overridden by what `file` sets.
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> DaemonConfiguration {
         var result = self
-        try file.checkSections(["daemon", "server", "discovery", "limits", "ble", "audio", "sim"])
+        try file.checkSections(["daemon", "server", "discovery", "limits", "ble", "audio", "beacons", "sim"])
 
         let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level"])
         if let bus = try daemon.string("bus") { result.bus = Self.busAddress(bus) }
@@ -166,6 +177,12 @@ public struct DaemonConfiguration: Sendable {
         if let timeout = try audio.number("lost-timeout") { result.audioLostTimeout = timeout }
         if let threshold = try audio.number("threshold") { result.audioThreshold = threshold }
 
+        let beacons = try file.section("beacons", keys: ["lost-timeout", "cache-ttl", "signal-interval", "max-beacons"])
+        if let timeout = try beacons.number("lost-timeout") { result.beaconLostTimeout = timeout }
+        if let ttl = try beacons.number("cache-ttl") { result.beaconCacheTTL = ttl }
+        if let interval = try beacons.number("signal-interval") { result.beaconSignalInterval = interval }
+        if let count = try beacons.integer("max-beacons") { result.maxBeacons = count }
+
         let sim = try file.section("sim", keys: ["air-socket", "device", "position"])
         if let socket = try sim.string("air-socket") { result.airSocket = socket }
         if let device = try sim.string("device") { result.simDevice = device }
@@ -204,6 +221,10 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(audioInterval, in: 0.5...60, "[audio] interval")
         try Self.check(audioLostTimeout, in: 1...600, "[audio] lost-timeout")
         try Self.check(audioThreshold, in: 8...1000, "[audio] threshold")
+        try Self.check(beaconLostTimeout, in: 1...600, "[beacons] lost-timeout")
+        try Self.check(beaconCacheTTL, in: 1...86_400, "[beacons] cache-ttl")
+        try Self.check(beaconSignalInterval, in: 0.1...60, "[beacons] signal-interval")
+        try Self.check(Double(maxBeacons), in: 1...100_000, "[beacons] max-beacons")
         guard !simDevice.isEmpty, simDevice.utf8.count <= 64 else {
             throw ConfigurationError("[sim] device must be 1..64 bytes")
         }

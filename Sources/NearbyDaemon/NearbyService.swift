@@ -36,6 +36,7 @@ final class NearbyService {
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
     private var sightings: SightingTracker
+    private let beacons: BeaconWatch
     /// Tokens this daemon broadcast recently, so it never reports hearing itself.
     private var ownTokens: [Token] = []
     private var mediumWishes: [Medium: AsyncStream<MediumWish>.Continuation] = [:]
@@ -70,6 +71,7 @@ final class NearbyService {
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
                                     refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
+        beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: serverClient, logger: logger)
     }
 
     /// Exports `/org/nearbyd` and starts the mediums.
@@ -93,6 +95,11 @@ final class NearbyService {
             tasks.append(Task { @BusActor [weak self] in
                 for await condition in backend.conditionChanges { self?.medium(medium, is: condition) }
             })
+            if let scanner = backend as? any BeaconScanner {
+                tasks.append(Task { @BusActor [weak self] in
+                    for await sighting in scanner.beaconSightings { self?.beacons.heard(sighting) }
+                })
+            }
         }
         expireSightingsSoon()
     }
@@ -271,20 +278,32 @@ final class NearbyService {
         return path
     }
 
-    func subscribe(_ filter: MessageFilter, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
+    func subscribe(_ filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes,
+                   in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
+        if deviceTypes.beacons != nil, !enabledMediums.contains(.ble) {
+            throw .notSupported("beacon subscriptions need BLE, which this daemon's configuration disables")
+        }
         let expiresAt = strategy.ttlSeconds == 0 ? 0 : Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
         let subscription = try registry.addSubscription(to: owner.manager, filter: filter, strategy: strategy,
-                                                        expiresAt: expiresAt)
+                                                        deviceTypes: deviceTypes, expiresAt: expiresAt)
         let path = owner.path.child("subscription\(subscription.number)")
         let object = SubscriptionObject(subscription: subscription, path: path, service: self)
         object.exported = try exportOwned(SubscriptionObject.interface.bind(object), at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
         if expiresAt > 0 { scheduleExpiry(of: .subscription(object), at: expiresAt) }
-        let state = link(for: owner.manager.apiKey)
-        counted(strategy, by: 1, in: state, owner: owner)
-        state.link.send(.subscribe(subscription))
-        record("subscribed", by: owner.manager, ["subscription": "\(path)", "type": "\(filter.type)"])
+        if deviceTypes.nearby {
+            let state = link(for: owner.manager.apiKey)
+            counted(strategy, by: 1, in: state, owner: owner)
+            state.link.send(.subscribe(subscription))
+        }
+        if let strategy = deviceTypes.beacons {
+            beacons.add(object, strategy: strategy)
+            countedBeaconUser(by: 1, owner: owner)
+            refreshStatus(of: object)
+        }
+        record("subscribed", by: owner.manager, ["subscription": "\(path)", "type": "\(filter.type)",
+                                                 "beacons": "\(deviceTypes.beacons != nil)"])
         return path
     }
 
@@ -295,8 +314,10 @@ final class NearbyService {
         guard object.background != background else { return }
         object.background = background
         object.changed(["Background"])
+        if beacons.isWatching { updateMediums() }
         guard let state = links[object.manager.apiKey] else { return }
-        let strategies = object.manager.publications.values.map(\.strategy) + object.manager.subscriptions.values.map(\.strategy)
+        let strategies = object.manager.publications.values.map(\.strategy)
+            + object.manager.subscriptions.values.filter(\.deviceTypes.nearby).map(\.strategy)
         var changed = false
         for strategy in strategies where state.move(strategy, toForeground: !background) { changed = true }
         if changed { updateMediums() }
@@ -341,7 +362,11 @@ final class NearbyService {
         subscriptions.removeValue(forKey: subscription.id)
         expiries.dropEnded(live: publications.count + subscriptions.count)
         record("subscription ended", by: subscription.manager, ["subscription": "\(object.path)"])
-        if let state = links[subscription.manager.apiKey] {
+        if subscription.deviceTypes.beacons != nil {
+            beacons.remove(object)
+            countedBeaconUser(by: -1, owner: managers[ObjectIdentifier(subscription.manager)])
+        }
+        if subscription.deviceTypes.nearby, let state = links[subscription.manager.apiKey] {
             counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)])
             state.registered.remove(subscription.id)
             state.link.send(.unsubscribe(subscription.id))
@@ -423,7 +448,7 @@ final class NearbyService {
         case .registered(let id):
             state.registered.insert(id)
             if let object = publications[id] { refreshStatus(of: object, state) }
-            if let object = subscriptions[id] { refreshStatus(of: object, state) }
+            if let object = subscriptions[id] { refreshStatus(of: object) }
         case .token(let token):
             state.token = token
             if let token {
@@ -448,7 +473,10 @@ final class NearbyService {
         case .snapshot(let matches):
             let sources = Dictionary(grouping: matches, by: \.subscription).mapValues { Set($0.map(\.source)) }
             for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
-                let lost = object.subscription.found.keepOnly(sources[object.subscription.id] ?? [])
+                // Beacon sources are the watch's, not the server's.
+                let kept = (sources[object.subscription.id] ?? []).union(
+                    object.subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
+                let lost = object.subscription.found.keepOnly(kept)
                 for (message, info) in lost { object.emitLost(message, info) }
             }
             for match in matches { found(match, from: state) }
@@ -493,7 +521,7 @@ final class NearbyService {
             refreshStatus(of: object, state)
         }
         for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
-            refreshStatus(of: object, state)
+            refreshStatus(of: object)
         }
     }
 
@@ -506,7 +534,23 @@ final class NearbyService {
     }
 
     private func refreshStatus(of object: some LiveObject, _ state: LinkState) {
-        let status = self.status(object.entry.id, object.entry.strategy, state)
+        set(self.status(object.entry.id, object.entry.strategy, state), of: object)
+    }
+
+    /// A subscription is active once each of its kinds works: beacons once
+    /// BLE does, nearby devices as for publications.
+    private func refreshStatus(of object: SubscriptionObject) {
+        let subscription = object.subscription
+        var status = ObjectStatus.active
+        if subscription.deviceTypes.beacons != nil, !availableMediums.contains(.ble) { status = .starting }
+        if subscription.deviceTypes.nearby {
+            guard let state = links[subscription.manager.apiKey] else { return set(.starting, of: object) }
+            if self.status(subscription.id, subscription.strategy, state) == .starting { status = .starting }
+        }
+        set(status, of: object)
+    }
+
+    private func set(_ status: ObjectStatus, of object: some LiveObject) {
         guard status != object.entry.status else { return }
         object.entry.status = status
         object.changed(["Status"])
@@ -556,6 +600,7 @@ final class NearbyService {
         if available ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil {
             try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["AvailableMediums"])
             for state in links.values { refreshStatuses(of: state) }
+            for object in subscriptions.values where !object.subscription.deviceTypes.nearby { refreshStatus(of: object) }
         }
         for object in managers.values { refreshErrors(of: object) }
     }
@@ -588,13 +633,16 @@ final class NearbyService {
 
     private func currentWish(for medium: Medium) -> MediumWish {
         var wish = MediumWish(tokens: [], scanMode: .off)
+        if medium == .ble {
+            wish.scanMode = beacons.scanMode { [managers] manager in managers[ObjectIdentifier(manager)]?.background ?? false }
+        }
         for state in links.values {
             let usage = state.usage[medium] ?? LinkState.Usage()
             if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
             if usage.fullScanning > 0 {
                 wish.scanMode = .full
-            } else if usage.scanning > 0, wish.scanMode == .off {
-                wish.scanMode = .lowPower
+            } else if usage.scanning > 0 {
+                wish.scanMode = max(wish.scanMode, .lowPower)
             }
         }
         return wish
@@ -621,6 +669,17 @@ final class NearbyService {
             startedOrStopped = startedOrStopped || users == 0 || (delta > 0 && users == delta)
         }
         if startedOrStopped { refreshErrors(of: owner) }
+    }
+
+    /// Counts a beacon subscription in or out: it listens on BLE (for the
+    /// medium wish and its manager's Bluetooth error properties) but has no
+    /// part in its link's token traffic.
+    private func countedBeaconUser(by delta: Int, owner: ManagerObject?) {
+        updateMediums()
+        guard let owner else { return }
+        let users = owner.mediumUsers[.ble, default: 0] + delta
+        owner.mediumUsers[.ble] = users
+        if users == 0 || (delta > 0 && users == delta) { refreshErrors(of: owner) }
     }
 
     /// A link that starts listening on mediums is told what is already heard there.

@@ -26,6 +26,56 @@ public struct MessageInfo: Hashable, Sendable {
     public var rssi: Int
     /// Estimated distance, metres.
     public var distanceMeters: Double
+    /// The beacon, for a message found through one.
+    public var beacon: BeaconInfo?
+}
+
+/// The beacon a message was found through (`info.Beacon`).
+public struct BeaconInfo: Hashable, Sendable {
+    /// `eddystone-uid`, `eddystone-eid` or `ibeacon`.
+    public var kind: String
+    /// The advertised id in lowercase hex.
+    public var id: String
+    /// The power the beacon declares at one metre, dBm.
+    public var txPower: Int
+}
+
+/// What a subscription discovers (GNSDeviceTypes).
+public struct DeviceTypes: OptionSet, Sendable, Hashable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// Messages published by other devices running Nearby.
+    public static let nearby = DeviceTypes(rawValue: 1)
+    /// Attachments of BLE beacons registered to the project (or, with
+    /// ``BeaconStrategy/raw``, every beacon heard).
+    public static let bleBeacon = DeviceTypes(rawValue: 2)
+
+    var names: [String] {
+        (contains(.nearby) ? ["nearby"] : []) + (contains(.bleBeacon) ? ["ble-beacon"] : [])
+    }
+}
+
+/// How a beacon subscription scans (GNSBeaconStrategy). Unset fields keep the daemon's defaults.
+public struct BeaconStrategy: Sendable, Equatable {
+    /// false: iBeacons are ignored (default true).
+    public var includeIBeacons: Bool?
+    /// Passive, low-power scanning: beacons are found and lost later (default false).
+    public var lowPowerPreferred: Bool?
+    /// Keep scanning while the app is in the background (default false).
+    public var allowInBackground: Bool?
+    /// Every beacon heard, registered or not, as a message of the reserved
+    /// namespace `__reserved_namespace` whose content is the beacon's id; needs
+    /// no server (default false).
+    public var raw: Bool?
+
+    public init(includeIBeacons: Bool? = nil, lowPowerPreferred: Bool? = nil, allowInBackground: Bool? = nil,
+                raw: Bool? = nil) {
+        self.includeIBeacons = includeIBeacons
+        self.lowPowerPreferred = lowPowerPreferred
+        self.allowInBackground = allowInBackground
+        self.raw = raw
+    }
 }
 
 /// Which mediums, which direction and how long: the GNSStrategy of the iOS API.

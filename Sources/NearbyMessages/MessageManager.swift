@@ -103,15 +103,23 @@ public final class MessageManager: Sendable {
     }
 
     /// Subscribes to messages of `type` in `namespace` (empty: all types of the
-    /// project's namespace). The handlers run on the bus thread, in order.
+    /// project's namespace), from other devices and or beacons (`deviceTypes`).
+    /// The handlers run on the bus thread, in order. `distanceChanged`
+    /// (metres, accuracy) and `bleSignalChanged` (RSSI, TX power at 1 m) are
+    /// for beacon messages.
     public func subscription(namespace: String = "", type: String = "", strategy: Strategy? = nil,
+                             deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil,
                              messageFound: @escaping @Sendable (Message, MessageInfo) -> Void,
                              messageLost: @escaping @Sendable (Message, MessageInfo) -> Void = { _, _ in },
+                             distanceChanged: @escaping @Sendable (Message, Double, Double) -> Void = { _, _, _ in },
+                             bleSignalChanged: @escaping @Sendable (Message, Int, Int) -> Void = { _, _, _ in },
                              expired: @escaping @Sendable () -> Void = {}) async throws -> Subscription {
         var params: [String: Variant] = [:]
         if !namespace.isEmpty { params["Namespace"] = Variant(.string(namespace)) }
         if !type.isEmpty { params["Type"] = Variant(.string(type)) }
         if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
+        if deviceTypes != .nearby { params["DeviceTypes"] = Variant(.strings(deviceTypes.names)) }
+        if let beaconStrategy { params["BeaconStrategy"] = Variant(beaconStrategy.dbusValue) }
         let bus = self.bus
         let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Subscribe") { writer throws(DBusError) in
             try writer.append(params)
@@ -122,6 +130,8 @@ public final class MessageManager: Sendable {
                 switch event {
                 case .found(let message, let info): messageFound(message, info)
                 case .lost(let message, let info): messageLost(message, info)
+                case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
+                case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
                 case .expired: expired()
                 case .propertiesChanged: break
                 }
@@ -165,6 +175,17 @@ extension Strategy {
         if let ttlSeconds { entries["TTL"] = .uint32(ttlSeconds) }
         if let distance { entries["Distance"] = .string(distance.rawValue) }
         if let allowInBackground { entries["AllowInBackground"] = .bool(allowInBackground) }
+        return .vardict(entries)
+    }
+}
+
+extension BeaconStrategy {
+    var dbusValue: DBusValue {
+        var entries: [String: DBusValue] = [:]
+        if let includeIBeacons { entries["IncludeIBeacons"] = .bool(includeIBeacons) }
+        if let lowPowerPreferred { entries["LowPowerPreferred"] = .bool(lowPowerPreferred) }
+        if let allowInBackground { entries["AllowInBackground"] = .bool(allowInBackground) }
+        if let raw { entries["RawBeacons"] = .bool(raw) }
         return .vardict(entries)
     }
 }

@@ -4,6 +4,10 @@ import DBus
 enum ObjectEvent: Sendable {
     case found(Message, MessageInfo)
     case lost(Message, MessageInfo)
+    /// A beacon message's distance (metres) and its accuracy.
+    case distanceChanged(Message, Double, Double)
+    /// A beacon message's RSSI and the beacon's TX power at 1 m, dBm.
+    case bleSignalChanged(Message, Int, Int)
     case expired
     /// PropertiesChanged: the changed properties' new values.
     case propertiesChanged([String: DBusValue])
@@ -100,19 +104,36 @@ final class NearbyBus: Sendable {
         Task { @BusActor in routes.removeValue(forKey: path) }
     }
 
+    /// The content, namespace and type every message signal starts with.
+    @BusActor private static func message(in signal: ReceivedSignal) -> Message? {
+        guard let content = try? signal.arguments.read([UInt8].self),
+              let namespace = try? signal.arguments.read(String.self),
+              let type = try? signal.arguments.read(String.self) else { return nil }
+        return Message(content: .init(content), namespace: namespace, type: type)
+    }
+
     @BusActor private func deliver(_ signal: ReceivedSignal) {
         guard let handler = routes[signal.path] else { return }
         switch signal.member {
         case "MessageFound", "MessageLost":
-            guard let content = try? signal.arguments.read([UInt8].self),
-                  let namespace = try? signal.arguments.read(String.self),
-                  let type = try? signal.arguments.read(String.self),
+            guard let message = Self.message(in: signal),
                   let info = try? signal.arguments.read([String: Variant].self) else { return }
-            let message = Message(content: .init(content), namespace: namespace, type: type)
+            let beacon = info["Beacon"]?.value.stringVariantDictionary.map { beacon in
+                BeaconInfo(kind: beacon["Kind"]?.string ?? "", id: beacon["Id"]?.string ?? "",
+                           txPower: Int(beacon["TxPower"]?.int16 ?? 0))
+            }
             let details = MessageInfo(medium: info["Medium"]?.value.string ?? "",
                                       rssi: Int(info["Rssi"]?.value.int16 ?? 0),
-                                      distanceMeters: info["DistanceMeters"]?.value.double ?? 0)
+                                      distanceMeters: info["DistanceMeters"]?.value.double ?? 0, beacon: beacon)
             handler(signal.member == "MessageFound" ? .found(message, details) : .lost(message, details))
+        case "DistanceChanged":
+            guard let message = Self.message(in: signal), let meters = try? signal.arguments.read(Double.self),
+                  let accuracy = try? signal.arguments.read(Double.self) else { return }
+            handler(.distanceChanged(message, meters, accuracy))
+        case "BleSignalChanged":
+            guard let message = Self.message(in: signal), let rssi = try? signal.arguments.read(Int16.self),
+                  let txPower = try? signal.arguments.read(Int16.self) else { return }
+            handler(.bleSignalChanged(message, Int(rssi), Int(txPower)))
         case "Expired":
             routes.removeValue(forKey: signal.path)
             handler(.expired)

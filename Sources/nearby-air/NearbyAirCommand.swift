@@ -56,7 +56,7 @@ struct NearbyAirCommand: AsyncParsableCommand {
             log); so does the device detaching. A device that does not read its
             blocks loses the oldest beyond 1 s.
             """,
-        subcommands: [Serve.self, Move.self, List.self],
+        subcommands: [Serve.self, Move.self, List.self, Beacon.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -142,13 +142,13 @@ struct Serve: AsyncParsableCommand {
 
 struct Move: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Move a device.",
+        abstract: "Move a device or a beacon.",
         discussion: "Daemons near the new position hear it at once; ones now out of range stop hearing it and report it lost after their lost timeout."
     )
 
     @OptionGroup var socket: SocketOption
 
-    @Argument(help: "The device's name, as it attached.")
+    @Argument(help: "The device's name, as it attached, or the beacon's.")
     var device: String
 
     @Argument(help: "New x, y (and optionally z) in metres.")
@@ -169,7 +169,7 @@ struct Move: AsyncParsableCommand {
 }
 
 struct List: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List the attached devices.")
+    static let configuration = CommandConfiguration(abstract: "List the attached devices and the beacons.")
 
     @OptionGroup var socket: SocketOption
 
@@ -186,10 +186,10 @@ struct List: AsyncParsableCommand {
             print(String(decoding: try encoder.encode(devices), as: UTF8.self))
             return
         }
-        print("DEVICE\tPOSITION\tBROADCASTS\tSCANNING\tAUDIO")
+        print("DEVICE\tPOSITION\tBROADCASTS\tSCANNING\tAUDIO\tBEACON")
         for device in devices {
             let scanning = device.scanning.map(\.rawValue).joined(separator: ",")
-            print("\(device.name)\t\(device.position)\t\(device.broadcasts)\t\(scanning)\t\(device.audio ? "yes" : "no")")
+            print("\(device.name)\t\(device.position)\t\(device.broadcasts)\t\(scanning)\t\(device.audio ? "yes" : "no")\t\(device.beacon ? "yes" : "no")")
         }
     }
 }

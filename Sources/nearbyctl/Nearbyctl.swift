@@ -30,7 +30,7 @@ struct Nearbyctl: AsyncParsableCommand {
               0 on success or interruption; 1 when nearbyd refuses the request or
               cannot be reached (the message says which).
             """,
-        subcommands: [Publish.self, Subscribe.self, Status.self]
+        subcommands: [Publish.self, Subscribe.self, Beacons.self, Status.self]
     )
 }
 

@@ -1,4 +1,5 @@
 @testable import BlueZ
+import Beacons
 import BluetoothLE
 import DBus
 import NearbyCore
@@ -52,6 +53,25 @@ import Testing
         #expect(token(Self.serviceData(TokenFrame.serviceUUID, Array(repeating: 9, count: 9))) == nil)
         #expect(token(.string("not a dictionary")) == nil)
         #expect(token(nil) == nil)
+    }
+
+    @Test func beaconsAreReadFromEddystoneServiceDataAndAppleManufacturerData() throws {
+        let uid = try BeaconFrame(kind: .eddystoneUID, text: "8b0ca750095477cb3e77/331122334455", powerAtOneMetre: -59)
+        guard case .eddystoneUID(let frame) = uid else { throw BeaconError.noBeaconFound }
+        let eddystone = DeviceInfo(path: "/d", properties: ["ServiceData": Self.serviceData(DeviceInfo.eddystoneUUID, frame.serviceData)])
+        #expect(eddystone.beacon == uid && eddystone.token == nil)
+
+        let iBeacon = try BeaconFrame(kind: .iBeacon, text: "e2c56db5-dffb-48d2-b060-d0f5a71096e0/1/2", powerAtOneMetre: -65)
+        // BlueZ keys manufacturer data by company id and leaves it out of the bytes.
+        let apple = Array(iBeacon.advertisingData.suffix(23))
+        func manufacturerData(_ company: UInt16, _ bytes: [UInt8]) -> DBusValue {
+            .dictionary(key: "q", value: "v", [DictEntry(.uint16(company), .variant(.bytes(bytes)))])
+        }
+        #expect(DeviceInfo(path: "/d", properties: ["ManufacturerData": manufacturerData(0x004C, apple)]).beacon == iBeacon)
+        // Another company's bytes, a malformed Eddystone frame, nearbyd's own token: no beacon.
+        #expect(DeviceInfo(path: "/d", properties: ["ManufacturerData": manufacturerData(0x0059, apple)]).beacon == nil)
+        #expect(DeviceInfo(path: "/d", properties: ["ServiceData": Self.serviceData(DeviceInfo.eddystoneUUID, [0x00, 0xEE])]).beacon == nil)
+        #expect(DeviceInfo(path: "/d", properties: ["ServiceData": Self.serviceData()]).beacon == nil)
     }
 
     @Test func unknownStrengthsAreNilAndTransmitPowerSetsTheReference() {

@@ -1,4 +1,5 @@
 @testable import BluetoothHCI
+import Beacons
 import Glibc
 import Logging
 import Mediums
@@ -220,5 +221,22 @@ final class LogCapture: Sendable {
             sink.yield(Record(level: event.level, message: "\(event.message)",
                               metadata: merged.mapValues { "\($0)" }))
         }
+    }
+}
+
+@Suite struct HCIBeaconTests {
+    @Test func beaconsInReportsAreHeardWithTheirSender() throws {
+        let frame = try BeaconFrame(kind: .eddystoneUID, text: "8b0ca750095477cb3e77/331122334455", powerAtOneMetre: -59)
+        let address = try #require(DeviceAddress(littleEndian: [6, 5, 4, 3, 2, 1]))
+        let report = AdvertisingReport(eventType: 3, addressType: 1, address: address, data: frame.advertisingData, rssi: -70)
+        #expect(HCIMedium.beaconSighting(from: report) == BeaconSighting(frame: frame, sender: "\(address)", rssi: -70))
+        // Without an RSSI, the beacon is taken to be 1 m away.
+        var silent = report
+        silent.rssi = nil
+        #expect(HCIMedium.beaconSighting(from: silent)?.rssi == -59)
+        // A token frame or a malformed beacon is no beacon.
+        var other = report
+        other.data = Array(frame.advertisingData.dropLast())
+        #expect(HCIMedium.beaconSighting(from: other) == nil)
     }
 }

@@ -252,9 +252,11 @@ import TestSupport
             try await manager.setBackground(true)
             let registered = try await bluez.call("RegisterMonitor") { $0.outcome == "ok" }
             #expect(registered.path == "/org/bluez/hci0" && registered.args == #"["/org/nearbyd/ble/monitor"]"#)
-            // AD type 0x21 (33) starting with the UUID; any strength; lost after the lost timeout (1 s here).
+            // AD type 0x21 (33) starting with the UUID, Eddystone's service data (0x16, AA FE) and
+            // iBeacon's manufacturer data (0xFF, 4C 00 02 15); any strength; lost after the lost timeout (1 s here).
             #expect(registered.monitors == """
-                {"/org/nearbyd/ble/monitor/token_frame": {"Patterns": [[0, 33, "\(BlueZStandIn.serviceUUIDLittleEndianHex)"]], \
+                {"/org/nearbyd/ble/monitor/token_frame": {"Patterns": [[0, 33, "\(BlueZStandIn.serviceUUIDLittleEndianHex)"], \
+                [0, 22, "aafe"], [0, 255, "4c000215"]], \
                 "RSSIHighThreshold": -127, "RSSIHighTimeout": 1, "RSSILowThreshold": -127, "RSSILowTimeout": 1, \
                 "RSSISamplingPeriod": 0, "Type": "or_patterns"}}
                 """)

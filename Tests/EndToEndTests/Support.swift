@@ -23,11 +23,14 @@ func withCluster(_ options: Cluster.Options = Cluster.Options(),
 struct Event: Sendable, Equatable, CustomStringConvertible {
     enum Kind: String, Sendable {
         case found, lost, expired
+        /// DistanceChanged (`value`: metres) and BleSignalChanged (`value`: RSSI).
+        case distance, signal
     }
 
     let kind: Kind
     let message: Message?
     let info: MessageInfo?
+    var value: Double?
 
     var text: String? { message.flatMap { String(data: $0.content, encoding: .utf8) } }
 
@@ -61,12 +64,15 @@ extension MessageManager {
                               expired: expired)
     }
 
-    func record(namespace: String = "", type: String = "", strategy: Strategy? = nil) async throws -> RecordedSubscription {
+    func record(namespace: String = "", type: String = "", strategy: Strategy? = nil,
+                deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil) async throws -> RecordedSubscription {
         let events = Inbox<Event>()
         let subscription = try await subscription(
-            namespace: namespace, type: type, strategy: strategy,
+            namespace: namespace, type: type, strategy: strategy, deviceTypes: deviceTypes, beaconStrategy: beaconStrategy,
             messageFound: { events.put(Event(kind: .found, message: $0, info: $1)) },
             messageLost: { events.put(Event(kind: .lost, message: $0, info: $1)) },
+            distanceChanged: { message, meters, _ in events.put(Event(kind: .distance, message: message, info: nil, value: meters)) },
+            bleSignalChanged: { message, rssi, _ in events.put(Event(kind: .signal, message: message, info: nil, value: Double(rssi))) },
             expired: { events.put(Event(kind: .expired, message: nil, info: nil)) })
         return RecordedSubscription(subscription: subscription, events: events)
     }

@@ -33,7 +33,7 @@ private func firstHeard(_ client: AirClient, where condition: @escaping @Sendabl
             try await b.request(.scan(medium: .ble, enabled: true))
             try await a.request(.advertise(id: "t", medium: .ble, payload: token, txPower: -59))
             let heard = await firstHeard(b) { _ in true }
-            #expect(heard == Heard(medium: .ble, payload: token, rssi: -79, txPower: -59))
+            #expect(heard == Heard(medium: .ble, payload: token, rssi: -79, txPower: -59, sender: "A"))
 
             // A controller moves B while everything runs; B hears the new strength.
             let control = try await AirClient(socketPath: path)

@@ -18,7 +18,7 @@ import Testing
         _ = try space.scan("B", medium: .ble, enabled: true)
         let first = try space.advertise("A", id: "t", medium: .ble, payload: token, txPower: -59)
         // -59 dBm at 1 m, free space: 20 dB less at 10 m.
-        #expect(first == [AirSpace.Delivery(recipient: "B", heard: Heard(medium: .ble, payload: token, rssi: -79, txPower: -59))])
+        #expect(first == [AirSpace.Delivery(recipient: "B", heard: Heard(medium: .ble, payload: token, rssi: -79, txPower: -59, sender: "A"))])
         #expect(PathLoss.distance(rssi: -79, txPower: -59) == 10)
     }
 
@@ -95,7 +95,7 @@ import Testing
     }
 
     @Test(arguments: [
-        AirMessage.ok(id: 1), .failed(id: 2, message: "no"), .heard(Heard(medium: .ble, payload: [1], rssi: -70, txPower: -59)),
+        AirMessage.ok(id: 1), .failed(id: 2, message: "no"), .heard(Heard(medium: .ble, payload: [1], rssi: -70, txPower: -59, sender: "A")),
         .devices(id: 3, [AirDevice(name: "A", position: Position(x: 1, y: 2), broadcasts: 1, scanning: [.ble])]),
     ])
     func messagesRoundTrip(_ message: AirMessage) throws {
@@ -120,5 +120,33 @@ import Testing
             guard let error = error as? AirProtocolError else { return false }
             return error.message.contains(complaint) && error.requestID == id
         }
+    }
+
+    @Test func beaconsBroadcastUntilRemovedAndMoveLikeDevices() throws {
+        var space = AirSpace(parameters: AirParameters())
+        try space.attach("phone", at: Position(x: 0, y: 0))
+        _ = try space.scan("phone", medium: .ble, enabled: true)
+        let payload: [UInt8] = [0x02, 0x01, 0x06]
+        let first = try space.placeBeacon("door", at: Position(x: 10, y: 0), payload: payload, txPower: -59)
+        #expect(first == [AirSpace.Delivery(recipient: "phone", heard: Heard(medium: .ble, payload: payload, rssi: -79,
+                                                                              txPower: -59, sender: "door"))])
+        #expect(space.describe().first { $0.name == "door" }?.beacon == true)
+        let moved = try space.move("door", to: Position(x: 1, y: 0))
+        #expect(moved.map(\.heard.rssi) == [-59])
+        // Devices and beacons keep their names apart.
+        #expect(throws: AirProtocolError.self) { try space.placeBeacon("phone", at: Position(x: 0, y: 0), payload: payload, txPower: -59) }
+        #expect(throws: AirProtocolError.self) { try space.removeBeacon("phone") }
+        try space.removeBeacon("door")
+        #expect(space.tick().isEmpty)
+    }
+
+    @Test func beaconRequestsRoundTripAndAreChecked() throws {
+        let place = AirRequest.placeBeacon(name: "door", position: Position(x: 1, y: 2), payload: [1, 2, 3], txPower: -60)
+        #expect(try AirCoding.decodeRequest(AirCoding.encode(id: 7, place)) == (7, place))
+        #expect(try AirCoding.decodeRequest(AirCoding.encode(id: 8, .removeBeacon(name: "door"))) == (8, .removeBeacon(name: "door")))
+        // A legacy advertisement holds 31 bytes.
+        let long = AirCoding.encode(id: 9, .placeBeacon(name: "door", position: Position(x: 0, y: 0),
+                                                        payload: Array(repeating: 0, count: 32), txPower: -60))
+        #expect(throws: AirProtocolError("'payload' must be 1..31 bytes of hex", requestID: 9)) { try AirCoding.decodeRequest(long) }
     }
 }

@@ -121,6 +121,16 @@ public final class Cluster: Sendable {
         guard result.status == 0 else { throw ChildProcessError(message: "move failed: \(result.output)") }
     }
 
+    /// Places (or moves and reprograms) a simulated beacon (`nearby-air beacon add`).
+    public func placeBeacon(_ name: String, _ kind: String, _ id: String, at position: (Double, Double),
+                            txPower: Int = -59) async throws {
+        let result = try await runProgram(Programs.path("nearby-air"), [
+            "beacon", "add", "--socket", airSocket, name, kind, id, "--at", "\(position.0)", "\(position.1)",
+            "--tx-power", "\(txPower)",
+        ])
+        guard result.status == 0 else { throw ChildProcessError(message: "beacon add failed: \(result.output)") }
+    }
+
     /// Kills the server outright (SIGKILL), as a crash would.
     public func killServer() async {
         let server = serverProcess.withLock { $0 }

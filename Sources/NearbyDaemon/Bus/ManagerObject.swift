@@ -34,7 +34,7 @@ final class ManagerObject {
         "PermissionRequestHandler": "o",
     ]
     static let beaconStrategyOptions: [String: Signature] = [
-        "IncludeIBeacons": "b", "LowPowerPreferred": "b", "AllowInBackground": "b",
+        "IncludeIBeacons": "b", "LowPowerPreferred": "b", "AllowInBackground": "b", "RawBeacons": "b",
     ]
 
     static let interface = Interface<ManagerObject>(
@@ -65,9 +65,9 @@ final class ManagerObject {
                     let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
                     try MessageRules.checkNamespace(filter.namespace)
                     try MessageRules.checkType(filter.type)
-                    try checkDeviceTypes(params)
+                    let deviceTypes = try deviceTypes(params)
                     let strategy = try object.service.strategy(params, for: .subscription)
-                    return try object.service.subscribe(filter, strategy: strategy, in: object)
+                    return try object.service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: object)
                 }
                 call.reply { writer throws(DBusError) in try writer.append(path) }
             },
@@ -89,25 +89,28 @@ final class ManagerObject {
         ]
     )
 
-    /// `DeviceTypes` and `BeaconStrategy`: only nearby devices are supported so far.
-    private static func checkDeviceTypes(_ params: Options) throws(NearbyError) {
-        let deviceTypes = params.strings("DeviceTypes") ?? ["nearby"]
-        guard !deviceTypes.isEmpty else { throw .invalidArguments("DeviceTypes must name at least one device type") }
-        for deviceType in deviceTypes where !["nearby", "ble-beacon"].contains(deviceType) {
-            throw .invalidArguments("unknown device type '\(deviceType)' in DeviceTypes; known: nearby, ble-beacon")
+    /// `DeviceTypes` and `BeaconStrategy`, checked.
+    private static func deviceTypes(_ params: Options) throws(NearbyError) -> DeviceTypes {
+        let names = params.strings("DeviceTypes") ?? ["nearby"]
+        guard !names.isEmpty else { throw .invalidArguments("DeviceTypes must name at least one device type") }
+        for name in names where !["nearby", "ble-beacon"].contains(name) {
+            throw .invalidArguments("unknown device type '\(name)' in DeviceTypes; known: nearby, ble-beacon")
         }
-        guard Set(deviceTypes).count == deviceTypes.count else {
+        guard Set(names).count == names.count else {
             throw .invalidArguments("DeviceTypes names a device type twice")
         }
-        if params.has("BeaconStrategy") {
-            guard deviceTypes.contains("ble-beacon") else {
-                throw .invalidArguments("BeaconStrategy applies to DeviceTypes 'ble-beacon' only")
-            }
-            _ = try params.options("BeaconStrategy", allowed: beaconStrategyOptions, context: "BeaconStrategy")
+        let options = try params.options("BeaconStrategy", allowed: beaconStrategyOptions, context: "BeaconStrategy")
+        guard names.contains("ble-beacon") else {
+            if options != nil { throw .invalidArguments("BeaconStrategy applies to DeviceTypes 'ble-beacon' only") }
+            return DeviceTypes(nearby: true)
         }
-        if deviceTypes.contains("ble-beacon") {
-            throw .notSupported("beacon subscriptions (DeviceTypes 'ble-beacon') are not available in this version")
-        }
+        let defaults = BeaconStrategy()
+        let strategy = BeaconStrategy(
+            includeIBeacons: options?.bool("IncludeIBeacons") ?? defaults.includeIBeacons,
+            lowPowerPreferred: options?.bool("LowPowerPreferred") ?? defaults.lowPowerPreferred,
+            allowInBackground: options?.bool("AllowInBackground") ?? defaults.allowInBackground,
+            raw: options?.bool("RawBeacons") ?? defaults.raw)
+        return DeviceTypes(nearby: names.contains("nearby"), beacons: strategy)
     }
 
     /// Emits PropertiesChanged for `names` to the owner.

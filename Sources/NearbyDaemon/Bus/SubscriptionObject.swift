@@ -48,17 +48,43 @@ final class SubscriptionObject: LiveObject {
         emit("MessageLost", message, info)
     }
 
+    func emitDistanceChanged(_ message: Message, meters: Double, accuracy: Double) {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: "DistanceChanged") { writer throws(DBusError) in
+            try Self.append(message, to: writer)
+            try writer.append(meters)
+            try writer.append(accuracy)
+        }
+    }
+
+    func emitBleSignalChanged(_ message: Message, rssi: Int, txPower: Int) {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: "BleSignalChanged") { writer throws(DBusError) in
+            try Self.append(message, to: writer)
+            try writer.append(Int16(clamping: rssi))
+            try writer.append(Int16(clamping: txPower))
+        }
+    }
 
     private func emit(_ member: String, _ message: Message, _ info: SightingInfo) {
         try? exported?.emitSignal(interface: Self.interfaceName, member: member) { writer throws(DBusError) in
-            try writer.append(message.content)
-            try writer.append(message.namespace)
-            try writer.append(message.type)
-            try writer.append(DBusValue.vardict([
+            try Self.append(message, to: writer)
+            var entries: [String: DBusValue] = [
                 "Medium": .string(info.medium.rawValue),
                 "Rssi": .int16(Int16(clamping: info.rssi)),
                 "DistanceMeters": .double(info.distanceMeters),
-            ]))
+            ]
+            if let beacon = info.beacon {
+                entries["Beacon"] = .vardict([
+                    "Kind": .string(beacon.kind), "Id": .string(beacon.id), "TxPower": .int16(Int16(clamping: beacon.txPower)),
+                ])
+            }
+            try writer.append(DBusValue.vardict(entries))
         }
+    }
+
+    /// The content, namespace and type every signal of a message starts with.
+    private static func append(_ message: Message, to writer: MessageWriter) throws(DBusError) {
+        try writer.append(message.content)
+        try writer.append(message.namespace)
+        try writer.append(message.type)
     }
 }

@@ -66,7 +66,7 @@ struct ServerClient: Sendable {
         try await call(.POST, APIPath.sightings(device.device), device: device, body: report)
     }
 
-    private func call<Response: Decodable>(
+    func call<Response: Decodable>(
         _ method: HTTPMethod, _ path: String, device: DeviceRegistration? = nil,
         headers: [(String, String)] = [], body: (any Encodable)? = nil
     ) async throws(ServerCallError) -> Response {

@@ -1,0 +1,25 @@
+import Beacons
+import Foundation
+import ServerAPI
+
+/// Beacon attachments from nearby-server's `beaconinfo:getforobserved`
+/// (doc/server-api/openapi.yaml), one beacon per question.
+extension ServerClient: AttachmentSource {
+    func attachments(apiKey: String, namespacedType: String, beacon: AdvertisedID,
+                     telemetry: [UInt8]?) async throws -> [BeaconAttachment] {
+        guard let type = AdvertisedIdType(rawValue: beacon.type.rawValue) else { return [] }
+        let observed = AdvertisedIdJSON(type: type, id: Data(beacon.bytes))
+        let request = GetForObservedRequest(
+            observations: [.init(advertisedId: observed, telemetry: telemetry.map { Data($0) })],
+            namespacedTypes: [namespacedType])
+        let response: GetForObservedResponse = try await call(.POST, BeaconAPIPath.getForObserved,
+                                                              headers: [(apiKeyHeader, apiKey)], body: request)
+        return response.beacons.filter { $0.advertisedId == observed }.flatMap(\.attachments).compactMap { attachment in
+            // NAMESPACE/TYPE; the server never sends another shape.
+            guard let slash = attachment.namespacedType.firstIndex(of: "/") else { return nil }
+            return BeaconAttachment(namespace: String(attachment.namespacedType[..<slash]),
+                                    type: String(attachment.namespacedType[attachment.namespacedType.index(after: slash)...]),
+                                    data: Array(attachment.data))
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import ArgumentParser
+import Beacons
+import NearbyAir
+
+struct Beacon: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Place and remove simulated beacons.",
+        discussion: """
+            A beacon is a device of the space itself: it stays until removed, whoever \
+            placed it, broadcasts one BLE advertisement (a real Eddystone or iBeacon \
+            frame, at most 31 bytes) every interval, and listens to nothing. Daemons \
+            that listen on BLE hear it as they would a real beacon. Move it with \
+            'nearby-air move NAME X Y [Z]'; 'nearby-air list' shows it.
+            """,
+        subcommands: [Add.self, Remove.self]
+    )
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Place a beacon, or replace the one of that name.",
+            discussion: """
+                KIND and ID:
+                  eddystone-uid  NAMESPACE/INSTANCE in hex (20 and 12 digits), or 32 hex digits
+                  eddystone-eid  the 16 hex digits of the ephemeral id
+                  eddystone-url  an http:// or https:// URL that fits the frame's 17 bytes
+                  eddystone-tlm  MILLIVOLTS:CELSIUS:PDUS:SECONDS (battery and temperature may be empty)
+                  ibeacon        UUID/MAJOR/MINOR
+
+                --tx-power is the strength the beacon is heard with at 1 m, as iBeacon's measured \
+                power says; an Eddystone frame declares 41 dB more, its power at 0 m. The same \
+                figure drives the space's path loss, so a daemon's distance estimate is right.
+
+                Exit status: 0 placed; 1 the space refused it (a device of that name is attached) \
+                or cannot be reached; 64 a malformed ID.
+                """
+        )
+
+        @OptionGroup var socket: SocketOption
+
+        @Argument(help: "The beacon's name, unique in the space.")
+        var name: String
+
+        @Argument(help: ArgumentHelp("eddystone-uid, eddystone-eid, eddystone-url, eddystone-tlm or ibeacon.", valueName: "kind"))
+        var kind: Kind
+
+        @Argument(help: ArgumentHelp("What the beacon broadcasts; see KIND and ID below.", valueName: "id"))
+        var id: String
+
+        @Option(name: .customLong("at"), parsing: .upToNextOption,
+                help: ArgumentHelp("Position: x y (and optionally z) in metres.", valueName: "x y [z]"))
+        var coordinates: [Double] = [0, 0]
+
+        @Option(name: .customLong("tx-power"), parsing: .unconditional,
+                help: ArgumentHelp("Signal strength at 1 m, dBm (-100 to 0).", valueName: "dBm"))
+        var txPower = -59
+
+        enum Kind: String, ExpressibleByArgument, CaseIterable {
+            case eddystoneUID = "eddystone-uid"
+            case eddystoneEID = "eddystone-eid"
+            case eddystoneURL = "eddystone-url"
+            case eddystoneTLM = "eddystone-tlm"
+            case iBeacon = "ibeacon"
+
+            var beaconKind: BeaconKind {
+                switch self {
+                case .eddystoneUID: .eddystoneUID
+                case .eddystoneEID: .eddystoneEID
+                case .eddystoneURL: .eddystoneURL
+                case .eddystoneTLM: .eddystoneTLM
+                case .iBeacon: .iBeacon
+                }
+            }
+        }
+
+        func validate() throws {
+            guard (2...3).contains(coordinates.count), coordinates.allSatisfy(\.isFinite) else {
+                throw ValidationError("--at takes x y or x y z in metres")
+            }
+            guard (-100...0).contains(txPower) else { throw ValidationError("--tx-power must be within -100...0 dBm") }
+        }
+
+        func run() async throws {
+            let frame: BeaconFrame
+            do {
+                frame = try BeaconFrame(kind: kind.beaconKind, text: id, powerAtOneMetre: Int8(txPower))
+            } catch {
+                throw ValidationError("\(error)")
+            }
+            let client = try await AirClient(socketPath: socket.socket)
+            defer { client.close() }
+            let position = Position(x: coordinates[0], y: coordinates[1], z: coordinates.count == 3 ? coordinates[2] : 0)
+            try await client.request(.placeBeacon(name: name, position: position, payload: frame.advertisingData,
+                                                  txPower: txPower))
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove a beacon.",
+            discussion: "Daemons that heard it report it lost after their lost timeout. Exit status 1 when there is no beacon of that name."
+        )
+
+        @OptionGroup var socket: SocketOption
+
+        @Argument(help: "The beacon's name.")
+        var name: String
+
+        func run() async throws {
+            let client = try await AirClient(socketPath: socket.socket)
+            defer { client.close() }
+            try await client.request(.removeBeacon(name: name))
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import DBus
+import Foundation
+import NearbyMessages
+import Testing
+import TestSupport
+
+/// Beacon subscriptions end to end: beacons hosted by nearby-air (real
+/// Eddystone and iBeacon advertising data), a nearbyd whose sim BLE backend
+/// hears them, and the NearbyMessages library.
+@Suite(.serialized) struct BeaconDiscoveryTests {
+    static let options = Cluster.Options(extraConfiguration: """
+
+        [beacons]
+        lost-timeout = 2
+        signal-interval = 0.2
+        """)
+
+    static let uidNamespace = "8b0ca750095477cb3e77"
+    static let uidInstance = "331122334455"
+    static let iBeaconUUID = "e2c56db5-dffb-48d2-b060-d0f5a71096e0"
+
+    @Test func rawSubscriptionsSeeEveryBeaconWithoutAServer() async throws {
+        try await withCluster(BeaconDiscoveryTests.options) { cluster in
+            await cluster.killServer()
+            let device = try await cluster.addDevice("A", at: (0, 0))
+            let manager = try await MessageManager(device, apiKey: "no-server-needed")
+            let raw = try await manager.record(deviceTypes: .bleBeacon, beaconStrategy: BeaconStrategy(raw: true))
+            let noIBeacons = try await manager.record(deviceTypes: .bleBeacon,
+                                                      beaconStrategy: BeaconStrategy(includeIBeacons: false, raw: true))
+
+            try await cluster.placeBeacon("uid", "eddystone-uid", "\(Self.uidNamespace)/\(Self.uidInstance)", at: (2, 0))
+            try await cluster.placeBeacon("ibeacon", "ibeacon", "\(Self.iBeaconUUID)/1/2", at: (0, 3), txPower: -65)
+
+            let uid = try await raw.events.first(within: 15, "the Eddystone-UID") { $0.kind == .found && $0.info?.beacon?.kind == "eddystone-uid" }
+            // Active without a server: beacons need BLE only.
+            #expect(try await raw.subscription.status == "active")
+            #expect(uid.message?.namespace == "__reserved_namespace")
+            #expect(uid.message?.type == "__eddystone_uid")
+            #expect(uid.message?.content == Data(hex: Self.uidNamespace + Self.uidInstance))
+            #expect(uid.info?.beacon?.id == Self.uidNamespace + Self.uidInstance)
+            #expect(uid.info?.beacon?.txPower == -59)
+            // 2 m from -59 dBm at 1 m, free space: -65 dBm.
+            #expect(uid.info?.rssi == -65)
+            #expect(abs((uid.info?.distanceMeters ?? 0) - 2) < 0.2)
+
+            let iBeacon = try await raw.events.first(within: 15, "the iBeacon") { $0.kind == .found && $0.info?.beacon?.kind == "ibeacon" }
+            #expect(iBeacon.message?.type == "__i_beacon_id")
+            #expect(iBeacon.message?.content == Data(hex: "e2c56db5dffb48d2b060d0f5a71096e000010002"))
+            #expect(iBeacon.info?.beacon?.txPower == -65)
+            #expect(abs((iBeacon.info?.distanceMeters ?? 0) - 3) < 0.3)
+            // Both subscriptions are told of a frame in the same turn, in order:
+            // by now the one without iBeacons has seen the UID and not the iBeacon.
+            _ = try await noIBeacons.events.first(within: 15, "the UID without iBeacons") { $0.kind == .found }
+            #expect(noIBeacons.events.values.map(\.info?.beacon?.kind) == ["eddystone-uid"])
+
+            // Nearer: the distance follows, at most once per signal interval.
+            try await cluster.move("uid", to: (0.5, 0))
+            _ = try await raw.events.first(within: 15, "the UID's distance near 0.5 m") {
+                $0.kind == .distance && $0.message?.type == "__eddystone_uid" && abs(($0.value ?? 0) - 0.5) < 0.2
+            }
+            // Smoothed: the RSSI reported climbs from -65 towards -53 dBm in steps of 2 dB or more.
+            _ = try await raw.events.first(within: 15, "the UID's RSSI near -53 dBm") {
+                $0.kind == .signal && $0.message?.type == "__eddystone_uid" && (-56 ... -50).contains($0.value ?? 0)
+            }
+
+            // Out of range: lost after the lost timeout.
+            try await cluster.move("uid", to: (1000, 0))
+            _ = try await raw.events.first(within: 15, "the UID lost") { $0.kind == .lost && $0.message?.type == "__eddystone_uid" }
+            #expect(!raw.events.values.contains { $0.kind == .lost && $0.message?.type == "__i_beacon_id" })
+        }
+    }
+
+    @Test func beaconSubscriptionsAreCheckedAndNeedBLE() async throws {
+        try await withCluster(BeaconDiscoveryTests.options) { cluster in
+            let device = try await cluster.addDevice("A", at: (0, 0))
+            let manager = try await MessageManager(device, apiKey: "key")
+            for (deviceTypes, strategy) in [(DeviceTypes.nearby, BeaconStrategy(raw: true)), ([], nil)] {
+                await #expect { _ = try await manager.record(deviceTypes: deviceTypes, beaconStrategy: strategy) } throws: {
+                    ($0 as? NearbyMessagesError)?.kind == .invalidArguments
+                }
+            }
+            // Audio alone: beacons are BLE's.
+            let deaf = try await cluster.addDevice("B", at: (0, 0), ble: "backend = \"off\"\n[audio]\nbackend = \"sim\"")
+            await #expect { _ = try await MessageManager(deaf, apiKey: "key").record(deviceTypes: .bleBeacon) } throws: {
+                ($0 as? NearbyMessagesError)?.kind == .notSupported
+            }
+        }
+    }
+}
+
+extension Data {
+    /// Bytes from an even number of hex digits (tests only: malformed text traps).
+    init(hex: String) {
+        self.init(stride(from: 0, to: hex.count, by: 2).map { offset in
+            let start = hex.index(hex.startIndex, offsetBy: offset)
+            return UInt8(hex[start..<hex.index(start, offsetBy: 2)], radix: 16)!
+        })
+    }
+}
