@@ -70,6 +70,22 @@ import TestSupport
         }
     }
 
+    @Test func nearbyctlShowsTheBeaconsInRange() async throws {
+        try await withCluster(BeaconDiscoveryTests.options) { cluster in
+            let device = try await cluster.addDevice("A", at: (0, 0))
+            try await cluster.placeBeacon("shelf", "ibeacon", "\(BeaconDiscoveryTests.iBeaconUUID)/7/9", at: (1, 0))
+            let watch = try await ChildProcess(name: "nearbyctl", executable: Programs.path("nearbyctl"), arguments: [
+                "beacons", "--bus", device.busAddress, "--api-key", "key", "--raw-only", "--json", "--count", "1",
+            ])
+            let line = try await watch.waitForLine(containing: #""event":"in-range""#)
+            let event = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(event?["kind"] as? String == "ibeacon")
+            #expect(event?["id"] as? String == "e2c56db5dffb48d2b060d0f5a71096e000070009")
+            #expect(event?["rssi"] as? Int == -59)
+            #expect(try await watch.waitForExit() == 0)
+        }
+    }
+
     @Test func beaconSubscriptionsAreCheckedAndNeedBLE() async throws {
         try await withCluster(BeaconDiscoveryTests.options) { cluster in
             let device = try await cluster.addDevice("A", at: (0, 0))
