@@ -49,13 +49,11 @@ struct Beacons: AsyncParsableCommand {
     func run() async throws {
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
-            let messages = try await MessageManager(apiKey: try manager.key(), appId: manager.appId, bus: bus.address)
-            let (events, sink) = AsyncStream.makeStream(of: Void.self)
-            let limit = count
-            let printed = Counter()
+            let messages = try await manager.open(on: bus)
+            let limit = EventLimit(count)
             let emit: @Sendable ([String: any Sendable], String) -> Void = { fields, human in
                 output.event(fields, human: human)
-                if let limit, printed.increment() >= limit { sink.finish() }
+                limit.count()
             }
             let strategy = BeaconStrategy(includeIBeacons: !noIBeacons, lowPowerPreferred: lowPower)
             var rawStrategy = strategy
@@ -100,7 +98,7 @@ struct Beacons: AsyncParsableCommand {
                     messageFound: { attachment("attached", $0, $1) }, messageLost: { attachment("detached", $0, $1) })
             }
             output.event(["event": "watching", "path": raw.path.rawValue], human: "watching for beacons")
-            await untilInterrupted(or: events)
+            await untilInterrupted(or: limit.ended)
             withExtendedLifetime((raw, attachments)) {}
         }
     }

@@ -68,6 +68,11 @@ struct ManagerOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The app id permission decisions are kept under.", valueName: "id"))
     var appId: String?
 
+    /// A manager with these options on the bus `bus` names.
+    func open(on bus: BusOptions) async throws -> MessageManager {
+        try await MessageManager(apiKey: try key(), appId: appId, bus: bus.address)
+    }
+
     func key() throws -> String {
         if let apiKey { return apiKey }
         if let key = ProcessInfo.processInfo.environment["NEARBY_API_KEY"], !key.isEmpty { return key }
@@ -127,7 +132,7 @@ struct Publish: AsyncParsableCommand {
         let bytes = try readContent()
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
-            let messages = try await MessageManager(apiKey: try manager.key(), appId: manager.appId, bus: bus.address)
+            let messages = try await manager.open(on: bus)
             let (expired, expire) = AsyncStream.makeStream(of: Void.self)
             let publication = try await messages.publication(
                 of: Message(content: bytes, namespace: namespace, type: type), strategy: try strategy.strategy()
@@ -176,20 +181,18 @@ struct Subscribe: AsyncParsableCommand {
     func run() async throws {
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
-            let messages = try await MessageManager(apiKey: try manager.key(), appId: manager.appId, bus: bus.address)
-            let (events, sink) = AsyncStream.makeStream(of: Void.self)
-            let limit = count
-            let printed = Counter()
+            let messages = try await manager.open(on: bus)
+            let limit = EventLimit(count)
             let report: @Sendable (String, Message, MessageInfo) -> Void = { event, message, info in
                 output.message(event, message, info)
-                if let limit, printed.increment() >= limit { sink.finish() }
+                limit.count()
             }
             let subscription = try await messages.subscription(
                 namespace: namespace, type: type, strategy: try strategy.strategy(),
                 messageFound: { report("found", $0, $1) }, messageLost: { report("lost", $0, $1) },
-                expired: { sink.finish() })
+                expired: { limit.end() })
             output.event(["event": "subscribed", "path": subscription.path.rawValue], human: "subscribed \(subscription.path)")
-            await untilInterrupted(or: events)
+            await untilInterrupted(or: limit.ended)
             withExtendedLifetime(subscription) {}
         }
     }

@@ -38,15 +38,28 @@ struct Output: Sendable {
     }
 }
 
-/// Counts events across the handler's calls.
-final class Counter: Sendable {
-    private let value = Mutex(0)
+/// Ends a command after `limit` printed events (`--count`), or never: the
+/// handlers run on the bus thread, the command waits on ``ended``.
+final class EventLimit: Sendable {
+    let ended: AsyncStream<Void>
+    private let sink: AsyncStream<Void>.Continuation
+    private let limit: Int?
+    private let printed = Mutex(0)
 
-    func increment() -> Int {
-        value.withLock { count in
+    init(_ limit: Int?) {
+        self.limit = limit
+        (ended, sink) = AsyncStream.makeStream(of: Void.self)
+    }
+
+    /// Counts one printed event.
+    func count() {
+        guard let limit else { return }
+        if printed.withLock({ count in
             count += 1
             return count
-        }
+        }) >= limit { sink.finish() }
     }
-}
 
+    /// Ends the command now (the subscription expired).
+    func end() { sink.finish() }
+}
