@@ -42,6 +42,11 @@ import Testing
             interval = 1.5
             lost-timeout = 6
             threshold = 20
+            [beacons]
+            lost-timeout = 5
+            cache-ttl = 60
+            signal-interval = 0.5
+            max-beacons = 64
             [sim]
             air-socket = "/tmp/air.sock"
             device = "kiosk"
@@ -64,6 +69,8 @@ import Testing
         #expect(configuration.hciChannel == .user)
         #expect(configuration.simPosition == Position(x: 1, y: 2.5))
         #expect(configuration.simDevice == "kiosk")
+        #expect(configuration.beaconLostTimeout == 5 && configuration.beaconCacheTTL == 60)
+        #expect(configuration.beaconSignalInterval == 0.5 && configuration.maxBeacons == 64)
     }
 
     @Test func anEmptyFileMeansTheDefaults() throws {
@@ -93,6 +100,9 @@ import Testing
         ("[sim]\nposition = [1]", "position must be [x, y]"),
         ("[daemon]\nlog-level = \"loud\"", "log-level must be one of"),
         ("[daemon\nbus = 1", "line 1"),
+        ("[beacons]\nmax-beacons = 0", "[beacons] max-beacons is 0.0; it must be between 1.0 and 100000.0"),
+        ("[beacons]\nsignal-interval = 0", "[beacons] signal-interval is 0.0"),
+        ("[beacons]\ncache-ttl = 1e9", "[beacons] cache-ttl is"),
     ])
     func mistakesAreNamed(_ text: String, _ complaint: String) {
         #expect {
