@@ -38,6 +38,12 @@ public struct BeaconInfo: Hashable, Sendable {
     public var id: String
     /// The power the beacon declares at one metre, dBm.
     public var txPower: Int
+
+    public init(kind: String, id: String, txPower: Int) {
+        self.kind = kind
+        self.id = id
+        self.txPower = txPower
+    }
 }
 
 /// What a subscription discovers (GNSDeviceTypes).

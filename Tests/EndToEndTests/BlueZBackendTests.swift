@@ -89,6 +89,25 @@ import TestSupport
         await radioA.stop()
     }
 
+    @Test func eddystoneServiceDataOfBluezDevicesIsHeardAsABeacon() async throws {
+        try await withBlueZ { cluster, bluez in
+            let device = try await cluster.addDevice("A", ble: bluez.configuration())
+            let raw = try await MessageManager(device, apiKey: "key")
+                .record(deviceTypes: .bleBeacon, beaconStrategy: BeaconStrategy(raw: true))
+            try await bluez.call("StartDiscovery") { $0.outcome == "ok" }
+            // Eddystone-UID service data as bluetoothd keeps it: the frame after the 0xFEAA UUID,
+            // declaring -18 dBm at 0 m (-59 dBm at 1 m).
+            let id: [UInt8] = [0x8b, 0x0c, 0xa7, 0x50, 0x09, 0x54, 0x77, 0xcb, 0x3e, 0x77, 0x33, 0x11, 0x22, 0x33, 0x44, 0x55]
+            let frame: [UInt8] = [0x00, 0xEE] + id + [0, 0]
+            try await bluez.addDevice(on: "hci0", address: "C0:00:00:00:00:0B",
+                                      serviceData: ["0000feaa-0000-1000-8000-00805f9b34fb": frame], rssi: -65)
+            let found = try await raw.events.first(within: 15, "the Eddystone-UID over BlueZ") { $0.kind == .found }
+            #expect(found.message?.content == Data(id))
+            #expect(found.info?.beacon == BeaconInfo(kind: "eddystone-uid", id: "8b0ca750095477cb3e77331122334455", txPower: -59))
+            #expect(found.info?.rssi == -65)
+        }
+    }
+
     @Test func bluetoothPowerErrorFollowsTheAdapterAndTheAdvertisementComesBack() async throws {
         try await withBlueZ { cluster, bluez in
             let key = try await cluster.createProject("power")

@@ -121,6 +121,17 @@ public final class Cluster: Sendable {
         guard result.status == 0 else { throw ChildProcessError(message: "move failed: \(result.output)") }
     }
 
+    /// Runs `nearby-server ARGUMENTS --database` on the cluster's database
+    /// (the beacon registry's commands); returns what it printed.
+    @discardableResult
+    public func serverCommand(_ arguments: [String]) async throws -> String {
+        let result = try await runProgram(Programs.path("nearby-server"), arguments + ["--database", directory.file("server.sqlite")])
+        guard result.status == 0 else {
+            throw ChildProcessError(message: "nearby-server \(arguments.joined(separator: " ")) failed: \(result.output)")
+        }
+        return result.output
+    }
+
     /// Places (or moves and reprograms) a simulated beacon (`nearby-air beacon add`).
     public func placeBeacon(_ name: String, _ kind: String, _ id: String, at position: (Double, Double),
                             txPower: Int = -59) async throws {

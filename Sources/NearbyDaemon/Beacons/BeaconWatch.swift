@@ -182,6 +182,8 @@ final class BeaconWatch {
     }
 
     private func answered(_ key: AttachmentCache.Key, _ attachments: [BeaconAttachment]) {
+        logger.debug("beacon attachments", metadata: ["attachments": "\(attachments.count)", "beacon": "\(key.beacon)",
+                                                      "namespacedType": "\(key.namespacedType)"])
         cache.answered(key, attachments, at: .now)
         guard let beacon = tracker.beacons[key.beacon] else { return }
         for entry in watched.values where !entry.strategy.raw && entry.subscription.manager.apiKey == key.apiKey
