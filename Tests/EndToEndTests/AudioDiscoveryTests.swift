@@ -30,8 +30,10 @@ import TestSupport
                                                                    "/org/nearbyd", "org.nearbyd.Nearby1", "AvailableMediums"])
             #expect(mediums.output.trimmingCharacters(in: .whitespacesAndNewlines) == #"as 1 "audio""#)
 
-            let publication = try await MessageManager(a, apiKey: key).publish("chirp", strategy: Self.audioOnly)
-            let subscription = try await MessageManager(b, apiKey: key).record(strategy: Self.audioOnly)
+            // Only A's bursts: the levels measured are of bursts no other burst overlaps.
+            let publication = try await MessageManager(a, apiKey: key)
+                .publish("chirp", strategy: Strategy(mediums: ["audio"], mode: .broadcast))
+            let subscription = try await MessageManager(b, apiKey: key).record(strategy: Strategy(mediums: ["audio"], mode: .scan))
             let found = try await subscription.wait(.found, "chirp", within: 20)
             #expect(found.info?.medium == "audio")
             // Heard at the level a burst has from one metre.
