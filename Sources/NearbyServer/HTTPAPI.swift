@@ -251,7 +251,8 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         var response = (try? HTTPAPI.json(error, status: status(of: error.error)))
             ?? Response(status: .internalServerError)
         // Device and registry paths take bearer secrets; the API key paths take a header instead.
-        if error.error == .unauthenticated, let request, ![APIPath.devices, BeaconAPIPath.getForObserved].contains(request.uri.path) {
+        if error.error == .unauthenticated, let request,
+           ![APIPath.devices, BeaconAPIPath.getForObserved].contains(request.uri.path) {
             response.headers[.wwwAuthenticate] = "Bearer"
         }
         return response

@@ -33,8 +33,7 @@ struct AttachmentCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
+        @OptionGroup var target: BeaconTarget
 
         @Option(help: ArgumentHelp("The attachment's type, without its namespace.", valueName: "type"))
         var type: String
@@ -48,8 +47,6 @@ struct AttachmentCommand: AsyncParsableCommand {
         @Option(help: ArgumentHelp("The data, as base64.", valueName: "base64"))
         var dataBase64: String?
 
-        @OptionGroup var options: RegistryOptions
-
         func validate() throws {
             guard (data == nil) != (dataBase64 == nil) else { throw ValidationError("give --data or --data-base64, one of them") }
             if let dataBase64, Data(base64Encoded: dataBase64) == nil {
@@ -59,7 +56,8 @@ struct AttachmentCommand: AsyncParsableCommand {
 
         func run() async throws {
             let bytes = data.map { Data($0.utf8) } ?? Data(base64Encoded: dataBase64 ?? "") ?? Data()
-            let attachment = try await options.admin().addAttachment(project: options.project, beacon: beacon,
+            let options = target.options
+            let attachment = try await options.admin().addAttachment(project: options.project, beacon: target.beacon,
                                                                      namespace: namespace, type: type, data: bytes)
             try printAttachments([attachment], json: options.json, single: true)
         }
@@ -80,16 +78,14 @@ struct AttachmentCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
+        @OptionGroup var target: BeaconTarget
 
         @Option(help: ArgumentHelp("Only attachments of this namespaced type.", valueName: "namespace/type"))
         var type: String?
 
-        @OptionGroup var options: RegistryOptions
-
         func run() async throws {
-            let attachments = try await options.admin().attachments(project: options.project, beacon: beacon,
+            let options = target.options
+            let attachments = try await options.admin().attachments(project: options.project, beacon: target.beacon,
                                                                     namespacedType: type)
             try printAttachments(attachments, json: options.json, single: false)
         }
@@ -106,16 +102,13 @@ struct AttachmentCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
+        @OptionGroup var target: BeaconTarget
 
         @Argument(help: ArgumentHelp("The attachment's id.", valueName: "id"))
         var id: String
 
-        @OptionGroup var options: RegistryOptions
-
         func run() async throws {
-            try await options.admin().deleteAttachment(project: options.project, beacon: beacon, id: id)
+            try await target.options.admin().deleteAttachment(project: target.options.project, beacon: target.beacon, id: id)
             print("deleted attachment \(id)")
         }
     }

@@ -19,6 +19,14 @@ struct RegistryOptions: ParsableArguments {
     }
 }
 
+/// The commands about one beacon: which, and the rest of ``RegistryOptions``.
+struct BeaconTarget: ParsableArguments {
+    @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
+    var beacon: String
+
+    @OptionGroup var options: RegistryOptions
+}
+
 /// The exit statuses of the beacon, attachment and namespace commands, for their discussions.
 let exitStatuses = """
     Exit status: 0 on success; 1 when the project, beacon or attachment does not exist (another \
@@ -158,13 +166,11 @@ struct BeaconCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
-
-        @OptionGroup var options: RegistryOptions
+        @OptionGroup var target: BeaconTarget
 
         func run() async throws {
-            try printBeacon(try await options.admin().beacon(project: options.project, beacon: beacon), json: options.json)
+            let options = target.options
+            try printBeacon(try await options.admin().beacon(project: options.project, beacon: target.beacon), json: options.json)
         }
     }
 
@@ -173,9 +179,7 @@ struct BeaconCommand: AsyncParsableCommand {
         static let configuration = actionConfiguration(
             abstract: "Make a beacon active: answered to devices again.",
             detail: "Activating an active beacon changes nothing; a decommissioned beacon cannot be activated.")
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
-        @OptionGroup var options: RegistryOptions
+        @OptionGroup var target: BeaconTarget
     }
 
     struct Deactivate: BeaconActionCommand {
@@ -183,9 +187,7 @@ struct BeaconCommand: AsyncParsableCommand {
         static let configuration = actionConfiguration(
             abstract: "Make a beacon inactive: registered, but not answered to devices.",
             detail: "Deactivating an inactive beacon changes nothing; a decommissioned beacon cannot be deactivated.")
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
-        @OptionGroup var options: RegistryOptions
+        @OptionGroup var target: BeaconTarget
     }
 
     struct Decommission: BeaconActionCommand {
@@ -197,9 +199,7 @@ struct BeaconCommand: AsyncParsableCommand {
                 its id can never be registered again, by any project, even after the beacon or \
                 its project is deleted.
                 """)
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
-        @OptionGroup var options: RegistryOptions
+        @OptionGroup var target: BeaconTarget
     }
 
     struct Delete: AsyncParsableCommand {
@@ -213,14 +213,11 @@ struct BeaconCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: ArgumentHelp("beacons/N!HEX or N!HEX.", valueName: "beacon"))
-        var beacon: String
-
-        @OptionGroup var options: RegistryOptions
+        @OptionGroup var target: BeaconTarget
 
         func run() async throws {
-            try await options.admin().delete(project: options.project, beacon: beacon)
-            print("deleted \(beacon.hasPrefix("beacons/") ? beacon : "beacons/\(beacon)")")
+            try await target.options.admin().delete(project: target.options.project, beacon: target.beacon)
+            print("deleted \(target.beacon.hasPrefix("beacons/") ? target.beacon : "beacons/\(target.beacon)")")
         }
     }
 }
@@ -228,8 +225,7 @@ struct BeaconCommand: AsyncParsableCommand {
 /// activate, deactivate and decommission: the same command but for the action.
 protocol BeaconActionCommand: AsyncParsableCommand {
     static var action: BeaconAction { get }
-    var beacon: String { get }
-    var options: RegistryOptions { get }
+    var target: BeaconTarget { get }
 }
 
 extension BeaconActionCommand {
@@ -244,7 +240,8 @@ extension BeaconActionCommand {
     }
 
     func run() async throws {
-        try printBeacon(try await options.admin().perform(Self.action, project: options.project, beacon: beacon),
+        let options = target.options
+        try printBeacon(try await options.admin().perform(Self.action, project: options.project, beacon: target.beacon),
                         json: options.json)
     }
 }
