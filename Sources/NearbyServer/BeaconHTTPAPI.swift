@@ -8,35 +8,38 @@ import ServerAPI
 extension HTTPAPI {
     func addBeaconRoutes(to router: Router<BasicRequestContext>) {
         let registry = BeaconRegistry(storage: service.storage, clock: service.clock, limits: service.configuration.limits)
+        @Sendable func admin(_ request: Request) async throws -> ProjectRecord {
+            try await registry.project(adminAuthorization: request.headers[.authorization])
+        }
 
         router.post("/v1beta1/beacons:register") { request, _ in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             return try Self.json(try await registry.register(try await decode(Beacon.self, from: request), by: caller))
         }
         router.get("/v1beta1/beacons") { request, _ in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             let query = request.uri.queryParameters
             return try Self.json(try await registry.list(query: query["q"].map(String.init), pageSize: try Self.pageSize(request),
                                                          pageToken: query["pageToken"].map(String.init), by: caller))
         }
         router.get("/v1beta1/beacons/:beacon") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             return try Self.json(try await registry.beacon(named: try Self.beaconName(context), by: caller))
         }
         router.put("/v1beta1/beacons/:beacon") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             let update = try await decode(Beacon.self, from: request)
             return try Self.json(try await registry.update(named: try Self.beaconName(context), with: update, by: caller))
         }
         router.delete("/v1beta1/beacons/:beacon") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             try await registry.delete(named: try Self.beaconName(context), by: caller)
             return try Self.json(EmptyResponse())
         }
         // `beacons/{beacon}:activate` and the like: the verb is part of the
         // beacon's path segment, so it is split off here.
         router.post("/v1beta1/beacons/:beacon") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             let segment = try Self.beaconName(context)
             guard let colon = segment.lastIndex(of: ":"),
                   let action = BeaconAction(rawValue: String(segment[segment.index(after: colon)...])) else {
@@ -46,33 +49,33 @@ extension HTTPAPI {
         }
 
         router.post("/v1beta1/beacons/:beacon/attachments") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             let attachment = try await decode(BeaconAttachment.self, from: request)
             return try Self.json(try await registry.addAttachment(attachment, to: try Self.beaconName(context), by: caller))
         }
         router.get("/v1beta1/beacons/:beacon/attachments") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             return try Self.json(try await registry.attachments(of: try Self.beaconName(context),
                                                                 namespacedType: Self.namespacedType(request), by: caller))
         }
         router.delete("/v1beta1/beacons/:beacon/attachments/:attachment") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             try await registry.deleteAttachment(id: try Self.parameter("attachment", context), of: try Self.beaconName(context),
                                                 by: caller)
             return try Self.json(EmptyResponse())
         }
         router.post("/v1beta1/beacons/:beacon/attachments:batchDelete") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             return try Self.json(try await registry.deleteAttachments(of: try Self.beaconName(context),
                                                                       namespacedType: Self.namespacedType(request), by: caller))
         }
 
         router.get("/v1beta1/namespaces") { request, _ in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             return try Self.json(try await registry.namespaces(of: caller))
         }
         router.put("/v1beta1/namespaces/:namespace") { request, context in
-            let caller = try await registry.project(adminAuthorization: request.headers[.authorization])
+            let caller = try await admin(request)
             let update = try await decode(BeaconNamespace.self, from: request)
             let name = "namespaces/\(try Self.parameter("namespace", context))"
             return try Self.json(try await registry.update(namespace: name, with: update, by: caller))
