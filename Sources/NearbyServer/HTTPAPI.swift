@@ -5,9 +5,10 @@ import Logging
 import NearbyCore
 import ServerAPI
 
-/// The HTTP face of ``NearbyService``: decodes, authenticates, calls the
-/// service, encodes. Every path and shape is ServerAPI's; every failure leaves
-/// as an ``APIError`` body.
+/// The HTTP face of ``NearbyService`` (and of ``BeaconRegistry``, in
+/// BeaconHTTPAPI.swift): decodes, authenticates, calls the service, encodes.
+/// Every path and shape is ServerAPI's; every failure leaves as an
+/// ``APIError`` body.
 struct HTTPAPI: Sendable {
     let service: NearbyService
 
@@ -79,6 +80,7 @@ struct HTTPAPI: Sendable {
             _ = try await authenticate(request, context)
             throw APIError(.invalidArgument, "this path takes a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)")
         }
+        addBeaconRoutes(to: router)
         return router
     }
 
@@ -89,7 +91,7 @@ struct HTTPAPI: Sendable {
 
     /// Reads the whole body, up to the configured limit, and decodes it,
     /// naming the field at fault when it does not fit `T`.
-    private func decode<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
         let buffer: ByteBuffer
         do {
             buffer = try await request.body.collect(upTo: maxBodyBytes)
@@ -109,7 +111,7 @@ struct HTTPAPI: Sendable {
 
     static let apiKeyField = HTTPField.Name(ServerAPI.apiKeyHeader)!
 
-    private static func parameter(_ name: String, _ context: BasicRequestContext) throws -> String {
+    static func parameter(_ name: String, _ context: BasicRequestContext) throws -> String {
         guard let value = context.parameters.get(name) else {
             throw APIError(.internalError, "route parameter '\(name)' is missing")
         }
@@ -201,6 +203,14 @@ struct HTTPAPI: Sendable {
         if description.contains("DiscoveryMode") {
             return "a mode is one of: \(DiscoveryMode.allCases.map(\.rawValue).joined(separator: ", "))"
         }
+        let enums: [(String, [String])] = [
+            ("AdvertisedIdType", AdvertisedIdType.allCases.map(\.rawValue)),
+            ("BeaconStatus", BeaconStatus.allCases.map(\.rawValue)),
+            ("ServingVisibility", ServingVisibility.allCases.map(\.rawValue)),
+        ]
+        if let match = enums.first(where: { description.contains($0.0) }) {
+            return "expected one of: \(match.1.joined(separator: ", "))"
+        }
         if description.lowercased().contains("base64") { return "expected base64 text" }
         return description
     }
@@ -240,8 +250,9 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     static func response(_ error: APIError, for request: Request? = nil) -> Response {
         var response = (try? HTTPAPI.json(error, status: status(of: error.error)))
             ?? Response(status: .internalServerError)
-        // Device paths take bearer secrets; registration takes the API key header instead.
-        if error.error == .unauthenticated, let request, request.uri.path != APIPath.devices {
+        // Device and registry paths take bearer secrets; the API key paths take a header instead.
+        if error.error == .unauthenticated, let request,
+           ![APIPath.devices, BeaconAPIPath.getForObserved].contains(request.uri.path) {
             response.headers[.wwwAuthenticate] = "Bearer"
         }
         return response
@@ -254,6 +265,7 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case .unauthenticated: .unauthorized
         case .permissionDenied: .forbidden
         case .notFound: .notFound
+        case .alreadyExists: .conflict
         case .limitExceeded: .tooManyRequests
         case .payloadTooLarge: .contentTooLarge
         case .internalError: .internalServerError

@@ -52,14 +52,7 @@ public final class NearbyService: Sendable {
     /// The device that `authorization` (`Bearer SECRET`) belongs to, which must
     /// be `device`, the device the path names.
     public func authenticate(device: String, authorization: String?) async throws -> DeviceRecord {
-        guard let authorization, !authorization.isEmpty else {
-            throw APIError(.unauthenticated, "missing Authorization header; expected 'Bearer SECRET' with the device's secret")
-        }
-        let parts = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
-            throw APIError(.unauthenticated, "Authorization header must be 'Bearer SECRET'")
-        }
-        let secret = parts[1].trimmingCharacters(in: .whitespaces)
+        let secret = try CallerCredentials.bearerSecret(authorization, credential: "the device's secret")
         guard let record = try await knownDevice(secretHash: Credentials.hash(secret)) else {
             throw APIError(.unauthenticated, "unknown device secret")
         }
@@ -83,12 +76,7 @@ public final class NearbyService: Sendable {
 
     /// `POST /v1/devices`: a new device of the API key's project.
     public func registerDevice(apiKey: String?) async throws -> DeviceRegistration {
-        guard let apiKey, !apiKey.isEmpty else {
-            throw APIError(.unauthenticated, "missing \(ServerAPI.apiKeyHeader) header with the project's API key")
-        }
-        guard let project = try await storage.project(apiKeyHash: Credentials.hash(apiKey)) else {
-            throw APIError(.unauthenticated, "unknown API key")
-        }
+        let project = try await CallerCredentials.project(apiKey: apiKey, storage: storage)
         let limit = configuration.limits.maxDevicesPerProject
         let record = DeviceRecord(id: Credentials.newDeviceID(), project: project.name, namespace: project.namespace,
                                   createdAtMs: clock.nowMs)

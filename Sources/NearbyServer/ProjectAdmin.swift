@@ -10,20 +10,37 @@ public struct ProjectAdmin: Sendable {
         self.clock = clock
     }
 
-    /// A new project and the only copy of its API key (the server keeps a hash).
+    /// A new project and the only copies of its API key and admin key (the
+    /// server keeps hashes).
     public struct Created: Sendable, Equatable, Codable {
         public var project: String
         public var namespace: String
         public var apiKey: String
+        /// The bearer credential of the beacon registry (`/v1beta1/...`).
+        public var adminKey: String
     }
 
     /// Creates a project named `name`, whose namespace is the same name.
     public func create(name: String) async throws -> Created {
         try Self.checkName(name)
         let apiKey = Credentials.newSecret()
+        let adminKey = Credentials.newSecret()
         let record = ProjectRecord(name: name, namespace: name, createdAtMs: clock.nowMs)
-        try await storage.createProject(record, apiKeyHash: Credentials.hash(apiKey))
-        return Created(project: name, namespace: name, apiKey: apiKey)
+        try await storage.createProject(record, apiKeyHash: Credentials.hash(apiKey), adminKeyHash: Credentials.hash(adminKey))
+        return Created(project: name, namespace: name, apiKey: apiKey, adminKey: adminKey)
+    }
+
+    /// A project's new admin key, the only copy.
+    public struct IssuedAdminKey: Sendable, Equatable, Codable {
+        public var project: String
+        public var adminKey: String
+    }
+
+    /// Issues a new admin key for the project; the one it had stops working at once.
+    public func issueAdminKey(name: String) async throws -> IssuedAdminKey {
+        let adminKey = Credentials.newSecret()
+        try await storage.replaceAdminKey(project: name, adminKeyHash: Credentials.hash(adminKey), createdAtMs: clock.nowMs)
+        return IssuedAdminKey(project: name, adminKey: adminKey)
     }
 
     /// Every project, by name.

@@ -5,9 +5,10 @@ import NearbyCore
 /// ``ServerStorage`` in one SQLite file: a GRDB `DatabasePool` in WAL mode
 /// (readers never wait for the writer), foreign keys on, so deleting a project
 /// or device takes everything it owns with it. Several processes may open the
-/// same file: `nearby-server project create` while the server runs.
+/// same file: `nearby-server project create` while the server runs. The
+/// beacon registry's part is in SQLiteBeaconStorage.swift.
 public final class SQLiteStorage: ServerStorage {
-    private let pool: DatabasePool
+    let pool: DatabasePool
 
     /// Opens (creating when missing, with its directory) and migrates the database at `path`.
     public init(path: String) throws {
@@ -115,12 +116,70 @@ public final class SQLiteStorage: ServerStorage {
                 ALTER TABLE subscription ADD COLUMN distance TEXT NOT NULL DEFAULT 'default';
                 """)
         }
+        // The beacon registry. One admin key per project; projects made before
+        // it get theirs from `nearby-server project admin-key`. Beacons and
+        // attachments are numbered by `position`, which orders listings.
+        // A decommissioned id goes into retiredBeacon, which nothing deletes
+        // from, so that it is never registered again.
+        migrator.registerMigration("v4") { db in
+            try db.execute(sql: """
+                CREATE TABLE adminKey (
+                    project TEXT PRIMARY KEY NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    hash BLOB NOT NULL UNIQUE,
+                    createdAtMs INTEGER NOT NULL
+                );
+                CREATE TABLE namespace (
+                    name TEXT PRIMARY KEY NOT NULL,
+                    project TEXT NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    servingVisibility TEXT NOT NULL DEFAULT 'UNLISTED'
+                );
+                CREATE INDEX namespace_project ON namespace(project);
+                INSERT INTO namespace (name, project) SELECT namespace, name FROM project;
+                CREATE TABLE beacon (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    type TEXT NOT NULL,
+                    id BLOB NOT NULL,
+                    project TEXT NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    status TEXT NOT NULL,
+                    description TEXT,
+                    properties TEXT NOT NULL,
+                    expectedStability TEXT,
+                    indoorLevel TEXT,
+                    latitude REAL,
+                    longitude REAL,
+                    placeId TEXT,
+                    createdAtMs INTEGER NOT NULL,
+                    lastTelemetry BLOB,
+                    lastTelemetryAtMs INTEGER,
+                    UNIQUE (type, id)
+                );
+                CREATE INDEX beacon_project ON beacon(project, position);
+                CREATE TABLE retiredBeacon (
+                    type TEXT NOT NULL,
+                    id BLOB NOT NULL,
+                    retiredAtMs INTEGER NOT NULL,
+                    PRIMARY KEY (type, id)
+                );
+                CREATE TABLE attachment (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    beacon INTEGER NOT NULL REFERENCES beacon(position) ON DELETE CASCADE,
+                    id TEXT NOT NULL,
+                    namespace TEXT NOT NULL REFERENCES namespace(name) ON DELETE CASCADE,
+                    type TEXT NOT NULL,
+                    data BLOB NOT NULL,
+                    createdAtMs INTEGER NOT NULL,
+                    UNIQUE (beacon, id)
+                );
+                CREATE INDEX attachment_beacon_namespace ON attachment(beacon, namespace);
+                CREATE INDEX attachment_namespace ON attachment(namespace);
+                """)
+        }
         return migrator
     }
 
     // MARK: Projects
 
-    public func createProject(_ project: ProjectRecord, apiKeyHash: Data) async throws {
+    public func createProject(_ project: ProjectRecord, apiKeyHash: Data, adminKeyHash: Data) async throws {
         try await pool.write { db in
             let taken = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM project WHERE name = ? OR namespace = ?)",
                                           arguments: [project.name, project.namespace]) ?? false
@@ -129,6 +188,9 @@ public final class SQLiteStorage: ServerStorage {
                            arguments: [project.name, project.namespace, Int64(clamping: project.createdAtMs)])
             try db.execute(sql: "INSERT INTO apiKey (hash, project, createdAtMs) VALUES (?, ?, ?)",
                            arguments: [apiKeyHash, project.name, Int64(clamping: project.createdAtMs)])
+            try db.execute(sql: "INSERT INTO adminKey (project, hash, createdAtMs) VALUES (?, ?, ?)",
+                           arguments: [project.name, adminKeyHash, Int64(clamping: project.createdAtMs)])
+            try db.execute(sql: "INSERT INTO namespace (name, project) VALUES (?, ?)", arguments: [project.namespace, project.name])
         }
     }
 
@@ -158,6 +220,29 @@ public final class SQLiteStorage: ServerStorage {
         }
     }
 
+    public func project(adminKeyHash: Data) async throws -> ProjectRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: """
+                SELECT p.name, p.namespace, p.createdAtMs FROM adminKey k JOIN project p ON p.name = k.project WHERE k.hash = ?
+                """, arguments: [adminKeyHash]).map(Self.project)
+        }
+    }
+
+    public func project(name: String) async throws -> ProjectRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT name, namespace, createdAtMs FROM project WHERE name = ?", arguments: [name])
+                .map(Self.project)
+        }
+    }
+
+    public func replaceAdminKey(project: String, adminKeyHash: Data, createdAtMs: UInt64) async throws {
+        try await pool.write { db in
+            try Self.requireProject(project, db)
+            try db.execute(sql: "INSERT OR REPLACE INTO adminKey (project, hash, createdAtMs) VALUES (?, ?, ?)",
+                           arguments: [project, adminKeyHash, Int64(clamping: createdAtMs)])
+        }
+    }
+
     public func projectDeletions(after position: Int64) async throws -> ProjectDeletions {
         try await pool.read { db in
             let rows = try Row.fetchAll(db, sql: "SELECT position, project FROM projectDeletion WHERE position > ? ORDER BY position",
@@ -174,9 +259,7 @@ public final class SQLiteStorage: ServerStorage {
 
     public func createDevice(_ device: DeviceRecord, secretHash: Data, limit: Int) async throws -> Bool {
         try await pool.write { db in
-            let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM project WHERE name = ?)",
-                                           arguments: [device.project]) ?? false
-            guard exists else { throw StorageError.projectNotFound(device.project) }
+            try Self.requireProject(device.project, db)
             let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM device WHERE project = ?", arguments: [device.project]) ?? 0
             guard count < limit else { return false }
             try db.execute(sql: "INSERT INTO device (id, project, secretHash, createdAtMs) VALUES (?, ?, ?, ?)",
@@ -359,6 +442,11 @@ public final class SQLiteStorage: ServerStorage {
 
     // MARK: Helpers
 
+    static func requireProject(_ project: String, _ db: Database) throws {
+        let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM project WHERE name = ?)", arguments: [project]) ?? false
+        guard exists else { throw StorageError.projectNotFound(project) }
+    }
+
     private static func requireDevice(_ device: String, _ db: Database) throws {
         let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM device WHERE id = ?)", arguments: [device]) ?? false
         guard exists else { throw StorageError.deviceNotFound(device) }
@@ -425,7 +513,7 @@ private struct DeviceRows {
 }
 
 /// Stored times are signed 64-bit; negative ones never come from this server.
-private func milliseconds(_ value: Int64) -> UInt64 {
+func milliseconds(_ value: Int64) -> UInt64 {
     UInt64(clamping: value)
 }
 

@@ -4,19 +4,29 @@ import NearbyCore
 /// What the server keeps across restarts. One protocol, several engines: SQLite
 /// for one machine (``SQLiteStorage``), and later PostgreSQL for replicas that
 /// share the load. Every method is one transaction. Times are milliseconds
-/// since the epoch; credentials arrive already hashed.
-public protocol ServerStorage: Sendable {
+/// since the epoch; credentials arrive already hashed. The beacon registry's
+/// part is ``BeaconStorage``.
+public protocol ServerStorage: BeaconStorage {
     // MARK: Projects
 
-    /// Creates a project with its first API key. Throws ``StorageError/duplicateProject(_:)``.
-    func createProject(_ project: ProjectRecord, apiKeyHash: Data) async throws
+    /// Creates a project with its first API key, its admin key and its
+    /// namespace. Throws ``StorageError/duplicateProject(_:)``.
+    func createProject(_ project: ProjectRecord, apiKeyHash: Data, adminKeyHash: Data) async throws
     /// Every project, by name, with how many devices it has.
     func projects() async throws -> [ProjectSummary]
-    /// Deletes a project with its keys, devices, tokens, publications and
-    /// subscriptions. Returns whether it existed.
+    /// Deletes a project with its keys, devices, tokens, publications,
+    /// subscriptions, namespace, and beacons with their attachments (its
+    /// decommissioned ids stay retired). Returns whether it existed.
     func deleteProject(name: String) async throws -> Bool
     /// The project an API key belongs to.
     func project(apiKeyHash: Data) async throws -> ProjectRecord?
+    /// The project an admin key belongs to.
+    func project(adminKeyHash: Data) async throws -> ProjectRecord?
+    /// The project of that name.
+    func project(name: String) async throws -> ProjectRecord?
+    /// Makes `adminKeyHash` the project's only admin key. Throws
+    /// ``StorageError/projectNotFound(_:)``.
+    func replaceAdminKey(project: String, adminKeyHash: Data, createdAtMs: UInt64) async throws
     /// The projects deleted after position `after` of the log of deletions,
     /// and the log's position after them (0 before any). The server asks
     /// every sweep, to notice projects deleted by `nearby-server project
@@ -221,12 +231,18 @@ public enum StorageError: Error, Equatable, CustomStringConvertible {
     case duplicateProject(String)
     case projectNotFound(String)
     case deviceNotFound(String)
+    /// A beacon of that name is registered (by any project).
+    case beaconRegistered(String)
+    /// The beacon of that name was decommissioned: its id is retired for good.
+    case beaconRetired(String)
 
     public var description: String {
         switch self {
         case .duplicateProject(let name): "a project named '\(name)' already exists"
         case .projectNotFound(let name): "no project named '\(name)'"
         case .deviceNotFound(let id): "no device '\(id)'"
+        case .beaconRegistered(let name): "beacon '\(name)' is already registered"
+        case .beaconRetired(let name): "beacon '\(name)' was decommissioned; its id can never be registered again"
         }
     }
 }

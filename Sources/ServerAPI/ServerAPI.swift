@@ -325,6 +325,8 @@ public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvert
         case unauthenticated
         case permissionDenied = "permission_denied"
         case notFound = "not_found"
+        /// The object exists already (a beacon id registered before).
+        case alreadyExists = "already_exists"
         case limitExceeded = "limit_exceeded"
         case payloadTooLarge = "payload_too_large"
         case internalError = "internal"

@@ -12,7 +12,8 @@ struct NearbyServerCommand: AsyncParsableCommand {
         discussion: """
             nearby-server registers devices with a project's API key, issues the short-lived tokens \
             they broadcast over BLE and audio, takes their reports of tokens heard, and pushes found \
-            and lost to the subscribing devices over a WebSocket stream. State lives in one SQLite \
+            and lost to the subscribing devices over a WebSocket stream. It also keeps a registry of \
+            each project's BLE beacons and the data attached to them. State lives in one SQLite \
             database.
 
             Without a subcommand, 'serve' runs. Errors are reported as one line on standard error \
@@ -21,7 +22,7 @@ struct NearbyServerCommand: AsyncParsableCommand {
             See doc/nearby-server.md for the configuration file and doc/server-api/openapi.yaml for \
             the API.
             """,
-        subcommands: [Serve.self, ProjectCommand.self],
+        subcommands: [Serve.self, ProjectCommand.self, BeaconCommand.self, NamespaceCommand.self],
         defaultSubcommand: Serve.self
     )
 

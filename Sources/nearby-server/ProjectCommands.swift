@@ -7,30 +7,33 @@ import SystemdService
 struct ProjectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "project",
-        abstract: "Create, list and delete projects.",
+        abstract: "Create, list and delete projects, and issue their admin keys.",
         discussion: """
             A project is one application's world: its API keys, its devices and their publications \
-            and subscriptions. Messages never cross projects. A project's namespace is its name: \
-            what an empty namespace in a publication or subscription stands for.
+            and subscriptions, its beacons and their attachments. Messages never cross projects. A \
+            project's namespace is its name: what an empty namespace in a publication or subscription \
+            stands for, and where its beacon attachments go.
 
             These commands work on the database directly and may run while the server runs.
             """,
-        subcommands: [Create.self, List.self, Delete.self]
+        subcommands: [Create.self, List.self, Delete.self, AdminKey.self]
     )
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Create a project and print its API key.",
+            abstract: "Create a project and print its API key and admin key.",
             discussion: """
                 NAME is 1 to 63 characters of a-z, 0-9 and '-', starting with a letter or digit; it is \
-                also the project's namespace. The API key is printed once and stored only as a \
-                SHA-256 hash: keep it, it cannot be shown again. Devices register with it \
-                (POST /v1/devices, header X-Api-Key).
+                also the project's namespace. The keys are printed once and stored only as SHA-256 \
+                hashes: keep them, they cannot be shown again. Devices register with the API key \
+                (POST /v1/devices, header X-Api-Key) and look up beacons with it; the admin key \
+                manages the project's beacons (/v1beta1/..., header Authorization: Bearer KEY).
 
                 Output:
                   project: NAME
                   api-key: KEY
-                or with --json: {"project":"NAME","namespace":"NAME","apiKey":"KEY"}
+                  admin-key: KEY
+                or with --json: {"adminKey":"KEY","apiKey":"KEY","namespace":"NAME","project":"NAME"}
 
                 A name that is taken is an error (exit status 1).
                 """
@@ -49,7 +52,7 @@ struct ProjectCommand: AsyncParsableCommand {
             if json {
                 try printJSON(created)
             } else {
-                print("project: \(created.project)\napi-key: \(created.apiKey)")
+                print("project: \(created.project)\napi-key: \(created.apiKey)\nadmin-key: \(created.adminKey)")
             }
         }
     }
@@ -91,9 +94,11 @@ struct ProjectCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Delete a project with everything it has.",
             discussion: """
-                Deletes the project's API keys, devices, tokens, publications and subscriptions. A \
-                running server notices within a second: the devices' streams are closed and their \
-                sightings dropped. Deleting a project that does not exist is an error (exit status 1).
+                Deletes the project's API keys, admin key, devices, tokens, publications and \
+                subscriptions, its namespace, and its beacons with their attachments (the ids of its \
+                decommissioned beacons stay retired). A running server notices within a second: the \
+                devices' streams are closed and their sightings dropped. Deleting a project that does \
+                not exist is an error (exit status 1).
                 """
         )
 
@@ -107,6 +112,44 @@ struct ProjectCommand: AsyncParsableCommand {
             print("deleted project \(name)")
         }
     }
+
+    struct AdminKey: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "admin-key",
+            abstract: "Issue a new admin key for a project, replacing the one it had.",
+            discussion: """
+                The admin key manages the project's beacons, attachments and namespaces over HTTP \
+                (/v1beta1/..., header Authorization: Bearer KEY). A project has one: the key it had \
+                stops working at once, also for a running server. Projects created before the beacon \
+                registry have none until this is run. The key is printed once and stored only as a \
+                SHA-256 hash.
+
+                Output:
+                  project: NAME
+                  admin-key: KEY
+                or with --json: {"adminKey":"KEY","project":"NAME"}
+
+                A project that does not exist is an error (exit status 1).
+                """
+        )
+
+        @Argument(help: "The project.")
+        var name: String
+
+        @OptionGroup var storage: StorageOptions
+
+        @Flag(help: "Print JSON instead of text.")
+        var json = false
+
+        func run() async throws {
+            let issued = try await admin(storage).issueAdminKey(name: name)
+            if json {
+                try printJSON(issued)
+            } else {
+                print("project: \(issued.project)\nadmin-key: \(issued.adminKey)")
+            }
+        }
+    }
 }
 
 private struct ListedProject: Encodable {
@@ -117,12 +160,17 @@ private struct ListedProject: Encodable {
 }
 
 private func admin(_ options: StorageOptions) throws -> ProjectAdmin {
-    let configuration = try options.load()
-    ServiceLogging.bootstrap(identifier: "nearby-server", level: .warning)
-    return ProjectAdmin(storage: try SQLiteStorage(path: configuration.databasePath))
+    ProjectAdmin(storage: try openStorage(options))
 }
 
-private func printJSON(_ value: some Encodable) throws {
+/// The database the options name, for the commands that work on it directly.
+func openStorage(_ options: StorageOptions) throws -> SQLiteStorage {
+    let configuration = try options.load()
+    ServiceLogging.bootstrap(identifier: "nearby-server", level: .warning)
+    return try SQLiteStorage(path: configuration.databasePath)
+}
+
+func printJSON(_ value: some Encodable) throws {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     print(String(decoding: try encoder.encode(value), as: UTF8.self))

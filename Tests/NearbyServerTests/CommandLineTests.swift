@@ -2,21 +2,21 @@ import Foundation
 import Testing
 
 /// The `nearby-server` executable, where the build put it next to the tests.
-private let executable: URL? = {
+let executable: URL? = {
     let candidate = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         .appendingPathComponent("nearby-server")
     return FileManager.default.isExecutableFile(atPath: candidate.path) ? candidate : nil
 }()
 
 /// A finished run of the executable.
-private struct Run {
+struct Run {
     var status: Int32
     var output: String
     var errors: String
 }
 
 /// Runs the executable to completion, off the cooperative pool.
-private func run(_ arguments: [String]) async throws -> Run {
+func run(_ arguments: [String]) async throws -> Run {
     try await Task.detached {
         let process = Process()
         process.executableURL = executable
@@ -45,10 +45,12 @@ struct CommandLineTests {
             #expect(json?["project"] == "alpha")
             #expect(json?["namespace"] == "alpha")
             #expect(json?["apiKey"]?.count == 43)
+            #expect(json?["adminKey"]?.count == 43)
+            #expect(json?["adminKey"] != json?["apiKey"])
 
             let human = try await run(["project", "create", "beta"] + database)
             #expect(human.status == 0)
-            #expect(human.output.hasPrefix("project: beta\napi-key: "))
+            #expect(human.output.wholeMatch(of: #/project: beta\napi-key: [A-Za-z0-9_-]{43}\nadmin-key: [A-Za-z0-9_-]{43}\n/#) != nil)
 
             let duplicate = try await run(["project", "create", "alpha"] + database)
             #expect(duplicate.status == 1)

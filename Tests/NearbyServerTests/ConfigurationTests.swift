@@ -20,6 +20,8 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 256)
         #expect(configuration.limits.maxDevicesPerProject == 100_000)
         #expect(configuration.limits.maxStreamBufferBytes == 16_777_216)
+        #expect(configuration.limits.maxObservationsPerRequest == 100)
+        #expect(configuration.limits.maxNamespacedTypesPerRequest == 16)
     }
 
     @Test func everyKeyIsRead() throws {
@@ -41,6 +43,8 @@ import Testing
             max-changes-per-batch = 200
             max-devices-per-project = 13
             max-stream-buffer-bytes = 2000000
+            max-observations-per-request = 50
+            max-namespaced-types-per-request = 8
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
         #expect(configuration.databasePath == "/tmp/x.sqlite")
@@ -54,6 +58,8 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 200)
         #expect(configuration.limits.maxDevicesPerProject == 13)
         #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
+        #expect(configuration.limits.maxObservationsPerRequest == 50)
+        #expect(configuration.limits.maxNamespacedTypesPerRequest == 8)
     }
 
     @Test(arguments: [
@@ -69,6 +75,10 @@ import Testing
         ("[limits]\nmax-changes-per-batch = 100001", "[limits] max-changes-per-batch is 100001"),
         ("[limits]\nmax-stream-buffer-bytes = 1000", "[limits] max-stream-buffer-bytes is 1000"),
         ("[limits]\nmax-stream-buffer-bytes = 2000000000", "[limits] max-stream-buffer-bytes is 2000000000"),
+        ("[limits]\nmax-observations-per-request = 0", "[limits] max-observations-per-request is 0"),
+        ("[limits]\nmax-observations-per-request = 10001", "[limits] max-observations-per-request is 10001"),
+        ("[limits]\nmax-namespaced-types-per-request = 0", "[limits] max-namespaced-types-per-request is 0"),
+        ("[limits]\nmax-namespaced-types-per-request = 1001", "[limits] max-namespaced-types-per-request is 1001"),
         ("[http]\nlisten = \"localhost\"", "must be HOST:PORT"),
         ("[http]\nlisten = \"localhost:70000\"", "port between 0 and 65535"),
         ("[database]\npath = \"\"", "[database] path must not be empty"),

@@ -13,8 +13,11 @@ import Testing
             #expect(created.project == "alpha")
             #expect(created.namespace == "alpha")
             #expect(created.apiKey.count == 43)
+            #expect(created.adminKey.count == 43)
+            #expect(created.adminKey != created.apiKey)
             let other = try await admin.create(name: "beta-2")
             #expect(other.apiKey != created.apiKey)
+            #expect(other.adminKey != created.adminKey)
 
             let listed = try await admin.list()
             #expect(listed.map(\.project.name) == ["alpha", "beta-2"])
@@ -52,8 +55,13 @@ import Testing
             let created = try await ProjectAdmin(storage: storage).create(name: "alpha")
             #expect(try await storage.project(apiKeyHash: Credentials.hash(created.apiKey))?.name == "alpha")
             #expect(try await storage.project(apiKeyHash: Credentials.hash("wrong")) == nil)
+            #expect(try await storage.project(adminKeyHash: Credentials.hash(created.adminKey))?.name == "alpha")
+            // Neither key opens the other's door.
+            #expect(try await storage.project(adminKeyHash: Credentials.hash(created.apiKey)) == nil)
+            #expect(try await storage.project(apiKeyHash: Credentials.hash(created.adminKey)) == nil)
             let file = try Data(contentsOf: URL(fileURLWithPath: path)) + ((try? Data(contentsOf: URL(fileURLWithPath: path + "-wal"))) ?? Data())
             #expect(file.range(of: Data(created.apiKey.utf8)) == nil)
+            #expect(file.range(of: Data(created.adminKey.utf8)) == nil)
         }
     }
 
@@ -84,6 +92,32 @@ import Testing
             #expect(await harness.service.matcher.hasDevice(subscriber.id))
             #expect(try await harness.report(subscriber, seen: [(token.token, .ble)]) == [.unknown])
             #expect(try await harness.service.storage.publications(device: nil).isEmpty)
+        }
+    }
+
+    /// Its beacons, their attachments and its namespace go with it; the ids
+    /// it decommissioned stay retired.
+    @Test func deletingAProjectRemovesItsBeacons() async throws {
+        try await withServer { harness in
+            let alpha = try await harness.createTestProject("alpha")
+            let kept = advertisedID(seed: 1)
+            let retired = advertisedID(seed: 2)
+            try await harness.registerBeacon(alpha, kept)
+            try await harness.registerBeacon(alpha, retired)
+            try await harness.attach(alpha, kept, "alpha/greeting", "hello")
+            _ = try await harness.request(.post, BeaconAPIPath.action(retired.beaconName, .decommission), headers: alpha.admin)
+
+            try await ProjectAdmin(storage: harness.service.storage).delete(name: "alpha")
+            let storage = harness.service.storage
+            #expect(try await storage.beacon(try BeaconID(kept, field: "id")) == nil)
+            #expect(try await storage.namespaces(named: ["alpha"]).isEmpty)
+
+            let again = try await harness.createTestProject("alpha")
+            try await harness.registerBeacon(again, kept)
+            #expect(try await harness.observed(again, [kept], ["*"]) == [kept.beaconName: []])
+            expectError(try await harness.request(.post, BeaconAPIPath.register, headers: again.admin,
+                                                  json: Beacon(advertisedId: retired)),
+                        .conflict, .alreadyExists, mentioning: "decommissioned")
         }
     }
 
