@@ -145,7 +145,7 @@ let package = Package(
         .executableTarget(
             name: "nearby-server",
             dependencies: [
-                "NearbyServer", "SystemdService", "ConfigFile",
+                "NearbyServer", "ServerAPI", "SystemdService", "ConfigFile",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
