@@ -77,15 +77,20 @@ struct Beacon: AsyncParsableCommand {
                 throw ValidationError("--at takes x y or x y z in metres")
             }
             guard (-100...0).contains(txPower) else { throw ValidationError("--tx-power must be within -100...0 dBm") }
+            _ = try frame()
         }
 
-        func run() async throws {
-            let frame: BeaconFrame
+        /// The frame ID describes; a malformed ID is a usage error.
+        private func frame() throws -> BeaconFrame {
             do {
-                frame = try BeaconFrame(kind: kind.beaconKind, text: id, powerAtOneMetre: Int8(txPower))
+                return try BeaconFrame(kind: kind.beaconKind, text: id, powerAtOneMetre: Int8(txPower))
             } catch {
                 throw ValidationError("\(error)")
             }
+        }
+
+        func run() async throws {
+            let frame = try frame()
             let client = try await AirClient(socketPath: socket.socket)
             defer { client.close() }
             let position = Position(x: coordinates[0], y: coordinates[1], z: coordinates.count == 3 ? coordinates[2] : 0)

@@ -53,6 +53,11 @@ import TestSupport
             _ = try await noIBeacons.events.first(within: 15, "the UID without iBeacons") { $0.kind == .found }
             #expect(noIBeacons.events.values.map(\.info?.beacon?.kind) == ["eddystone-uid"])
 
+            // A subscription made while beacons are in range finds them at once.
+            let late = try await manager.record(deviceTypes: .bleBeacon, beaconStrategy: BeaconStrategy(raw: true))
+            _ = try await late.events.first(within: 5, "the UID, already in range") { $0.kind == .found && $0.info?.beacon?.kind == "eddystone-uid" }
+            _ = try await late.events.first(within: 5, "the iBeacon, already in range") { $0.kind == .found && $0.info?.beacon?.kind == "ibeacon" }
+
             // Nearer: the distance follows, at most once per signal interval.
             try await cluster.move("uid", to: (0.5, 0))
             _ = try await raw.events.first(within: 15, "the UID's distance near 0.5 m") {

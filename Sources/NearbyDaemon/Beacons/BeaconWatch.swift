@@ -93,7 +93,13 @@ final class BeaconWatch {
     func add(_ object: SubscriptionObject, strategy: BeaconStrategy) {
         let entry = Watched(object: object, strategy: strategy)
         watched[object.subscription.id] = entry
-        for beacon in tracker.beacons.values { update(beacon, for: entry) }
+        // The beacons already in range, once Subscribe has answered: the
+        // caller learns the object's path from the reply and would miss
+        // signals sent before it.
+        Task { [weak self] in
+            guard let self, self.watched[object.subscription.id] === entry else { return }
+            for beacon in self.tracker.beacons.values { self.update(beacon, for: entry) }
+        }
         startTicking()
     }
 
