@@ -9,8 +9,10 @@ extension ServerClient: AttachmentSource {
                      telemetry: [UInt8]?) async throws -> [BeaconAttachment] {
         guard let type = AdvertisedIdType(rawValue: beacon.type.rawValue) else { return [] }
         let observed = AdvertisedIdJSON(type: type, id: Data(beacon.bytes))
+        // Asked as the beacon is heard: now is when it was observed.
         let request = GetForObservedRequest(
-            observations: [.init(advertisedId: observed, telemetry: telemetry.map { Data($0) })],
+            observations: [.init(advertisedId: observed, telemetry: telemetry.map { Data($0) },
+                                 timestampMs: Date().formatted(.iso8601))],
             namespacedTypes: [namespacedType])
         let response: GetForObservedResponse = try await call(.POST, BeaconAPIPath.getForObserved,
                                                               headers: [(apiKeyHeader, apiKey)], body: request)
