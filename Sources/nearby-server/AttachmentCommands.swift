@@ -95,8 +95,9 @@ struct AttachmentCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Delete one attachment of a beacon.",
             discussion: """
-                ID is the last part of the attachment's name (beacons/N!HEX/attachments/ID). Output: \
-                'deleted attachment ID'.
+                Give the attachment's whole name, as 'add' and 'list' print it \
+                (beacons/N!HEX/attachments/ID), or the beacon and the ID, the name's last part. \
+                Output: 'deleted attachment ID'.
 
                 \(exitStatuses)
                 """
@@ -104,11 +105,28 @@ struct AttachmentCommand: AsyncParsableCommand {
 
         @OptionGroup var target: BeaconTarget
 
-        @Argument(help: ArgumentHelp("The attachment's id.", valueName: "id"))
-        var id: String
+        @Argument(help: ArgumentHelp("The attachment's id, when BEACON names the beacon only.", valueName: "id"))
+        var id: String?
+
+        /// The beacon and the attachment's id, from one name or two arguments.
+        private var parts: (beacon: String, id: String) {
+            get throws {
+                if let id { return (target.beacon, id) }
+                let marker = "/attachments/"
+                guard let range = target.beacon.range(of: marker), !target.beacon[range.upperBound...].isEmpty else {
+                    throw ValidationError("give the attachment's name (beacons/N!HEX/attachments/ID), or BEACON and ID")
+                }
+                return (String(target.beacon[..<range.lowerBound]), String(target.beacon[range.upperBound...]))
+            }
+        }
+
+        func validate() throws {
+            _ = try parts
+        }
 
         func run() async throws {
-            try await target.options.admin().deleteAttachment(project: target.options.project, beacon: target.beacon, id: id)
+            let (beacon, id) = try parts
+            try await target.options.admin().deleteAttachment(project: target.options.project, beacon: beacon, id: id)
             print("deleted attachment \(id)")
         }
     }

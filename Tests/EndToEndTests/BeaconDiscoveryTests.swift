@@ -13,6 +13,7 @@ import TestSupport
         [beacons]
         lost-timeout = 2
         signal-interval = 0.2
+        cache-ttl = 1
         """)
 
     static let uidNamespace = "8b0ca750095477cb3e77"
@@ -103,12 +104,24 @@ import TestSupport
             let found = try await everything.wait(.found, "soup of the day")
             #expect(found.message?.namespace == "shop" && found.message?.type == "menu")
             #expect(found.info?.beacon == BeaconInfo(kind: "eddystone-uid", id: uid, txPower: -59))
-            try await everything.wait(.found, "two for one")
+            let offer = try await everything.wait(.found, "two for one")
             try await menus.wait(.found, "soup of the day")
+
+            // Answers are asked again after the cache TTL: a new attachment is
+            // found and a deleted one lost while the beacon stays in range.
+            try await cluster.serverCommand(["beacon", "attachment", "add", "3!\(uid)", "--project", "shop",
+                                             "--type", "offer", "--data", "free coffee"])
+            try await everything.wait(.found, "free coffee")
+            let offers = try await cluster.serverCommand(["beacon", "attachment", "list", "3!\(uid)", "--project", "shop", "--json"])
+            let listed = try JSONSerialization.jsonObject(with: Data(offers.utf8)) as? [[String: Any]]
+            let name = try #require(listed?.first { $0["data"] as? String == Data("two for one".utf8).base64EncodedString() }?["attachmentName"] as? String)
+            try await cluster.serverCommand(["beacon", "attachment", "delete", name, "--project", "shop"])
+            try await everything.wait(.lost, "two for one")
+            #expect(offer.info?.beacon?.id == uid)
 
             try await cluster.move("door", to: (1000, 0))
             try await everything.wait(.lost, "soup of the day")
-            try await everything.wait(.lost, "two for one")
+            try await everything.wait(.lost, "free coffee")
             try await menus.wait(.lost, "soup of the day")
             #expect(menus.kinds == ["found shop/menu 'soup of the day'", "lost shop/menu 'soup of the day'"])
             #expect(!everything.kinds.contains { $0.contains("rival") })

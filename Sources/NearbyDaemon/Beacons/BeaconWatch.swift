@@ -164,8 +164,7 @@ final class BeaconWatch {
         if entry.strategy.raw {
             return [Message(namespace: Self.reservedNamespace, type: Self.rawType(of: beacon.kind), content: beacon.id.bytes)]
         }
-        let key = AttachmentCache.Key(apiKey: entry.subscription.manager.apiKey,
-                                      namespacedType: Self.namespacedType(entry.subscription.filter), beacon: beacon.id)
+        let key = Self.key(entry, beacon.id)
         if cache.shouldAsk(key, at: .now) { ask(key, telemetry: beacon.telemetry) }
         guard let attachments = cache.attachments(key) else { return nil }
         let filter = entry.subscription.filter
@@ -192,10 +191,15 @@ final class BeaconWatch {
                                                       "namespacedType": "\(key.namespacedType)"])
         cache.answered(key, attachments, at: .now)
         guard let beacon = tracker.beacons[key.beacon] else { return }
-        for entry in watched.values where !entry.strategy.raw && entry.subscription.manager.apiKey == key.apiKey
-            && Self.namespacedType(entry.subscription.filter) == key.namespacedType {
+        for entry in watched.values where !entry.strategy.raw && Self.key(entry, key.beacon) == key {
             update(beacon, for: entry)
         }
+    }
+
+    /// The question `entry` asks about `beacon`.
+    private static func key(_ entry: Watched, _ beacon: AdvertisedID) -> AttachmentCache.Key {
+        AttachmentCache.Key(apiKey: entry.subscription.manager.apiKey,
+                            namespacedType: namespacedType(entry.subscription.filter), beacon: beacon)
     }
 
     /// What a subscription asks the server for: every type of the project's
@@ -242,8 +246,13 @@ final class BeaconWatch {
                 }
             }
         }
+        // Answers due for a refresh (or a retry) are asked again; what comes
+        // back updates the subscriptions that use it.
         for beacon in tracker.beacons.values {
-            for entry in watched.values where !entry.strategy.raw { update(beacon, for: entry) }
+            for key in Set(watched.values.filter { !$0.strategy.raw }.map { Self.key($0, beacon.id) })
+            where cache.shouldAsk(key, at: now) {
+                ask(key, telemetry: beacon.telemetry)
+            }
         }
         cache.prune(keeping: Set(tracker.beacons.keys), at: now)
         if now - lastSignalReport >= settings.signalInterval {
