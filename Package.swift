@@ -60,6 +60,8 @@ let package = Package(
         .target(name: "BluetoothLE", dependencies: ["NearbyCore"]),
         // BLE beacon frames: Eddystone (UID, URL, TLM, EID) and iBeacon, parsed strictly and built.
         .target(name: "Beacons", dependencies: ["NearbyCore"]),
+        // Upstream messages on the device: their rules and the durable outbox.
+        .target(name: "Upstream", dependencies: ["NearbyCore", .product(name: "GRDB", package: "GRDB.swift")]),
         // libFuzzer harness of the beacon parsers (Sources/BeaconsFuzz/README.md); a plain
         // build replays inputs. The C target only declares libFuzzer's driver.
         .executableTarget(
@@ -119,7 +121,7 @@ let package = Package(
         .target(
             name: "NearbyDaemon",
             dependencies: [
-                "Beacons", "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
+                "Beacons", "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "Upstream", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
                 "SystemdService", "ConfigFile",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -218,6 +220,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir"]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore"]),
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(
             name: "EndToEndTests",

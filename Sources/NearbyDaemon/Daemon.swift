@@ -9,6 +9,7 @@ import Mediums
 import NearbyCore
 import ServiceLifecycle
 import SystemdService
+import Upstream
 
 /// nearbyd as a service of its process: connects to the bus, exports the API,
 /// takes the name `org.nearbyd`, and runs until a shutdown signal or the bus
@@ -51,8 +52,14 @@ public struct Daemon: Service {
     /// Why the daemon stopped other than by request.
     enum DaemonError: Error, CustomStringConvertible {
         case busLost
+        case outbox(String)
 
-        var description: String { "the connection to the bus was lost" }
+        var description: String {
+            switch self {
+            case .busLost: "the connection to the bus was lost"
+            case .outbox(let reason): "cannot open the upstream outbox in the state directory: \(reason)"
+            }
+        }
     }
 
     @BusActor
@@ -62,8 +69,15 @@ public struct Daemon: Service {
             logger.error("the connection to the bus was lost")
             onBusLost()
         }
+        let outbox: Outbox
+        do {
+            outbox = try UpstreamService.openOutbox(stateDirectory: configuration.stateDirectory,
+                                                    maxPendingPerApp: configuration.maxPendingUpstream)
+        } catch {
+            throw DaemonError.outbox("\(error)")
+        }
         let service = NearbyService(configuration: configuration, connection: connection, backends: makeBackends(),
-                                    logger: logger)
+                                    outbox: outbox, logger: logger)
         try service.start()
         // The name last: whoever finds it on the bus finds the API ready.
         try connection.requestName(Self.busName)

@@ -98,6 +98,9 @@ public struct DaemonConfiguration: Sendable {
     /// `[beacons] max-beacons`: beacons tracked at once; more are ignored.
     public var maxBeacons = 1024
 
+    /// `[upstream] max-pending`: upstream messages one app may have waiting.
+    public var maxPendingUpstream = 1000
+
     /// `[sim] air-socket`, `device`, `position`: how the daemon appears in nearby-air.
     public var airSocket = "/run/nearby-air.sock"
     public var simDevice = ProcessInfo.processInfo.hostName
@@ -121,7 +124,7 @@ public struct DaemonConfiguration: Sendable {
     /// These settings overridden by what `file` sets.
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> DaemonConfiguration {
         var result = self
-        try file.checkSections(["daemon", "server", "discovery", "limits", "ble", "audio", "beacons", "sim"])
+        try file.checkSections(["daemon", "server", "discovery", "limits", "ble", "audio", "beacons", "upstream", "sim"])
 
         let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level"])
         if let bus = try daemon.string("bus") { result.bus = Self.busAddress(bus) }
@@ -183,6 +186,9 @@ public struct DaemonConfiguration: Sendable {
         if let interval = try beacons.number("signal-interval") { result.beaconSignalInterval = interval }
         if let count = try beacons.integer("max-beacons") { result.maxBeacons = count }
 
+        let upstream = try file.section("upstream", keys: ["max-pending"])
+        if let count = try upstream.integer("max-pending") { result.maxPendingUpstream = count }
+
         let sim = try file.section("sim", keys: ["air-socket", "device", "position"])
         if let socket = try sim.string("air-socket") { result.airSocket = socket }
         if let device = try sim.string("device") { result.simDevice = device }
@@ -225,6 +231,7 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(beaconCacheTTL, in: 1...86_400, "[beacons] cache-ttl")
         try Self.check(beaconSignalInterval, in: 0.1...60, "[beacons] signal-interval")
         try Self.check(Double(maxBeacons), in: 1...100_000, "[beacons] max-beacons")
+        try Self.check(Double(maxPendingUpstream), in: 1...100_000, "[upstream] max-pending")
         guard !simDevice.isEmpty, simDevice.utf8.count <= 64 else {
             throw ConfigurationError("[sim] device must be 1..64 bytes")
         }

@@ -6,6 +6,7 @@ import Mediums
 import NearbyCore
 import ServerAPI
 import SystemdService
+import Upstream
 
 /// The daemon's logic: the registry of what clients made, the links to
 /// nearby-server (one per API key), the mediums, and the found/lost signals.
@@ -37,6 +38,8 @@ final class NearbyService {
     private var subscriptions: [String: SubscriptionObject] = [:]
     private var sightings: SightingTracker
     private let beacons: BeaconWatch
+    /// Upstream messages: `org.nearbyd.Upstream1` of every manager.
+    let upstream: UpstreamService
     /// Tokens this daemon broadcast recently, so it never reports hearing itself.
     private var ownTokens: [Token] = []
     private var mediumWishes: [Medium: AsyncStream<MediumWish>.Continuation] = [:]
@@ -54,7 +57,8 @@ final class NearbyService {
     /// The strategy of a call that gives none, worked out once.
     private let defaultStrategies: [Strategy.Owner: Strategy]
 
-    init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], logger: Logger) {
+    init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], outbox: Outbox,
+         logger: Logger) {
         self.configuration = configuration
         enabledMediums = configuration.enabledMediums
         var defaults: [Strategy.Owner: Strategy] = [:]
@@ -72,6 +76,7 @@ final class NearbyService {
                                     refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
         beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: serverClient, logger: logger)
+        upstream = UpstreamService(outbox: outbox, logger: logger)
     }
 
     /// Exports `/org/nearbyd` and starts the mediums.
@@ -79,6 +84,9 @@ final class NearbyService {
         let root = RootObject(service: self)
         root.exported = try connection.export([RootObject.interface.bind(root)], at: RootObject.path)
         self.root = root
+        upstream.start { [weak self] apiKey, appID in
+            self?.managers.values.filter { $0.manager.apiKey == apiKey && $0.manager.appId == appID } ?? []
+        }
         for (medium, backend) in backends {
             let (wishes, sink) = AsyncStream.makeStream(of: MediumWish.self, bufferingPolicy: .bufferingNewest(1))
             mediumWishes[medium] = sink
@@ -142,22 +150,24 @@ final class NearbyService {
                                               debugLogging: request.debugLogging)
         let path = ObjectPath.nearbyd(client: client.number, manager: manager.number)
         let object = ManagerObject(manager: manager, path: path, service: self)
-        object.exported = try exportOwned(ManagerObject.interface.bind(object), at: path, owner: busName) {
+        object.exported = try exportOwned([ManagerObject.interface.bind(object), ManagerObject.upstreamInterface.bind(object)],
+                                          at: path, owner: busName) {
             registry.removeManager(manager)
         }
         managers[ObjectIdentifier(manager)] = object
         link(for: request.apiKey).managers += 1
         refreshErrors(of: object)
+        upstream.managerCreated(object)
         logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(path)", "app": "\(appId)"])
         return path
     }
 
     /// Exports an object only its creator may call; when the bus refuses it
     /// (out of memory, a path clash), `undo` takes back what was registered for it.
-    private func exportOwned(_ binding: InterfaceBinding, at path: ObjectPath, owner busName: String,
+    private func exportOwned(_ bindings: [InterfaceBinding], at path: ObjectPath, owner busName: String,
                              undo: () -> Void) throws(NearbyError) -> ExportedObject {
         do {
-            return try connection.export([binding], at: path, access: .owner(busName, denied: .notYours))
+            return try connection.export(bindings, at: path, access: .owner(busName, denied: .notYours))
         } catch {
             undo()
             throw .limitExceeded("the bus refused a new object: \(error.message)")
@@ -267,7 +277,7 @@ final class NearbyService {
                                                       expiresAt: expiresAt)
         let path = owner.path.child("publication\(publication.number)")
         let object = PublicationObject(publication: publication, path: path, service: self)
-        object.exported = try exportOwned(PublicationObject.interface.bind(object), at: path,
+        object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
         scheduleExpiry(of: .publication(object), at: expiresAt)
@@ -288,7 +298,7 @@ final class NearbyService {
                                                         deviceTypes: deviceTypes, expiresAt: expiresAt)
         let path = owner.path.child("subscription\(subscription.number)")
         let object = SubscriptionObject(subscription: subscription, path: path, service: self)
-        object.exported = try exportOwned(SubscriptionObject.interface.bind(object), at: path,
+        object.exported = try exportOwned([SubscriptionObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
         if expiresAt > 0 { scheduleExpiry(of: .subscription(object), at: expiresAt) }

@@ -47,6 +47,8 @@ import Testing
             cache-ttl = 60
             signal-interval = 0.5
             max-beacons = 64
+            [upstream]
+            max-pending = 20
             [sim]
             air-socket = "/tmp/air.sock"
             device = "kiosk"
@@ -71,6 +73,7 @@ import Testing
         #expect(configuration.simDevice == "kiosk")
         #expect(configuration.beaconLostTimeout == 5 && configuration.beaconCacheTTL == 60)
         #expect(configuration.beaconSignalInterval == 0.5 && configuration.maxBeacons == 64)
+        #expect(configuration.maxPendingUpstream == 20)
     }
 
     @Test func anEmptyFileMeansTheDefaults() throws {
@@ -103,6 +106,7 @@ import Testing
         ("[beacons]\nmax-beacons = 0", "[beacons] max-beacons is 0.0; it must be between 1.0 and 100000.0"),
         ("[beacons]\nsignal-interval = 0", "[beacons] signal-interval is 0.0"),
         ("[beacons]\ncache-ttl = 1e9", "[beacons] cache-ttl is"),
+        ("[upstream]\nmax-pending = 0", "[upstream] max-pending is 0.0"),
     ])
     func mistakesAreNamed(_ text: String, _ complaint: String) {
         #expect {

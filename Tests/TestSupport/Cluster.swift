@@ -100,14 +100,31 @@ public final class Cluster: Sendable {
             position = [\(position.0), \(position.1)]
             \(options.extraConfiguration)
             """)
+        let device = Device(name: name, bus: bus, daemon: try await startDaemon(name, bus: bus, configuration: configuration))
+        devices.withLock { $0[name] = device }
+        return device
+    }
+
+    /// Kills a device's nearbyd outright (SIGKILL, as a crash would) and starts
+    /// it again on the same bus, configuration and state directory.
+    @discardableResult
+    public func restartDaemon(_ name: String) async throws -> Device {
+        guard let old = device(name) else { throw ChildProcessError(message: "no device \(name)") }
+        old.daemon.signal(SIGKILL)
+        _ = try await old.daemon.waitForExit()
+        let device = Device(name: name, bus: old.bus,
+                            daemon: try await startDaemon(name, bus: old.bus, configuration: directory.file("\(name).conf")))
+        devices.withLock { $0[name] = device }
+        return device
+    }
+
+    private func startDaemon(_ name: String, bus: PrivateBus, configuration: String) async throws -> ChildProcess {
         let daemon = try await ChildProcess(
             name: "nearbyd-\(name)", executable: Programs.path("nearbyd"),
             arguments: ["--bus", bus.address, "--config", configuration, "--state-dir", directory.file("state-\(name)"),
                         "--log-level", options.daemonLogLevel])
         try await daemon.waitForLine(containing: "nearbyd: ready")
-        let device = Device(name: name, bus: bus, daemon: daemon)
-        devices.withLock { $0[name] = device }
-        return device
+        return daemon
     }
 
     public func device(_ name: String) -> Device? {

@@ -1,0 +1,97 @@
+import Foundation
+import NearbyCore
+import Testing
+import Upstream
+
+struct UpstreamMessageTests {
+    static func message(data: [String: String] = ["greeting": "hello"], to: String = "shop@nearby.example",
+                        id: String = "m1", ttl: Int64 = 60) -> UpstreamMessage {
+        UpstreamMessage(data: data, to: to, messageID: id, ttlSeconds: ttl)
+    }
+
+    @Test func aWellFormedMessagePasses() throws {
+        try Self.message().validate()
+        try Self.message(data: [:], ttl: 0).validate()
+        try Self.message(data: ["k": String(repeating: "v", count: 4095)], ttl: UpstreamMessage.maxTTLSeconds).validate()
+    }
+
+    @Test(arguments: [
+        (message(data: ["k": String(repeating: "v", count: 4096)]), "data holds 4097 bytes"),
+        (message(data: ["from": "me"]), "data key 'from' is reserved"),
+        (message(data: ["message_type": "ack"]), "data key 'message_type' is reserved"),
+        (message(data: ["google.x": "1"]), "data key 'google.x' is reserved"),
+        (message(data: ["gcm_x": "1"]), "data key 'gcm_x' is reserved"),
+        (message(data: ["": "1"]), "empty key"),
+        (message(to: "shop"), "must be SENDER_ID@DOMAIN"),
+        (message(to: "Shop@nearby.example"), "must be SENDER_ID@DOMAIN"),
+        (message(to: "shop@nearby..example"), "must be SENDER_ID@DOMAIN"),
+        (message(to: "shop@a@b"), "must be SENDER_ID@DOMAIN"),
+        (message(id: ""), "message_id must be"),
+        (message(id: "a\nb"), "message_id must be"),
+        (message(id: String(repeating: "x", count: 257)), "message_id must be"),
+        (message(ttl: -1), "ttl_seconds -1"),
+        (message(ttl: UpstreamMessage.maxTTLSeconds + 1), "ttl_seconds 2419201"),
+    ])
+    func badMessagesAreNamed(message: UpstreamMessage, complaint: String) {
+        #expect {
+            try message.validate()
+        } throws: { error in
+            guard case .invalidArguments(let text) = error as? NearbyError else { return false }
+            return text.contains(complaint)
+        }
+    }
+}
+
+struct OutboxTests {
+    let directory: URL
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    var path: String { directory.appendingPathComponent("outbox.sqlite").path }
+
+    func entry(_ id: String, app: String = "app", ttl: Int64 = 60, at ms: UInt64 = 1_000) -> Outbox.Entry {
+        Outbox.Entry(apiKey: "key", appID: app, message: UpstreamMessageTests.message(id: id, ttl: ttl), acceptedAtMs: ms)
+    }
+
+    @Test func messagesOutliveTheProcessAndFailWhenTheirTTLRunsOut() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
+        do {
+            let outbox = try Outbox(path: path, maxPendingPerApp: 10)
+            try outbox.add(entry("late", ttl: 30))
+            try outbox.add(entry("soon", ttl: 5))
+            try outbox.add(entry("other", app: "other", ttl: 5))
+        }
+        // Opened again, as after a restart: everything is there.
+        let outbox = try Outbox(path: path, maxPendingPerApp: 10)
+        #expect(try outbox.all().map(\.message.messageID).sorted() == ["late", "other", "soon"])
+        #expect(try outbox.all().first { $0.message.messageID == "soon" }?.message == UpstreamMessageTests.message(id: "soon", ttl: 5))
+        #expect(try outbox.nextExpiryMs() == 6_000)
+        #expect(try outbox.failExpired(nowMs: 5_999).isEmpty)
+        let failed = try outbox.failExpired(nowMs: 6_000)
+        #expect(failed.map(\.message.messageID).sorted() == ["other", "soon"])
+        #expect(failed.first?.failure == Outbox.Failure(error: "TTL_EXCEEDED", description: "not delivered within its TTL of 5 s"))
+        #expect(try outbox.nextExpiryMs() == 31_000)
+        // Failed messages wait for their app, which is told once.
+        #expect(try outbox.takeFailed(apiKey: "key", appID: "app").map(\.message.messageID) == ["soon"])
+        #expect(try outbox.takeFailed(apiKey: "key", appID: "app").isEmpty)
+        #expect(try outbox.all().map(\.message.messageID).sorted() == ["late", "other"])
+        #expect(try outbox.remove(apiKey: "key", appID: "app", messageID: "late"))
+        #expect(try !outbox.remove(apiKey: "key", appID: "app", messageID: "late"))
+        #expect(try outbox.nextExpiryMs() == nil)
+    }
+
+    @Test func idsAreUniquePerAppAndEachAppHasItsLimit() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let outbox = try Outbox(path: path, maxPendingPerApp: 2)
+        try outbox.add(entry("one"))
+        #expect(throws: Outbox.Refusal.duplicateID) { try outbox.add(entry("one")) }
+        // Another app may use the same id.
+        try outbox.add(entry("one", app: "other"))
+        try outbox.add(entry("two"))
+        #expect(throws: Outbox.Refusal.full(limit: 2)) { try outbox.add(entry("three")) }
+        #expect(try outbox.all().count == 3)
+    }
+}
