@@ -50,4 +50,14 @@ public enum BeaconKind: String, Hashable, Sendable, CaseIterable, CustomStringCo
 
     /// The format's name as its specification spells it.
     public var description: String { rawValue }
+
+    /// The lower-case name command lines and nearbyd's `info.Beacon.Kind` use:
+    /// `eddystone-uid`, `eddystone-url`, `eddystone-tlm`, `eddystone-eid`, `ibeacon`.
+    public var name: String { rawValue.lowercased() }
+
+    /// The kind whose ``name`` is `name`.
+    public init?(name: String) {
+        guard let kind = Self.allCases.first(where: { $0.name == name }) else { return nil }
+        self = kind
+    }
 }

@@ -125,15 +125,17 @@ public final class Outbox: Sendable {
     /// (`TTL_EXCEEDED`) and returns them, oldest first.
     public func failExpired(nowMs: UInt64) throws -> [Entry] {
         try queue.write { db in
-            let expired = try Self.entries(db, where: "failure IS NULL AND expiresAtMs <= ?", [Int64(nowMs)])
-            try db.execute(sql: """
-                UPDATE outbox SET failure = 'TTL_EXCEEDED', failureDescription = 'not delivered within its TTL of ' || ttlSeconds || ' s'
-                WHERE failure IS NULL AND expiresAtMs <= ?
-                """, arguments: [Int64(nowMs)])
-            return try expired.compactMap { entry in
-                try Self.entries(db, where: "apiKey = ? AND appID = ? AND messageID = ?",
-                                 [entry.apiKey, entry.appID, entry.message.messageID]).first
+            var expired = try Self.entries(db, where: "failure IS NULL AND expiresAtMs <= ?", [Int64(nowMs)])
+            for index in expired.indices {
+                let failure = Failure(error: "TTL_EXCEEDED",
+                                      description: "not delivered within its TTL of \(expired[index].message.ttlSeconds) s")
+                expired[index].failure = failure
+                try db.execute(sql: """
+                    UPDATE outbox SET failure = ?, failureDescription = ? WHERE apiKey = ? AND appID = ? AND messageID = ?
+                    """, arguments: [failure.error, failure.description, expired[index].apiKey, expired[index].appID,
+                                     expired[index].message.messageID])
             }
+            return expired
         }
     }
 

@@ -41,7 +41,7 @@ struct Beacon: AsyncParsableCommand {
         var name: String
 
         @Argument(help: ArgumentHelp("eddystone-uid, eddystone-eid, eddystone-url, eddystone-tlm or ibeacon.", valueName: "kind"))
-        var kind: Kind
+        var kind: BeaconKind
 
         @Argument(help: ArgumentHelp("What the beacon broadcasts; see KIND and ID below.", valueName: "id"))
         var id: String
@@ -54,24 +54,6 @@ struct Beacon: AsyncParsableCommand {
                 help: ArgumentHelp("Signal strength at 1 m, dBm (-100 to 0).", valueName: "dBm"))
         var txPower = -59
 
-        enum Kind: String, ExpressibleByArgument, CaseIterable {
-            case eddystoneUID = "eddystone-uid"
-            case eddystoneEID = "eddystone-eid"
-            case eddystoneURL = "eddystone-url"
-            case eddystoneTLM = "eddystone-tlm"
-            case iBeacon = "ibeacon"
-
-            var beaconKind: BeaconKind {
-                switch self {
-                case .eddystoneUID: .eddystoneUID
-                case .eddystoneEID: .eddystoneEID
-                case .eddystoneURL: .eddystoneURL
-                case .eddystoneTLM: .eddystoneTLM
-                case .iBeacon: .iBeacon
-                }
-            }
-        }
-
         func validate() throws {
             guard (2...3).contains(coordinates.count), coordinates.allSatisfy(\.isFinite) else {
                 throw ValidationError("--at takes x y or x y z in metres")
@@ -83,7 +65,7 @@ struct Beacon: AsyncParsableCommand {
         /// The frame ID describes; a malformed ID is a usage error.
         private func frame() throws -> BeaconFrame {
             do {
-                return try BeaconFrame(kind: kind.beaconKind, text: id, powerAtOneMetre: Int8(txPower))
+                return try BeaconFrame(kind: kind, text: id, powerAtOneMetre: Int8(txPower))
             } catch {
                 throw ValidationError("\(error)")
             }
@@ -116,4 +98,13 @@ struct Beacon: AsyncParsableCommand {
             try await client.request(.removeBeacon(name: name))
         }
     }
+}
+
+/// KIND by its lower-case name, as `eddystone-uid`.
+extension BeaconKind: ExpressibleByArgument {
+    public init?(argument: String) {
+        self.init(name: argument)
+    }
+
+    public static var allValueStrings: [String] { allCases.map(\.name) }
 }

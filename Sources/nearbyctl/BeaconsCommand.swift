@@ -66,8 +66,7 @@ struct Beacons: AsyncParsableCommand {
                     table[message.content] = (rssi ?? last.rssi, distance ?? last.distance)
                     return table[message.content]!
                 }
-                let kind = Self.kind(ofRawType: message.type)
-                let id = message.content.map { String(format: "%02x", $0) }.joined()
+                let (kind, id) = Self.beacon(of: message)
                 emit(["event": event, "kind": kind, "id": id, "rssi": now.rssi, "distance": now.distance],
                      "\(event.padding(toLength: 8, withPad: " ", startingAt: 0)) \(kind) \(id) rssi=\(now.rssi) distance=\(String(format: "%.1f", now.distance))m")
             }
@@ -76,8 +75,7 @@ struct Beacons: AsyncParsableCommand {
                 messageFound: { sighting("in-range", $0, $1.rssi, $1.distanceMeters) },
                 messageLost: { message, _ in
                     signals.withLock { _ = $0.removeValue(forKey: message.content) }
-                    let kind = Self.kind(ofRawType: message.type)
-                    let id = message.content.map { String(format: "%02x", $0) }.joined()
+                    let (kind, id) = Self.beacon(of: message)
                     emit(["event": "gone", "kind": kind, "id": id], "gone     \(kind) \(id)")
                 },
                 distanceChanged: { message, meters, _ in sighting("signal", message, nil, meters) },
@@ -103,12 +101,14 @@ struct Beacons: AsyncParsableCommand {
         }
     }
 
-    /// The kind a raw sighting's type stands for.
-    static func kind(ofRawType type: String) -> String {
-        switch type {
+    /// The kind and hex id of the beacon a raw sighting is: its type stands
+    /// for the kind, its content is the id.
+    static func beacon(of message: Message) -> (kind: String, id: String) {
+        let kind = switch message.type {
         case "__i_beacon_id": "ibeacon"
         case "__eddystone_eid": "eddystone-eid"
         default: "eddystone-uid"
         }
+        return (kind, message.content.map { String(format: "%02x", $0) }.joined())
     }
 }

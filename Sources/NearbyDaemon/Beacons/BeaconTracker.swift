@@ -36,7 +36,7 @@ struct BeaconTracker {
         }
 
         var info: BeaconDetails {
-            BeaconDetails(kind: BeaconTracker.kindName(kind), id: id.hex, txPower: powerAtOneMetre)
+            BeaconDetails(kind: kind.name, id: id.hex, txPower: powerAtOneMetre)
         }
     }
 
@@ -83,16 +83,5 @@ struct BeaconTracker {
         for beacon in gone { beacons.removeValue(forKey: beacon.id) }
         if !gone.isEmpty { lastIDOfSender = lastIDOfSender.filter { beacons[$0.value] != nil } }
         return gone
-    }
-
-    /// The name `info.Beacon.Kind` uses.
-    static func kindName(_ kind: BeaconKind) -> String {
-        switch kind {
-        case .eddystoneUID: "eddystone-uid"
-        case .eddystoneEID: "eddystone-eid"
-        case .eddystoneURL: "eddystone-url"
-        case .eddystoneTLM: "eddystone-tlm"
-        case .iBeacon: "ibeacon"
-        }
     }
 }

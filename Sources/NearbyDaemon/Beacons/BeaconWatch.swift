@@ -248,10 +248,14 @@ final class BeaconWatch {
         }
         // Answers due for a refresh (or a retry) are asked again; what comes
         // back updates the subscriptions that use it.
+        // Each API key and namespaced type once, whatever number of subscriptions ask it.
+        let questions = Set(watched.values.filter { !$0.strategy.raw }.map {
+            [$0.subscription.manager.apiKey, Self.namespacedType($0.subscription.filter)]
+        })
         for beacon in tracker.beacons.values {
-            for key in Set(watched.values.filter { !$0.strategy.raw }.map { Self.key($0, beacon.id) })
-            where cache.shouldAsk(key, at: now) {
-                ask(key, telemetry: beacon.telemetry)
+            for question in questions {
+                let key = AttachmentCache.Key(apiKey: question[0], namespacedType: question[1], beacon: beacon.id)
+                if cache.shouldAsk(key, at: now) { ask(key, telemetry: beacon.telemetry) }
             }
         }
         cache.prune(keeping: Set(tracker.beacons.keys), at: now)
