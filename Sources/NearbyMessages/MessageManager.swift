@@ -82,9 +82,11 @@ public final class MessageManager: Sendable {
     }
 
     /// Publishes `message` until the returned publication is released or
-    /// deallocated; `expired` runs if its TTL runs out first.
+    /// deallocated; `expired` runs if its TTL runs out first, `statusChanged`
+    /// with each new ``Publication/status`` (both on the bus thread).
     public func publication(of message: Message, strategy: Strategy? = nil,
-                            expired: @escaping @Sendable () -> Void = {}) async throws -> Publication {
+                            expired: @escaping @Sendable () -> Void = {},
+                            statusChanged: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Publication {
         var params: [String: Variant] = [:]
         if !message.namespace.isEmpty { params["Namespace"] = Variant(.string(message.namespace)) }
         if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
@@ -96,7 +98,13 @@ public final class MessageManager: Sendable {
             try writer.append(params)
         } decode: { reader throws(DBusError) in
             let objectPath = try reader.read(ObjectPath.self)
-            bus.route(objectPath) { event in if case .expired = event { expired() } }
+            bus.route(objectPath) { event in
+                switch event {
+                case .expired: expired()
+                case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
+                default: break
+                }
+            }
             return objectPath
         }
         return Publication(path: objectPath, manager: self)
@@ -106,14 +114,15 @@ public final class MessageManager: Sendable {
     /// project's namespace), from other devices and or beacons (`deviceTypes`).
     /// The handlers run on the bus thread, in order. `distanceChanged`
     /// (metres, accuracy) and `bleSignalChanged` (RSSI, TX power at 1 m) are
-    /// for beacon messages.
+    /// for beacon messages; `statusChanged` gets each new ``Subscription/status``.
     public func subscription(namespace: String = "", type: String = "", strategy: Strategy? = nil,
                              deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil,
                              messageFound: @escaping @Sendable (Message, MessageInfo) -> Void,
                              messageLost: @escaping @Sendable (Message, MessageInfo) -> Void = { _, _ in },
                              distanceChanged: @escaping @Sendable (Message, Double, Double) -> Void = { _, _, _ in },
                              bleSignalChanged: @escaping @Sendable (Message, Int, Int) -> Void = { _, _, _ in },
-                             expired: @escaping @Sendable () -> Void = {}) async throws -> Subscription {
+                             expired: @escaping @Sendable () -> Void = {},
+                             statusChanged: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Subscription {
         var params: [String: Variant] = [:]
         if !namespace.isEmpty { params["Namespace"] = Variant(.string(namespace)) }
         if !type.isEmpty { params["Type"] = Variant(.string(type)) }
@@ -133,7 +142,7 @@ public final class MessageManager: Sendable {
                 case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
                 case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
                 case .expired: expired()
-                case .propertiesChanged: break
+                case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
                 }
             }
             return objectPath

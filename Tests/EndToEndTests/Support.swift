@@ -59,9 +59,10 @@ extension MessageManager {
     }
 
     func publish(_ text: String, type: String = "chat", namespace: String = "", strategy: Strategy? = nil,
-                 expired: @escaping @Sendable () -> Void = {}) async throws -> Publication {
+                 expired: @escaping @Sendable () -> Void = {},
+                 statusChanged: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Publication {
         try await publication(of: Message(content: Data(text.utf8), namespace: namespace, type: type), strategy: strategy,
-                              expired: expired)
+                              expired: expired, statusChanged: statusChanged)
     }
 
     func record(namespace: String = "", type: String = "", strategy: Strategy? = nil,
