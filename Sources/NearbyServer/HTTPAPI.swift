@@ -74,11 +74,13 @@ struct HTTPAPI: Sendable {
             let report = try await decode(SightingReport.self, from: request)
             return try Self.json(try await service.reportSightings(report, from: device))
         }
-        // A stream request reaches the router only when it was not upgraded:
+        // A socket request reaches the router only when it was not upgraded:
         // say why (credentials first, as for every device path).
-        router.get("/v1/devices/:device/stream") { request, context -> Response in
-            _ = try await authenticate(request, context)
-            throw APIError(.invalidArgument, "this path takes a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)")
+        for socket in ["stream", "channel"] {
+            router.get("/v1/devices/:device/\(socket)") { request, context -> Response in
+                _ = try await authenticate(request, context)
+                throw APIError(.invalidArgument, "this path takes a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)")
+            }
         }
         addBeaconRoutes(to: router)
         return router

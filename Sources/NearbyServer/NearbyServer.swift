@@ -49,7 +49,7 @@ public struct NearbyServer: Sendable {
         return Application(
             router: HTTPAPI(service: service).makeRouter(),
             server: .http1WebSocketUpgrade(configuration: webSocket) { head, _, _ in
-                await StreamEndpoint.shouldUpgrade(head, service: service)
+                await DeviceSockets.shouldUpgrade(head, service: service)
             },
             configuration: ApplicationConfiguration(address: .hostname(listen.host, port: listen.port),
                                                     serverName: "nearby-server"),

@@ -12,6 +12,8 @@ public final class NearbyService: Sendable {
     public let configuration: ServerConfiguration
     let storage: any ServerStorage
     let matcher: Matcher
+    /// The connection server: devices' direct channels and application servers.
+    public let connections: ConnectionHub
     let clock: any WallClock
     let logger: Logger
     private let tokens = Mutex(TokenCache())
@@ -27,6 +29,9 @@ public final class NearbyService: Sendable {
         self.logger = logger
         matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
                           streamBufferBytes: configuration.limits.maxStreamBufferBytes)
+        connections = ConnectionHub(storage: storage, clock: clock, domain: configuration.xmpp.domain,
+                                    maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
+                                    maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice, logger: logger)
     }
 
     /// A service over `storage`, with the devices, live tokens, publications
@@ -325,6 +330,7 @@ public final class NearbyService: Sendable {
     public func sweep() async {
         let now = clock.nowMs
         await matcher.sweep()
+        await connections.sweep()
         tokens.withLock { $0.removeExpired(nowMs: now) }
         do {
             try await storage.deleteExpiredPublications(nowMs: now)

@@ -10,14 +10,17 @@ public struct ProjectAdmin: Sendable {
         self.clock = clock
     }
 
-    /// A new project and the only copies of its API key and admin key (the
-    /// server keeps hashes).
+    /// A new project and the only copies of its API key, admin key and
+    /// server key (the server keeps hashes).
     public struct Created: Sendable, Equatable, Codable {
         public var project: String
         public var namespace: String
         public var apiKey: String
         /// The bearer credential of the beacon registry (`/v1beta1/...`).
         public var adminKey: String
+        /// The password of the project's application servers on the XMPP
+        /// connection server (their user name is `PROJECT@DOMAIN`).
+        public var serverKey: String
     }
 
     /// Creates a project named `name`, whose namespace is the same name.
@@ -25,9 +28,11 @@ public struct ProjectAdmin: Sendable {
         try Self.checkName(name)
         let apiKey = Credentials.newSecret()
         let adminKey = Credentials.newSecret()
+        let serverKey = Credentials.newSecret()
         let record = ProjectRecord(name: name, namespace: name, createdAtMs: clock.nowMs)
-        try await storage.createProject(record, apiKeyHash: Credentials.hash(apiKey), adminKeyHash: Credentials.hash(adminKey))
-        return Created(project: name, namespace: name, apiKey: apiKey, adminKey: adminKey)
+        try await storage.createProject(record, apiKeyHash: Credentials.hash(apiKey), adminKeyHash: Credentials.hash(adminKey),
+                                        serverKeyHash: Credentials.hash(serverKey))
+        return Created(project: name, namespace: name, apiKey: apiKey, adminKey: adminKey, serverKey: serverKey)
     }
 
     /// A project's new admin key, the only copy.
@@ -41,6 +46,20 @@ public struct ProjectAdmin: Sendable {
         let adminKey = Credentials.newSecret()
         try await storage.replaceAdminKey(project: name, adminKeyHash: Credentials.hash(adminKey), createdAtMs: clock.nowMs)
         return IssuedAdminKey(project: name, adminKey: adminKey)
+    }
+
+    /// A project's new server key, the only copy.
+    public struct IssuedServerKey: Sendable, Equatable, Codable {
+        public var project: String
+        public var serverKey: String
+    }
+
+    /// Issues a new server key for the project; application servers logged in
+    /// with the old one keep their connections, new logins need the new one.
+    public func issueServerKey(name: String) async throws -> IssuedServerKey {
+        let serverKey = Credentials.newSecret()
+        try await storage.replaceServerKey(project: name, serverKeyHash: Credentials.hash(serverKey), createdAtMs: clock.nowMs)
+        return IssuedServerKey(project: name, serverKey: serverKey)
     }
 
     /// Every project, by name.

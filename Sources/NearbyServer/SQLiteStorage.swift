@@ -174,12 +174,71 @@ public final class SQLiteStorage: ServerStorage {
                 CREATE INDEX attachment_namespace ON attachment(namespace);
                 """)
         }
+        // The connection server (Connection/): one server key per project for
+        // its application servers; devices' upstream messages, kept with their
+        // verdict until they expire so that a repeat is answered, not delivered
+        // again; downstream messages until the device has them; receipts until
+        // an application server has them. A deleted device's id is remembered
+        // so that application servers hear DEVICE_UNREGISTERED, not BAD_REGISTRATION.
+        migrator.registerMigration("v5") { db in
+            try db.execute(sql: """
+                CREATE TABLE serverKey (
+                    project TEXT PRIMARY KEY NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    hash BLOB NOT NULL UNIQUE,
+                    createdAtMs INTEGER NOT NULL
+                );
+                CREATE TABLE upstream (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    project TEXT NOT NULL,
+                    device TEXT NOT NULL REFERENCES device(id) ON DELETE CASCADE,
+                    app TEXT NOT NULL,
+                    messageId TEXT NOT NULL,
+                    data TEXT NOT NULL,
+                    receivedAtMs INTEGER NOT NULL,
+                    expiresAtMs INTEGER NOT NULL,
+                    verdict TEXT,
+                    verdictDescription TEXT,
+                    settledAtMs INTEGER,
+                    UNIQUE (device, app, messageId)
+                );
+                CREATE INDEX upstream_pending ON upstream(project, position) WHERE verdict IS NULL;
+                CREATE INDEX upstream_device_message ON upstream(device, messageId) WHERE verdict IS NULL;
+                CREATE INDEX upstream_expiresAtMs ON upstream(expiresAtMs);
+                CREATE TABLE downstream (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    project TEXT NOT NULL,
+                    device TEXT NOT NULL REFERENCES device(id) ON DELETE CASCADE,
+                    messageId TEXT NOT NULL,
+                    data TEXT NOT NULL,
+                    receivedAtMs INTEGER NOT NULL,
+                    expiresAtMs INTEGER NOT NULL,
+                    receiptRequested INTEGER NOT NULL
+                );
+                CREATE INDEX downstream_device ON downstream(device, position);
+                CREATE INDEX downstream_expiresAtMs ON downstream(expiresAtMs);
+                CREATE TABLE receipt (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    project TEXT NOT NULL REFERENCES project(name) ON DELETE CASCADE,
+                    messageId TEXT NOT NULL,
+                    payload TEXT NOT NULL
+                );
+                CREATE INDEX receipt_project ON receipt(project, position);
+                CREATE TABLE deletedDevice (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    project TEXT NOT NULL REFERENCES project(name) ON DELETE CASCADE
+                );
+                CREATE TRIGGER device_deleted AFTER DELETE ON device BEGIN
+                    INSERT OR IGNORE INTO deletedDevice (id, project)
+                        SELECT OLD.id, OLD.project WHERE EXISTS (SELECT 1 FROM project WHERE name = OLD.project);
+                END;
+                """)
+        }
         return migrator
     }
 
     // MARK: Projects
 
-    public func createProject(_ project: ProjectRecord, apiKeyHash: Data, adminKeyHash: Data) async throws {
+    public func createProject(_ project: ProjectRecord, apiKeyHash: Data, adminKeyHash: Data, serverKeyHash: Data) async throws {
         try await pool.write { db in
             let taken = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM project WHERE name = ? OR namespace = ?)",
                                           arguments: [project.name, project.namespace]) ?? false
@@ -190,6 +249,8 @@ public final class SQLiteStorage: ServerStorage {
                            arguments: [apiKeyHash, project.name, Int64(clamping: project.createdAtMs)])
             try db.execute(sql: "INSERT INTO adminKey (project, hash, createdAtMs) VALUES (?, ?, ?)",
                            arguments: [project.name, adminKeyHash, Int64(clamping: project.createdAtMs)])
+            try db.execute(sql: "INSERT INTO serverKey (project, hash, createdAtMs) VALUES (?, ?, ?)",
+                           arguments: [project.name, serverKeyHash, Int64(clamping: project.createdAtMs)])
             try db.execute(sql: "INSERT INTO namespace (name, project) VALUES (?, ?)", arguments: [project.namespace, project.name])
         }
     }

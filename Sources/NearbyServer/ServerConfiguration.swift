@@ -22,6 +22,35 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var edgeTimeoutSeconds = 30
     /// `[limits]`.
     public var limits = Limits()
+    /// `[xmpp]`: the connection server's endpoint for application servers.
+    public var xmpp = XMPP()
+
+    public struct XMPP: Sendable, Equatable {
+        /// `listen`: where application servers connect, TLS from the first byte.
+        public var listen = ListenAddress(host: "127.0.0.1", port: 5235)
+        /// `domain`: the XMPP domain; application servers log in as
+        /// `PROJECT@DOMAIN`, devices address them the same way.
+        public var domain = "nearby.local"
+        /// `certificate` and `private-key`: PEM files. Without them there is no
+        /// XMPP endpoint (devices' channels still work; messages wait).
+        public var certificatePath: String?
+        public var privateKeyPath: String?
+        /// `max-stanza-bytes`: a larger stanza ends the stream (policy-violation).
+        public var maxStanzaBytes = 65_536
+        /// `max-connections`: application server connections at once.
+        public var maxConnections = 1000
+        /// `max-unacked-per-connection`: upstream messages and receipts a
+        /// connection may have without acking them (CCS: 100).
+        public var maxUnackedPerConnection = 100
+        /// `max-pending-downstream-per-device`: messages waiting for a device;
+        /// more are refused with DEVICE_MESSAGE_RATE_EXCEEDED.
+        public var maxPendingDownstreamPerDevice = 100
+
+        public init() {}
+
+        /// Whether the endpoint runs: it has a certificate.
+        public var isEnabled: Bool { certificatePath != nil }
+    }
 
     public struct Limits: Sendable, Equatable {
         public var maxBodyBytes = 262_144
@@ -63,7 +92,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// These settings overridden by what `file` sets.
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> ServerConfiguration {
         var configuration = self
-        try file.checkSections(["http", "database", "tokens", "discovery", "limits"])
+        try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp"])
         let http = try file.section("http", keys: ["listen"])
         if let listen = try http.string("listen") {
             configuration.listen = try ListenAddress(parsing: listen, what: "\(file.source): [http] listen")
@@ -90,6 +119,22 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-observations-per-request") { configuration.limits.maxObservationsPerRequest = value }
         if let value = try limits.integer("max-namespaced-types-per-request") {
             configuration.limits.maxNamespacedTypesPerRequest = value
+        }
+        let xmpp = try file.section("xmpp", keys: [
+            "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
+            "max-pending-downstream-per-device",
+        ])
+        if let listen = try xmpp.string("listen") {
+            configuration.xmpp.listen = try ListenAddress(parsing: listen, what: "\(file.source): [xmpp] listen")
+        }
+        if let value = try xmpp.string("domain") { configuration.xmpp.domain = value }
+        if let value = try xmpp.string("certificate") { configuration.xmpp.certificatePath = value }
+        if let value = try xmpp.string("private-key") { configuration.xmpp.privateKeyPath = value }
+        if let value = try xmpp.integer("max-stanza-bytes") { configuration.xmpp.maxStanzaBytes = value }
+        if let value = try xmpp.integer("max-connections") { configuration.xmpp.maxConnections = value }
+        if let value = try xmpp.integer("max-unacked-per-connection") { configuration.xmpp.maxUnackedPerConnection = value }
+        if let value = try xmpp.integer("max-pending-downstream-per-device") {
+            configuration.xmpp.maxPendingDownstreamPerDevice = value
         }
         do {
             try configuration.validate()
@@ -121,6 +166,25 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(limits.maxStreamBufferBytes, in: (1 << 20)...(1 << 30), "[limits] max-stream-buffer-bytes")
         try Self.check(limits.maxObservationsPerRequest, in: 1...10_000, "[limits] max-observations-per-request")
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
+        guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
+            throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
+        }
+        guard Self.isHostName(xmpp.domain) else {
+            throw ConfigurationError("[xmpp] domain '\(xmpp.domain)' must be a host name (labels of letters, digits and '-')")
+        }
+        // Large enough for CCS's 4096-byte payload, JSON-escaped, in its stanza.
+        try Self.check(xmpp.maxStanzaBytes, in: 32_768...(16 << 20), "[xmpp] max-stanza-bytes",
+                       below: "room for a 4096-byte payload, escaped")
+        try Self.check(xmpp.maxConnections, in: 1...100_000, "[xmpp] max-connections")
+        try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
+        try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
+    }
+
+    private static func isHostName(_ text: String) -> Bool {
+        (1...253).contains(text.utf8.count) && text.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { label in
+            (1...63).contains(label.utf8.count) && label.first != "-" && label.last != "-"
+                && label.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }
+        }
     }
 
     /// `below` says why the lower bound is what it is, for a value under it.

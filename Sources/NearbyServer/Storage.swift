@@ -5,13 +5,13 @@ import NearbyCore
 /// for one machine (``SQLiteStorage``), and later PostgreSQL for replicas that
 /// share the load. Every method is one transaction. Times are milliseconds
 /// since the epoch; credentials arrive already hashed. The beacon registry's
-/// part is ``BeaconStorage``.
-public protocol ServerStorage: BeaconStorage {
+/// part is ``BeaconStorage``, the connection server's ``ConnectionStorage``.
+public protocol ServerStorage: BeaconStorage, ConnectionStorage {
     // MARK: Projects
 
-    /// Creates a project with its first API key, its admin key and its
-    /// namespace. Throws ``StorageError/duplicateProject(_:)``.
-    func createProject(_ project: ProjectRecord, apiKeyHash: Data, adminKeyHash: Data) async throws
+    /// Creates a project with its first API key, its admin key, its server
+    /// key and its namespace. Throws ``StorageError/duplicateProject(_:)``.
+    func createProject(_ project: ProjectRecord, apiKeyHash: Data, adminKeyHash: Data, serverKeyHash: Data) async throws
     /// Every project, by name, with how many devices it has.
     func projects() async throws -> [ProjectSummary]
     /// Deletes a project with its keys, devices, tokens, publications,

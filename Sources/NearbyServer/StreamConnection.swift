@@ -12,30 +12,6 @@ enum StreamEndpoint {
     /// Largest request a device may send; `{"request":"snapshot"}` is 22 bytes.
     static let maximumRequestBytes = 4096
 
-    /// The device id of a stream path, or nil for any other path.
-    static func device(inPath path: String?) -> String? {
-        guard let path else { return nil }
-        let pathOnly = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        let parts = pathOnly.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 5, parts[0].isEmpty, parts[1] == "v1", parts[2] == "devices", !parts[3].isEmpty,
-              parts[4] == "stream" else { return nil }
-        return String(parts[3])
-    }
-
-    /// Decides on an upgrade request: only a stream path with that device's
-    /// credential is upgraded. Anything else continues as plain HTTP, where
-    /// the router answers with the APIError that says why.
-    static func shouldUpgrade(_ head: HTTPRequest, service: NearbyService) async -> ShouldUpgradeResult<
-        WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>
-    > {
-        guard let device = device(inPath: head.path),
-              let record = try? await service.authenticate(device: device, authorization: head.headerFields[.authorization])
-        else { return .dontUpgrade }
-        return .upgrade([:]) { inbound, outbound, _ in
-            try await run(device: record.id, service: service, inbound: inbound, outbound: outbound)
-        }
-    }
-
     /// Serves one stream until either side ends it.
     static func run(device: String, service: NearbyService, inbound: WebSocketInboundStream,
                     outbound: WebSocketOutboundWriter) async throws {

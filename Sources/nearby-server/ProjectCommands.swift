@@ -7,7 +7,7 @@ import SystemdService
 struct ProjectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "project",
-        abstract: "Create, list and delete projects, and issue their admin keys.",
+        abstract: "Create, list and delete projects, and issue their admin and server keys.",
         discussion: """
             A project is one application's world: its API keys, its devices and their publications \
             and subscriptions, its beacons and their attachments. Messages never cross projects. A \
@@ -16,24 +16,27 @@ struct ProjectCommand: AsyncParsableCommand {
 
             These commands work on the database directly and may run while the server runs.
             """,
-        subcommands: [Create.self, List.self, Delete.self, AdminKey.self]
+        subcommands: [Create.self, List.self, Delete.self, AdminKey.self, ServerKey.self]
     )
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Create a project and print its API key and admin key.",
+            abstract: "Create a project and print its API key, admin key and server key.",
             discussion: """
                 NAME is 1 to 63 characters of a-z, 0-9 and '-', starting with a letter or digit; it is \
                 also the project's namespace. The keys are printed once and stored only as SHA-256 \
                 hashes: keep them, they cannot be shown again. Devices register with the API key \
                 (POST /v1/devices, header X-Api-Key) and look up beacons with it; the admin key \
-                manages the project's beacons (/v1beta1/..., header Authorization: Bearer KEY).
+                manages the project's beacons (/v1beta1/..., header Authorization: Bearer KEY); the \
+                server key is the password of the project's application servers on the XMPP \
+                connection server, where they log in (SASL PLAIN) as NAME@DOMAIN.
 
                 Output:
                   project: NAME
                   api-key: KEY
                   admin-key: KEY
-                or with --json: {"adminKey":"KEY","apiKey":"KEY","namespace":"NAME","project":"NAME"}
+                  server-key: KEY
+                or with --json: {"adminKey":"KEY","apiKey":"KEY","namespace":"NAME","project":"NAME","serverKey":"KEY"}
 
                 A name that is taken is an error (exit status 1).
                 """
@@ -52,7 +55,7 @@ struct ProjectCommand: AsyncParsableCommand {
             if json {
                 try printJSON(created)
             } else {
-                print("project: \(created.project)\napi-key: \(created.apiKey)\nadmin-key: \(created.adminKey)")
+                print("project: \(created.project)\napi-key: \(created.apiKey)\nadmin-key: \(created.adminKey)\nserver-key: \(created.serverKey)")
             }
         }
     }
@@ -147,6 +150,43 @@ struct ProjectCommand: AsyncParsableCommand {
                 try printJSON(issued)
             } else {
                 print("project: \(issued.project)\nadmin-key: \(issued.adminKey)")
+            }
+        }
+    }
+
+    struct ServerKey: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "server-key",
+            abstract: "Issue a new server key for a project, replacing the one it had.",
+            discussion: """
+                The server key is the password of the project's application servers on the XMPP \
+                connection server (SASL PLAIN as NAME@DOMAIN). A project has one: new logins need the \
+                new key at once; connections already logged in stay. The key is printed once and \
+                stored only as a SHA-256 hash.
+
+                Output:
+                  project: NAME
+                  server-key: KEY
+                or with --json: {"project":"NAME","serverKey":"KEY"}
+
+                A project that does not exist is an error (exit status 1).
+                """
+        )
+
+        @Argument(help: "The project.")
+        var name: String
+
+        @OptionGroup var storage: StorageOptions
+
+        @Flag(help: "Print JSON instead of text.")
+        var json = false
+
+        func run() async throws {
+            let issued = try await admin(storage).issueServerKey(name: name)
+            if json {
+                try printJSON(issued)
+            } else {
+                print("project: \(issued.project)\nserver-key: \(issued.serverKey)")
             }
         }
     }

@@ -1,0 +1,142 @@
+import Foundation
+
+/// The connection server's part of ``ServerStorage``: application servers'
+/// keys, devices' upstream messages until their verdict has been kept long
+/// enough to answer a repeat, downstream messages until the device has them,
+/// and delivery receipts until an application server acknowledges them.
+/// Every method is one transaction.
+public protocol ConnectionStorage: Sendable {
+    // MARK: Server keys
+
+    /// Replaces the project's server key (the password of its application servers).
+    func replaceServerKey(project: String, serverKeyHash: Data, createdAtMs: UInt64) async throws
+    /// Whether `serverKeyHash` is the project's server key.
+    func isServerKey(_ serverKeyHash: Data, of project: String) async throws -> Bool
+
+    // MARK: Devices, as application servers address them
+
+    /// What an application server's `to` names within `project`.
+    func registration(_ device: String, project: String) async throws -> RegistrationState
+
+    // MARK: Upstream
+
+    /// Keeps a device's upstream message, unless the device sent it before:
+    /// then the message as first kept, with its verdict if it has one.
+    func acceptUpstream(_ message: StoredUpstream) async throws -> StoredUpstream?
+    /// The project's messages without a verdict, oldest first, after `position`.
+    func pendingUpstream(project: String, after position: Int64, limit: Int) async throws -> [StoredUpstream]
+    /// Gives the pending message with this id of the project's device (at
+    /// most one) its verdict; returns it, or nil when there is no such message.
+    func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
+                        atMs: UInt64) async throws -> StoredUpstream?
+    /// Pending messages whose time ran out by `nowMs`, not yet settled.
+    func expiredUpstream(nowMs: UInt64, limit: Int) async throws -> [StoredUpstream]
+    /// Forgets settled messages whose time ran out before `beforeMs`.
+    func purgeSettledUpstream(expiredBeforeMs: UInt64) async throws
+
+    // MARK: Downstream
+
+    /// Keeps a message for its device unless the device already has `limit`
+    /// waiting; returns whether it was kept.
+    func addDownstream(_ message: StoredDownstream, limit: Int) async throws -> Bool
+    /// The device's messages, oldest first.
+    func pendingDownstream(device: String) async throws -> [StoredDownstream]
+    /// Removes the device's message with this id; returns it.
+    func removeDownstream(device: String, messageId: String) async throws -> StoredDownstream?
+    /// Removes and returns messages whose time ran out by `nowMs`.
+    func removeExpiredDownstream(nowMs: UInt64) async throws -> [StoredDownstream]
+
+    // MARK: Receipts
+
+    /// Keeps a message for the project's application servers (a delivery receipt).
+    func addReceipt(_ receipt: StoredReceipt) async throws
+    /// The project's receipts, oldest first, after `position`.
+    func receipts(project: String, after position: Int64, limit: Int) async throws -> [StoredReceipt]
+    /// Removes the project's receipt with this message id; returns whether there was one.
+    func removeReceipt(project: String, messageId: String) async throws -> Bool
+}
+
+/// A registration id (a device id) as one project's application server sees it.
+public enum RegistrationState: Sendable, Equatable {
+    case registered
+    /// The device was of this project and has been deleted.
+    case unregistered
+    /// Never a device of this project.
+    case unknown
+}
+
+/// How an upstream message ended.
+public enum UpstreamVerdict: Sendable, Equatable {
+    /// An application server acknowledged it.
+    case sent
+    /// It will not be delivered: a CCS error code and why.
+    case failed(error: String, description: String)
+}
+
+/// A device's upstream message as the server keeps it.
+public struct StoredUpstream: Sendable, Equatable {
+    /// Order of arrival (0 until stored).
+    public var position: Int64
+    public var project: String
+    public var device: String
+    public var app: String
+    public var messageId: String
+    public var data: [String: String]
+    public var receivedAtMs: UInt64
+    public var expiresAtMs: UInt64
+    public var verdict: UpstreamVerdict?
+
+    public init(position: Int64 = 0, project: String, device: String, app: String, messageId: String, data: [String: String],
+                receivedAtMs: UInt64, expiresAtMs: UInt64, verdict: UpstreamVerdict? = nil) {
+        self.position = position
+        self.project = project
+        self.device = device
+        self.app = app
+        self.messageId = messageId
+        self.data = data
+        self.receivedAtMs = receivedAtMs
+        self.expiresAtMs = expiresAtMs
+        self.verdict = verdict
+    }
+}
+
+/// An application server's message for a device, until the device acknowledges it.
+public struct StoredDownstream: Sendable, Equatable {
+    public var project: String
+    public var device: String
+    public var messageId: String
+    public var data: [String: String]
+    public var receivedAtMs: UInt64
+    /// 0 with `receivedAtMs`: TTL 0, now or never.
+    public var expiresAtMs: UInt64
+    public var receiptRequested: Bool
+
+    public init(project: String, device: String, messageId: String, data: [String: String], receivedAtMs: UInt64,
+                expiresAtMs: UInt64, receiptRequested: Bool) {
+        self.project = project
+        self.device = device
+        self.messageId = messageId
+        self.data = data
+        self.receivedAtMs = receivedAtMs
+        self.expiresAtMs = expiresAtMs
+        self.receiptRequested = receiptRequested
+    }
+}
+
+/// A message of the connection server itself for a project's application
+/// servers (a delivery receipt), kept until one acknowledges it.
+public struct StoredReceipt: Sendable, Equatable {
+    public var position: Int64
+    public var project: String
+    /// `dr2:` and the original message id.
+    public var messageId: String
+    /// The `<gcm>` JSON to send.
+    public var payload: String
+
+    public init(position: Int64 = 0, project: String, messageId: String, payload: String) {
+        self.position = position
+        self.project = project
+        self.messageId = messageId
+        self.payload = payload
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+@testable import NearbyServer
+import ServerAPI
+import Testing
+
+/// The connection server's routing between devices' channels and application
+/// servers' sessions, over real storage, without the transports.
+@Suite struct ConnectionHubTests {
+    /// A project with a device, its channel and one application server session.
+    struct Setup {
+        let hub: ConnectionHub
+        let device: String
+        var channel: AsyncStream<ChannelEvent>.Iterator
+        var session: AsyncStream<String>.Iterator
+        let sessionID: UInt64
+        let channelID: UInt64
+    }
+
+    static func setUp(_ h: Harness, session: Bool = true) async throws -> Setup {
+        let device = try await h.devices(1)[0]
+        let hub = h.service.connections
+        let (channelID, channel) = await hub.openChannel(device: device.id, project: "alpha")
+        let (id, output) = session ? await hub.openSession(project: "alpha") : (0, AsyncStream { $0.finish() })
+        return Setup(hub: hub, device: device.id, channel: channel.makeAsyncIterator(), session: output.makeAsyncIterator(),
+                     sessionID: id, channelID: channelID)
+    }
+
+    static func upstream(_ id: String, expiresAtMs: UInt64 = startMs + 60_000, to: String = "alpha@nearby.local") -> ChannelRequest {
+        .send(ChannelUpstream(app: "org.example.chat", messageId: id, to: to, data: ["text": "hi \(id)"], expiresAtMs: expiresAtMs))
+    }
+
+    static func json(_ text: String?) throws -> [String: Any] {
+        let text = try #require(text)
+        return try #require(JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+    }
+
+    @Test func anUpstreamMessageReachesTheApplicationServerAndItsAckTellsTheDevice() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h)
+            await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
+            let delivered = try Self.json(await s.session.next())
+            #expect(delivered["category"] as? String == "org.example.chat")
+            #expect(delivered["from"] as? String == s.device)
+            #expect(delivered["message_id"] as? String == "m-1")
+            #expect(delivered["data"] as? [String: String] == ["text": "hi m-1"])
+            let answer = await s.hub.received(#"{"to":"\#(s.device)","message_id":"m-1","message_type":"ack"}"#, from: s.sessionID)
+            #expect(answer == nil)
+            #expect(await s.channel.next() == .sent([ChannelMessageRef(app: "org.example.chat", messageId: "m-1")]))
+            // Sent again after a reconnect: the verdict, not a second delivery.
+            await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
+            #expect(await s.channel.next() == .sent([ChannelMessageRef(app: "org.example.chat", messageId: "m-1")]))
+        }
+    }
+
+    @Test func whatASessionLeavesUnackedGoesToTheNextOne() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h)
+            await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
+            #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-1")
+            await s.hub.closeSession(s.sessionID)
+            let (next, output) = await s.hub.openSession(project: "alpha")
+            var again = output.makeAsyncIterator()
+            #expect(try Self.json(await again.next())["message_id"] as? String == "m-1")
+            #expect(await s.hub.received(#"{"to":"\#(s.device)","message_id":"m-1","message_type":"ack"}"#, from: next) == nil)
+            #expect(await s.channel.next() == .sent([ChannelMessageRef(app: "org.example.chat", messageId: "m-1")]))
+        }
+    }
+
+    @Test func aSessionHasAtMostItsLimitOfUnackedMessages() async throws {
+        try await withServer(configure: { $0.xmpp.maxUnackedPerConnection = 2 }) { h in
+            var s = try await Self.setUp(h)
+            for index in 1...3 { await s.hub.received(Self.upstream("m-\(index)"), device: s.device, project: "alpha") }
+            #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-1")
+            #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-2")
+            // The third follows the first ack, not before.
+            _ = await s.hub.received(#"{"to":"\#(s.device)","message_id":"m-1","message_type":"ack"}"#, from: s.sessionID)
+            #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-3")
+        }
+    }
+
+    @Test func ttlZeroWithoutAnApplicationServerFailsAtOnce() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h, session: false)
+            await s.hub.received(Self.upstream("now", expiresAtMs: startMs), device: s.device, project: "alpha")
+            guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(failure.messageId == "now")
+            #expect(failure.error == "SERVICE_NOT_AVAILABLE")
+        }
+    }
+
+    @Test func aMessageNoServerAckedInItsTTLFailsAtTheSweep() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h, session: false)
+            await s.hub.received(Self.upstream("late", expiresAtMs: startMs + 5000), device: s.device, project: "alpha")
+            h.clock.advance(byMs: 5000)
+            await s.hub.sweep()
+            guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(failure.error == "TTL_EXCEEDED")
+        }
+    }
+
+    @Test func aMessageForAnotherSenderIsRefused() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h)
+            await s.hub.received(Self.upstream("m", to: "beta@nearby.local"), device: s.device, project: "alpha")
+            guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(failure.error == "INVALID_PARAMETERS")
+        }
+    }
+
+    @Test func downstreamReachesTheDeviceAndItsAckBringsAReceipt() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h)
+            let answer = try Self.json(await s.hub.received(
+                #"{"to":"\#(s.device)","message_id":"d-1","data":{"a":"b"},"delivery_receipt_requested":true}"#, from: s.sessionID))
+            #expect(answer["message_type"] as? String == "ack")
+            #expect(answer["message_id"] as? String == "d-1")
+            #expect(answer["from"] as? String == s.device)
+            #expect(await s.channel.next() == .message(ChannelDownstream(messageId: "d-1", from: "alpha", data: ["a": "b"])))
+            await s.hub.received(.ack(messageId: "d-1"), device: s.device, project: "alpha")
+            let receipt = try Self.json(await s.session.next())
+            #expect(receipt["message_type"] as? String == "receipt")
+            #expect(receipt["message_id"] as? String == "dr2:d-1")
+            let data = try #require(receipt["data"] as? [String: String])
+            #expect(data["message_status"] == "MESSAGE_SENT_TO_DEVICE")
+            #expect(data["original_message_id"] == "d-1")
+            #expect(data["device_registration_id"] == s.device)
+            #expect(await s.hub.received(#"{"to":"nearby.local","message_id":"dr2:d-1","message_type":"ack"}"#, from: s.sessionID) == nil)
+        }
+    }
+
+    @Test func aDeviceGetsWhatWaitedForItWhenItsChannelOpens() async throws {
+        try await withServer { h in
+            let s = try await Self.setUp(h)
+            await s.hub.closeChannel(device: s.device, id: s.channelID)
+            _ = await s.hub.received(#"{"to":"\#(s.device)","message_id":"d-1","data":{"a":"b"}}"#, from: s.sessionID)
+            var channel = await s.hub.openChannel(device: s.device, project: "alpha").output.makeAsyncIterator()
+            #expect(await channel.next() == .message(ChannelDownstream(messageId: "d-1", from: "alpha", data: ["a": "b"])))
+        }
+    }
+
+    @Test func badInputGetsTheNackThatNamesIt() async throws {
+        try await withServer(configure: { $0.xmpp.maxPendingDownstreamPerDevice = 1 }) { h in
+            let s = try await Self.setUp(h)
+            func error(_ payload: String) async throws -> String? {
+                try Self.json(await s.hub.received(payload, from: s.sessionID))["error"] as? String
+            }
+            #expect(try await error(#"{"to":"nobody","message_id":"x"}"#) == "BAD_REGISTRATION")
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","colour":"red"}"#) == "INVALID_JSON")
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","time_to_live":-1}"#) == "INVALID_JSON")
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","data":{"n":1}}"#) == "INVALID_JSON")
+            #expect(try await error("not json") == "INVALID_JSON")
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","message_type":"ack"}"#) == "BAD_ACK")
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"d-1"}"#) == nil)
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"d-2"}"#) == "DEVICE_MESSAGE_RATE_EXCEEDED")
+            // Another project's device is no registration of this one.
+            let other = try await h.devices(1, project: "beta")[0]
+            #expect(try await error(#"{"to":"\#(other.id)","message_id":"x"}"#) == "BAD_REGISTRATION")
+            let response = try await h.request(.delete, APIPath.device(other.id), headers: other.auth)
+            #expect(response.status == .noContent)
+            let (beta, _) = await s.hub.openSession(project: "beta")
+            #expect(try Self.json(await s.hub.received(#"{"to":"\#(other.id)","message_id":"x"}"#, from: beta))["error"] as? String
+                == "DEVICE_UNREGISTERED")
+        }
+    }
+
+    @Test func drainingTellsTheSessionsAndGivesThemNothingNew() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h)
+            await s.hub.drain()
+            let control = try Self.json(await s.session.next())
+            #expect(control["message_type"] as? String == "control")
+            #expect(control["control_type"] as? String == "CONNECTION_DRAINING")
+            // A message now waits for a connection that is not draining.
+            await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
+            await s.hub.closeSession(s.sessionID)
+            #expect(await s.session.next() == nil)
+        }
+    }
+}
