@@ -62,16 +62,21 @@ public struct NearbyServer: Sendable {
     }
 
     /// Serves until SIGTERM or SIGINT, then shuts down gracefully: open
-    /// streams are closed, requests in flight finish.
+    /// streams are closed, requests in flight finish, application servers
+    /// are told CONNECTION_DRAINING.
     ///
     /// - Parameters:
     ///   - onListening: as in ``makeApplication(sweepInterval:onListening:)``.
+    ///   - onXMPPListening: called once the XMPP endpoint is listening (only
+    ///     when `[xmpp]` has a certificate), with its real port.
     ///   - onShutdown: called when shutdown begins.
     public func run(onListening: @escaping @Sendable (ListenAddress) async -> Void,
+                    onXMPPListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in },
                     onShutdown: @escaping @Sendable () -> Void) async throws {
         let application = makeApplication(onListening: onListening)
+        let xmpp: [any Service] = configuration.xmpp.isEnabled ? [XMPPEndpoint(service: service, onListening: onXMPPListening)] : []
         var configuration = ServiceGroupConfiguration(
-            services: [application, ShutdownNotice(action: onShutdown)],
+            services: [application] + xmpp + [ShutdownNotice(action: onShutdown)],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: service.logger
         )

@@ -13,8 +13,9 @@ struct NearbyServerCommand: AsyncParsableCommand {
             nearby-server registers devices with a project's API key, issues the short-lived tokens \
             they broadcast over BLE and audio, takes their reports of tokens heard, and pushes found \
             and lost to the subscribing devices over a WebSocket stream. It also keeps a registry of \
-            each project's BLE beacons and the data attached to them. State lives in one SQLite \
-            database.
+            each project's BLE beacons and the data attached to them, and is the connection server \
+            between apps on devices and their application servers (XMPP, in the shape of Firebase \
+            Cloud Messaging's). State lives in one SQLite database.
 
             Without a subcommand, 'serve' runs. Errors are reported as one line on standard error \
             with a non-zero exit status.
@@ -22,7 +23,7 @@ struct NearbyServerCommand: AsyncParsableCommand {
             See doc/nearby-server.md for the configuration file and doc/server-api/openapi.yaml for \
             the API.
             """,
-        subcommands: [Serve.self, ProjectCommand.self, BeaconCommand.self, NamespaceCommand.self],
+        subcommands: [Serve.self, ProjectCommand.self, BeaconCommand.self, NamespaceCommand.self, CertificateCommand.self],
         defaultSubcommand: Serve.self
     )
 

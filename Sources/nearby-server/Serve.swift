@@ -18,8 +18,14 @@ struct Serve: AsyncParsableCommand {
               nearby-server: listening on http://HOST:PORT
 
             with the real port (--listen 127.0.0.1:0 picks a free one), and tells systemd it is \
-            ready (Type=notify). SIGTERM or SIGINT shut it down gracefully: open streams are \
-            closed, requests in flight finish, and it exits with status 0.
+            ready (Type=notify). When [xmpp] has a certificate it also listens for application \
+            servers (the XMPP connection server) and prints
+
+              nearby-server: xmpp on HOST:PORT
+
+            SIGTERM or SIGINT shut it down gracefully: application servers are told \
+            CONNECTION_DRAINING and given 3 seconds, open streams are closed, requests in flight \
+            finish, and it exits with status 0.
 
             Logs go to the systemd journal when stderr is connected to it, to stderr otherwise.
             """
@@ -30,6 +36,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Address to listen on; overrides [http] listen. IPv6 in brackets: [::1]:8080.",
                                             valueName: "host:port"))
     var listen: String?
+
+    @Option(name: .long, help: ArgumentHelp("Address of the XMPP endpoint; overrides [xmpp] listen.", valueName: "host:port"))
+    var xmppListen: String?
 
     @Option(name: .long, help: ArgumentHelp("trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: String = "info"
@@ -45,6 +54,9 @@ struct Serve: AsyncParsableCommand {
         if let listen {
             configuration.listen = try ListenAddress(parsing: listen, what: "--listen")
         }
+        if let xmppListen {
+            configuration.xmpp.listen = try ListenAddress(parsing: xmppListen, what: "--xmpp-listen")
+        }
         ServiceLogging.bootstrap(identifier: "nearby-server", level: Logger.Level(rawValue: logLevel) ?? .info)
         let logger = Logger(label: "nearby-server")
         let server = try await NearbyServer.open(configuration: configuration, logger: logger)
@@ -55,6 +67,10 @@ struct Serve: AsyncParsableCommand {
                 FileHandle.standardOutput.write(Data("nearby-server: listening on http://\(address)\n".utf8))
                 ServiceNotifier.ready(status: "listening on \(address)")
                 logger.info("listening", metadata: ["address": "\(address)", "database": "\(databasePath)"])
+            },
+            onXMPPListening: { address in
+                FileHandle.standardOutput.write(Data("nearby-server: xmpp on \(address)\n".utf8))
+                logger.info("XMPP endpoint listening", metadata: ["address": "\(address)"])
             },
             onShutdown: {
                 ServiceNotifier.stopping()

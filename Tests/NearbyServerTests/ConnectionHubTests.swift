@@ -99,12 +99,19 @@ import Testing
         }
     }
 
-    @Test func aMessageForAnotherSenderIsRefused() async throws {
+    @Test func aMessageForAnotherSenderOrAgainstTheRulesIsRefused() async throws {
         try await withServer { h in
             var s = try await Self.setUp(h)
             await s.hub.received(Self.upstream("m", to: "beta@nearby.local"), device: s.device, project: "alpha")
             guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
             #expect(failure.error == "INVALID_PARAMETERS")
+            // The server checks what nearbyd checks: it trusts no client.
+            let reserved = ChannelUpstream(app: "a", messageId: "r", to: "alpha@nearby.local", data: ["gcm.x": "1"],
+                                           expiresAtMs: startMs + 60_000)
+            await s.hub.received(.send(reserved), device: s.device, project: "alpha")
+            guard case .failed(let refused) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(refused.error == "INVALID_PARAMETERS")
+            #expect(refused.description.contains("gcm.x"))
         }
     }
 

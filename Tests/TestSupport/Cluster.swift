@@ -25,20 +25,31 @@ public final class Cluster: Sendable {
         /// The daemons' `--log-level`: debug for tests (their output is shown
         /// when one fails), info for benchmarks (what a deployment runs).
         public var daemonLogLevel = "debug"
+        /// Whether the server runs its XMPP endpoint for application servers
+        /// (with a self-signed certificate made by `nearby-server certificate`).
+        public var xmpp = false
 
         public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
-                    serverConfiguration: String = "", daemonLogLevel: String = "debug") {
+                    serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false) {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
             self.serverConfiguration = serverConfiguration
             self.daemonLogLevel = daemonLogLevel
+            self.xmpp = xmpp
         }
     }
+
+    /// The XMPP domain of the cluster's server.
+    public static let xmppDomain = "nearby.test"
 
     public let directory: TemporaryDirectory
     public let airSocket: String
     public let serverURL: String
+    /// The XMPP endpoint's port, when ``Options/xmpp``.
+    public let xmppPort: Int?
+    /// The endpoint's certificate (PEM), which its clients trust.
+    public var certificatePath: String { directory.file("xmpp.pem") }
     private let port: Int
     private let air: ChildProcess
     private let serverProcess: Mutex<ChildProcess>
@@ -53,25 +64,59 @@ public final class Cluster: Sendable {
         air = try await ChildProcess(name: "nearby-air", executable: Programs.path("nearby-air"),
                                      arguments: ["serve", "--socket", airSocket, "--interval", "0.05"])
         try await air.waitForLine(containing: "listening on")
-        _ = try directory.write("server.conf", options.serverConfiguration)
-        let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:0")
+        var serverConfiguration = options.serverConfiguration
+        if options.xmpp {
+            let made = try await runProgram(Programs.path("nearby-server"), [
+                "certificate", Self.xmppDomain, "--certificate", directory.file("xmpp.pem"),
+                "--private-key", directory.file("xmpp.key"),
+            ])
+            guard made.status == 0 else { throw ChildProcessError(message: "nearby-server certificate failed: \(made.output)") }
+            serverConfiguration += """
+
+                [xmpp]
+                domain = "\(Self.xmppDomain)"
+                certificate = "\(directory.file("xmpp.pem"))"
+                private-key = "\(directory.file("xmpp.key"))"
+
+                """
+        }
+        _ = try directory.write("server.conf", serverConfiguration)
+        let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:0", xmppListen: options.xmpp ? "127.0.0.1:0" : nil)
         let line = try await server.waitForLine(containing: "listening on http://")
         serverURL = String(line[line.range(of: "http://")!.lowerBound...]).trimmingCharacters(in: .whitespaces)
         port = Int(serverURL.split(separator: ":").last ?? "") ?? 0
+        if options.xmpp {
+            let xmppLine = try await server.waitForLine(containing: "xmpp on ")
+            xmppPort = Int(xmppLine.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "")
+        } else {
+            xmppPort = nil
+        }
         serverProcess = Mutex(server)
         devices = Mutex([:])
     }
 
-    /// Creates a project on the server and returns its API key.
-    public func createProject(_ name: String) async throws -> String {
+    /// A project's keys, as `nearby-server project create` prints them.
+    public struct ProjectKeys: Sendable {
+        public let apiKey: String
+        /// The password of its application servers on the XMPP endpoint.
+        public let serverKey: String
+    }
+
+    /// Creates a project on the server and returns its keys.
+    public func createProjectKeys(_ name: String) async throws -> ProjectKeys {
         let result = try await runProgram(Programs.path("nearby-server"),
                                           ["project", "create", name, "--database", directory.file("server.sqlite"), "--json"])
         guard result.status == 0, let data = result.output.data(using: .utf8),
               let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
-              let key = object["apiKey"] as? String else {
+              let apiKey = object["apiKey"] as? String, let serverKey = object["serverKey"] as? String else {
             throw ChildProcessError(message: "project create failed: \(result.output)")
         }
-        return key
+        return ProjectKeys(apiKey: apiKey, serverKey: serverKey)
+    }
+
+    /// Creates a project on the server and returns its API key.
+    public func createProject(_ name: String) async throws -> String {
+        try await createProjectKeys(name).apiKey
     }
 
     /// Starts a device: a private bus and a nearbyd on it, attached to the air at
@@ -166,11 +211,18 @@ public final class Cluster: Sendable {
         _ = try? await server.waitForExit()
     }
 
-    /// Starts the server again on the same port and database.
+    /// Starts the server again on the same ports and database.
     public func restartServer() async throws {
-        let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:\(port)")
+        let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:\(port)",
+                                                xmppListen: xmppPort.map { "127.0.0.1:\($0)" })
         try await server.waitForLine(containing: "listening on http://")
+        if xmppPort != nil { try await server.waitForLine(containing: "xmpp on ") }
         serverProcess.withLock { $0 = server }
+    }
+
+    /// Stops the server gracefully (SIGTERM) and waits for it to exit.
+    public func stopServer() async {
+        await serverProcess.withLock { $0 }.stop()
     }
 
     /// Everything the programs printed, for a failing test's report.
@@ -193,9 +245,10 @@ public final class Cluster: Sendable {
         directory.remove()
     }
 
-    private static func startServer(directory: TemporaryDirectory, listen: String) async throws -> ChildProcess {
+    private static func startServer(directory: TemporaryDirectory, listen: String, xmppListen: String?) async throws -> ChildProcess {
         try await ChildProcess(name: "nearby-server", executable: Programs.path("nearby-server"),
                                arguments: ["serve", "--listen", listen, "--database", directory.file("server.sqlite"),
-                                           "--config", directory.file("server.conf"), "--log-level", "debug"])
+                                           "--config", directory.file("server.conf"), "--log-level", "debug"]
+                                   + (xmppListen.map { ["--xmpp-listen", $0] } ?? []))
     }
 }

@@ -224,6 +224,7 @@ public actor ConnectionHub {
         guard message.to == "\(project)@\(domain)" else {
             return fail("INVALID_PARAMETERS", "to '\(message.to)' is not this project's application server (\(project)@\(domain))")
         }
+        if let problem = Self.problem(with: message) { return fail("INVALID_PARAMETERS", problem) }
         let now = clock.nowMs
         let stored = StoredUpstream(project: project, device: device, app: message.app, messageId: message.messageId,
                                     data: message.data, receivedAtMs: now, expiresAtMs: message.expiresAtMs)
@@ -244,6 +245,21 @@ public actor ConnectionHub {
         }
         if message.expiresAtMs <= now { fresh[project, default: []].insert(message.messageId) }
         await pump(project)
+    }
+
+    /// What is wrong with a device's message by CCS's rules (nearbyd checks
+    /// them too; the server trusts no client).
+    static func problem(with message: ChannelUpstream) -> String? {
+        let size = message.data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+        if size > CCSPayload.maximumDataBytes { return "data holds \(size) bytes; at most \(CCSPayload.maximumDataBytes) are allowed" }
+        if let key = message.data.keys.sorted().first(where: {
+            $0.isEmpty || $0 == "from" || $0 == "message_type" || $0.hasPrefix("google") || $0.hasPrefix("gcm")
+        }) {
+            return "data key '\(key)' is empty or reserved"
+        }
+        guard (1...256).contains(message.messageId.utf8.count) else { return "messageId must be 1 to 256 bytes" }
+        guard (1...256).contains(message.app.utf8.count) else { return "app must be 1 to 256 bytes" }
+        return nil
     }
 
     private func deviceAcked(_ messageId: String, device: String, project: String) async throws {
