@@ -219,7 +219,10 @@ let package = Package(
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
             ]
         ),
-        .testTarget(name: "NearbyDaemonTests", dependencies: ["NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir"]),
+        .testTarget(name: "NearbyDaemonTests", dependencies: [
+            "NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore"]),
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(

@@ -70,13 +70,20 @@ final class NearbyService {
         self.logger = logger
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
-        serverClient = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
-        credentials = CredentialStore(stateDirectory: configuration.stateDirectory)
+        let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
+        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory)
+        serverClient = client
+        self.credentials = credentials
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
                                     refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
         beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: serverClient, logger: logger)
-        upstream = UpstreamService(outbox: outbox, logger: logger)
+        let backoff = Backoff(configuration)
+        upstream = UpstreamService(outbox: outbox, logger: logger) { apiKey in
+            DirectChannel(apiKey: apiKey,
+                          connect: DirectChannel.connector(apiKey: apiKey, client: client, credentials: credentials, logger: logger),
+                          backoff: backoff, logger: logger)
+        }
     }
 
     /// Exports `/org/nearbyd` and starts the mediums.
@@ -84,8 +91,8 @@ final class NearbyService {
         let root = RootObject(service: self)
         root.exported = try connection.export([RootObject.interface.bind(root)], at: RootObject.path)
         self.root = root
-        upstream.start { [weak self] apiKey, appID in
-            self?.managers.values.filter { $0.manager.apiKey == apiKey && $0.manager.appId == appID } ?? []
+        upstream.start { [weak self] in
+            self.map { Array($0.managers.values) } ?? []
         }
         for (medium, backend) in backends {
             let (wishes, sink) = AsyncStream.makeStream(of: MediumWish.self, bufferingPolicy: .bufferingNewest(1))
@@ -137,6 +144,7 @@ final class NearbyService {
         for task in tasks { task.cancel() }
         sightingsTimer?.cancel()
         expiryTimer?.cancel()
+        upstream.stop()
         for timer in shrinkTimers.values { timer.cancel() }
         shrinkTimers.removeAll()
     }
@@ -230,6 +238,7 @@ final class NearbyService {
         }
         object.exported?.unregister()
         managers.removeValue(forKey: ObjectIdentifier(object.manager))
+        if object.directChannel { upstream.managersChanged(apiKey: object.manager.apiKey) }
         guard let state = links[object.manager.apiKey] else { return }
         state.managers -= 1
         if state.managers == 0 { retire(state) }
@@ -324,6 +333,7 @@ final class NearbyService {
         guard object.background != background else { return }
         object.background = background
         object.changed(["Background"])
+        if object.directChannel { upstream.managersChanged(apiKey: object.manager.apiKey) }
         if beacons.isWatching { updateMediums() }
         guard let state = links[object.manager.apiKey] else { return }
         let strategies = object.manager.publications.values.map(\.strategy)
@@ -418,9 +428,7 @@ final class NearbyService {
 
     private func link(for apiKey: String) -> LinkState {
         if let state = links[apiKey] { return state }
-        let backoff = ServerLink.Backoff(initial: .milliseconds(Int64(configuration.reconnectInitialDelay * 1000)),
-                                         maximum: .milliseconds(Int64(configuration.reconnectMaxDelay * 1000)))
-        let link = ServerLink(apiKey: apiKey, client: serverClient, credentials: credentials, backoff: backoff,
+        let link = ServerLink(apiKey: apiKey, client: serverClient, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)), logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
         link.onEvent = { [weak self, weak state] event in

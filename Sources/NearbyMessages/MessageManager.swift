@@ -42,10 +42,13 @@ public final class MessageManager: Sendable {
     }
 
     /// Creates a manager. `appId` identifies the app for permission decisions
-    /// (default: derived from the user and the API key). `errorStateChanged`
-    /// runs on the bus thread with the new state each time it changes.
+    /// and upstream messages (default: derived from the user and the API
+    /// key). `errorStateChanged` runs on the bus thread with the new state each
+    /// time it changes; `upstream` hears of upstream messages and the direct
+    /// channel (including verdicts kept from before the manager existed).
     public init(apiKey: String, appId: String? = nil, bus address: BusAddress = .system,
-                errorStateChanged: @escaping @Sendable (ErrorState) -> Void = { _ in }) async throws {
+                errorStateChanged: @escaping @Sendable (ErrorState) -> Void = { _ in },
+                upstream: UpstreamHandlers = UpstreamHandlers()) async throws {
         bus = try await NearbyBus.shared(address)
         var params: [String: Variant] = [:]
         if let appId { params["AppId"] = Variant(.string(appId)) }
@@ -58,12 +61,18 @@ public final class MessageManager: Sendable {
             // Routed as the reply is read, before any later message: no change is missed.
             let state = Mutex(ErrorState())
             bus.route(path) { event in
-                guard case .propertiesChanged(let changed) = event else { return }
-                if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
+                switch event {
+                case .propertiesChanged(let changed):
+                    if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
+                    if let connected = changed["DirectChannelConnected"]?.bool { upstream.directChannelConnectedChanged(connected) }
+                case .sendSucceeded(let id): upstream.sendSucceeded(id)
+                case .sendFailed(let failure): upstream.sendFailed(failure)
+                case .messageReceived(let message): upstream.messageReceived(message)
+                default: break
+                }
             }
             return path
         }
-        try await bus.watchSubtree(path)
     }
 
     /// The error state now.
@@ -77,7 +86,6 @@ public final class MessageManager: Sendable {
 
     deinit {
         bus.unroute(path)
-        bus.unwatchSubtree(path)
         bus.sendAndForget(path, "org.nearbyd.Manager1", "Release")
     }
 
@@ -143,6 +151,7 @@ public final class MessageManager: Sendable {
                 case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
                 case .expired: expired()
                 case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
+                case .sendSucceeded, .sendFailed, .messageReceived: break
                 }
             }
             return objectPath
@@ -165,6 +174,39 @@ public final class MessageManager: Sendable {
     public func setBackground(_ background: Bool) async throws {
         try await bus.setProperty(path, "org.nearbyd.Manager1", "Background", .bool(background))
     }
+
+    // MARK: Upstream messages (org.nearbyd.Upstream1)
+
+    /// Sends `data` to the application server `to` (`SENDER_ID@DOMAIN`, the
+    /// sender id being the project's) under `messageID` (unique among the
+    /// app's pending messages). nearbyd keeps it, across restarts, until the
+    /// server acknowledges it (``UpstreamHandlers/sendSucceeded``) or it fails
+    /// (``UpstreamHandlers/sendFailed``), at the latest when `ttlSeconds` run
+    /// out; 0 is now or never, and fails at once without the direct channel.
+    /// It travels while the direct channel of the API key is open (see
+    /// ``setDirectChannel(_:)``).
+    public func sendUpstream(data: [String: String], to: String, messageID: String, ttlSeconds: Int64) async throws {
+        try await bus.call(path, Self.upstream, "SendMessage") { writer throws(DBusError) in
+            try writer.append(data)
+            try writer.append(to)
+            try writer.append(messageID)
+            try writer.append(ttlSeconds)
+        } decode: { _ throws(DBusError) in () }
+    }
+
+    /// Asks for the direct channel (FIRMessaging's `shouldEstablishDirectChannel`):
+    /// nearbyd keeps it open while some manager of the API key asks for it and
+    /// is not in the background.
+    public func setDirectChannel(_ wanted: Bool) async throws {
+        try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted))
+    }
+
+    /// Whether the direct channel of this manager's API key is open now.
+    public var directChannelConnected: Bool {
+        get async throws { try await bus.property(path, Self.upstream, "DirectChannelConnected").bool ?? false }
+    }
+
+    private static let upstream = "org.nearbyd.Upstream1"
 
     /// Ends the manager and everything it made now rather than at deallocation.
     public func release() async throws {

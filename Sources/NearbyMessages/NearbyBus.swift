@@ -11,10 +11,16 @@ enum ObjectEvent: Sendable {
     case expired
     /// PropertiesChanged: the changed properties' new values.
     case propertiesChanged([String: DBusValue])
+    /// A manager's upstream message was delivered to its application server.
+    case sendSucceeded(String)
+    /// A manager's upstream message will not be delivered.
+    case sendFailed(UpstreamFailure)
+    /// A downstream message for a manager.
+    case messageReceived(DownstreamMessage)
 }
 
 /// The process's connection to one bus, shared by its managers, and the routes
-/// from subscription objects to their handlers.
+/// from the daemon's objects to their handlers.
 final class NearbyBus: Sendable {
     static let daemon = "org.nearbyd"
 
@@ -22,7 +28,11 @@ final class NearbyBus: Sendable {
 
     let connection: BusConnection
     @BusActor private var routes: [ObjectPath: @Sendable (ObjectEvent) -> Void] = [:]
-    @BusActor private var watches: [ObjectPath: SignalSubscription] = [:]
+    /// The match for every signal of the daemon's objects, added once the
+    /// connection opens: a manager's signals may follow its CreateManager
+    /// reply at once (SendFailed kept from before), before a match added
+    /// for the new path could be in place.
+    @BusActor private var watch: SignalSubscription?
 
     @BusActor private init(connection: BusConnection) {
         self.connection = connection
@@ -33,7 +43,18 @@ final class NearbyBus: Sendable {
         let key = address.description
         if let existing = shared[key], existing.connection.isOpen { return existing }
         let bus = NearbyBus(connection: try await mapped { () throws(DBusError) in try BusConnection(address) })
+        // Shared at once: the match's local handler is in place (and its AddMatch
+        // queued ahead of any call) before addMatch first suspends.
         shared[key] = bus
+        let rule = "type='signal',sender='\(daemon)',path_namespace='\(RootPath.manager)'"
+        do {
+            bus.watch = try await mapped { () async throws(DBusError) in
+                try await bus.connection.addMatch(rule) { [weak bus] signal in bus?.deliver(signal) }
+            }
+        } catch {
+            if shared[key] === bus { shared[key] = nil }
+            throw error
+        }
         return bus
     }
 
@@ -82,19 +103,6 @@ final class NearbyBus: Sendable {
         }
     }
 
-    /// Delivers the signals of every object below a manager to their handlers.
-    @BusActor func watchSubtree(_ manager: ObjectPath) async throws {
-        let rule = "type='signal',sender='\(Self.daemon)',path_namespace='\(manager)'"
-        let watch = try await mapped { () async throws(DBusError) in
-            try await connection.addMatch(rule) { [weak self] signal in self?.deliver(signal) }
-        }
-        watches[manager] = watch
-    }
-
-    func unwatchSubtree(_ manager: ObjectPath) {
-        Task { @BusActor in watches.removeValue(forKey: manager)?.cancel() }
-    }
-
     /// Sends the signals of the object at `path` to `handler`.
     @BusActor func route(_ path: ObjectPath, to handler: @escaping @Sendable (ObjectEvent) -> Void) {
         routes[path] = handler
@@ -137,6 +145,17 @@ final class NearbyBus: Sendable {
         case "Expired":
             routes.removeValue(forKey: signal.path)
             handler(.expired)
+        case "SendSucceeded":
+            guard let id = try? signal.arguments.read(String.self) else { return }
+            handler(.sendSucceeded(id))
+        case "SendFailed":
+            guard let id = try? signal.arguments.read(String.self), let error = try? signal.arguments.read(String.self),
+                  let description = try? signal.arguments.read(String.self) else { return }
+            handler(.sendFailed(UpstreamFailure(messageID: id, error: error, description: description)))
+        case "MessageReceived":
+            guard let data = try? signal.arguments.read([String: String].self), let from = try? signal.arguments.read(String.self),
+                  let id = try? signal.arguments.read(String.self) else { return }
+            handler(.messageReceived(DownstreamMessage(data: data, from: from, messageID: id)))
         case "PropertiesChanged":
             guard (try? signal.arguments.read(String.self)) != nil,
                   let changed = try? signal.arguments.read([String: Variant].self) else { return }

@@ -13,7 +13,8 @@ struct Nearbyctl: AsyncParsableCommand {
             NearbyMessages library, as any app would. 'publish' and 'subscribe' keep
             their publication or subscription alive until interrupted (Ctrl-C,
             SIGTERM), until its TTL runs out, or, for 'subscribe --count N', until N
-            events have been printed.
+            events have been printed. 'upstream' sends messages to the project's
+            application server and receives its messages.
 
             Human-readable output by default; --json prints one JSON object per line,
             for scripts.
@@ -21,6 +22,7 @@ struct Nearbyctl: AsyncParsableCommand {
             EXAMPLES
               nearbyctl publish --api-key KEY --type chat 'hello'
               nearbyctl subscribe --api-key KEY --type chat
+              nearbyctl upstream send --api-key KEY --to shop@nearby.example item=42
               nearbyctl status --session --json
 
             ENVIRONMENT
@@ -30,7 +32,7 @@ struct Nearbyctl: AsyncParsableCommand {
               0 on success or interruption; 1 when nearbyd refuses the request or
               cannot be reached (the message says which).
             """,
-        subcommands: [Publish.self, Subscribe.self, Beacons.self, Status.self]
+        subcommands: [Publish.self, Subscribe.self, Beacons.self, Upstream.self, Status.self]
     )
 }
 

@@ -3,8 +3,9 @@ import Foundation
 import Testing
 import TestSupport
 
-/// `org.nearbyd.Upstream1` over raw D-Bus: what this version does without
-/// the direct channel (issue 6): checks, the durable outbox, failures.
+/// `org.nearbyd.Upstream1` over raw D-Bus without a direct channel (no
+/// manager asks for it, or it cannot open): checks, the durable outbox,
+/// failures by the local TTL.
 @Suite(.serialized) struct UpstreamTests {
     static let upstream = "org.nearbyd.Upstream1"
     static let invalid = "org.nearbyd.Error.InvalidArguments"
@@ -99,6 +100,26 @@ import TestSupport
             #expect(!stranger.failures.values.contains { $0.id == "kept" })
             // The listeners live as long as their Upstream.
             withExtendedLifetime(second) {}
+        }
+    }
+
+    @Test @BusActor func directChannelIsEachManagersWishAndTheLocalRulesHoldWhileItCannotOpen() async throws {
+        try await withCluster { cluster in
+            let upstream = try await Upstream(try await cluster.addDevice("A"))
+            let properties = "org.freedesktop.DBus.Properties"
+            #expect(try await upstream.client.get(upstream.manager, Self.upstream, "DirectChannel").bool == false)
+            _ = try await upstream.client.call(upstream.manager, properties, "Set") { writer throws(DBusError) in
+                try writer.append(Self.upstream)
+                try writer.append("DirectChannel")
+                try writer.append(Variant(.bool(true)))
+            }
+            #expect(try await upstream.client.get(upstream.manager, Self.upstream, "DirectChannel").bool == true)
+            // The server knows no project of API key "key": the device cannot register, the channel cannot open.
+            #expect(try await upstream.client.get(upstream.manager, Self.upstream, "DirectChannelConnected").bool == false)
+            try await upstream.send(["order": "1"], id: "now", ttl: 0)
+            #expect(try await upstream.failures.first(within: 10, "SendFailed for 'now'") { $0.id == "now" }.error == "SERVICE_NOT_AVAILABLE")
+            try await upstream.send(["order": "2"], id: "soon", ttl: 1)
+            #expect(try await upstream.failures.first(within: 10, "SendFailed for 'soon'") { $0.id == "soon" }.error == "TTL_EXCEEDED")
         }
     }
 }

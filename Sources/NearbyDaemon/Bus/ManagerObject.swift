@@ -17,6 +17,8 @@ final class ManagerObject {
     /// Kept as set: permissions (issue 7) are not enforced yet.
     var permissionGranted = true
     var background = false
+    /// `DirectChannel` of `org.nearbyd.Upstream1`: the app wants its API key's direct channel.
+    var directChannel = false
     /// Kept up to date by ``NearbyService`` from the mediums' conditions.
     var microphonePermissionError = false
     var bluetoothPermissionError = false

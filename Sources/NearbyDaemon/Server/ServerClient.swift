@@ -33,9 +33,10 @@ struct ServerClient: Sendable {
         timeout = .milliseconds(Int64(timeoutSeconds * 1000))
     }
 
-    /// The stream's URL: the same server, over ws:// or wss://.
-    func streamURL(_ device: String) -> String {
-        let url = baseURL + APIPath.stream(device)
+    /// The URL of a WebSocket of the API (the stream, the direct channel):
+    /// the same server, over ws:// or wss://.
+    func webSocketURL(_ path: String) -> String {
+        let url = baseURL + path
         if url.hasPrefix("https://") { return "wss://" + url.dropFirst("https://".count) }
         return "ws://" + url.dropFirst("http://".count)
     }

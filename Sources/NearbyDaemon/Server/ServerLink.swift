@@ -1,11 +1,9 @@
 import DBus
 import DequeModule
 import Foundation
-import HTTPTypes
 import Logging
 import NearbyCore
 import ServerAPI
-import WSClient
 
 /// What a ``ServerLink`` tells the daemon, in order.
 enum LinkEvent: Sendable {
@@ -35,11 +33,6 @@ enum LinkEvent: Sendable {
 /// its turn costs no request at all.
 @BusActor
 final class ServerLink {
-    struct Backoff: Sendable {
-        var initial: Duration
-        var maximum: Duration
-    }
-
     private enum Operation: Hashable {
         /// Bring the server's copy of this publication in line with ours.
         case publication(String)
@@ -156,19 +149,17 @@ final class ServerLink {
 
     /// Keeps connected to the server until the task is cancelled.
     func run() async {
-        var delay = backoff.initial
-        while !Task.isCancelled {
+        await backoff.retry {
             do {
                 try await session()
             } catch {
-                if Task.isCancelled { break }
-                logger.warning("nearby-server link: \(error)", metadata: ["server": "\(client.baseURL)"])
+                if !Task.isCancelled { logger.warning("nearby-server link: \(error)", metadata: ["server": "\(client.baseURL)"]) }
             }
-            // A session that got as far as connecting starts the backoff over.
-            if connected { delay = backoff.initial }
+            let reached = connected
             disconnect()
+            return reached
+        } pause: { delay in
             await pause(delay)
-            delay = min(delay * 2, backoff.maximum)
         }
         disconnect()
     }
@@ -238,31 +229,24 @@ final class ServerLink {
     }
 
     private func registration() async throws -> DeviceRegistration {
-        if let stored = await credentials.registration(server: client.baseURL, apiKey: apiKey) { return stored }
-        let registration = try await client.register(apiKey: apiKey)
-        do {
-            try await credentials.store(registration, server: client.baseURL, apiKey: apiKey)
-        } catch {
-            logger.error("cannot save the device registration: \(error)")
-        }
-        logger.info("registered as a device", metadata: ["device": "\(registration.device)", "project": "\(registration.project)"])
-        return registration
+        try await credentials.registration(apiKey: apiKey, with: client, logger: logger)
     }
 
     /// Runs `body`; a refused credential is forgotten, so the next connection registers afresh.
-    private func authenticated<T>(_ body: () async throws(ServerCallError) -> T) async throws -> T {
+    private func authenticated<T>(_ device: DeviceRegistration,
+                                  _ body: () async throws(ServerCallError) -> T) async throws -> T {
         do {
             return try await body()
         } catch .unauthenticated(let message) {
             logger.warning("the server no longer knows this device (\(message)); registering again")
-            try? await credentials.store(nil, server: client.baseURL, apiKey: apiKey)
+            await credentials.forget(device, server: client.baseURL, apiKey: apiKey)
             token = nil
             throw ServerCallError.unauthenticated(message)
         }
     }
 
     private func refreshToken(_ device: DeviceRegistration) async throws {
-        let issued = try await authenticated { () async throws(ServerCallError) in try await client.issueToken(device) }
+        let issued = try await authenticated(device) { () async throws(ServerCallError) in try await client.issueToken(device) }
         token = issued
         notify(.token(issued.token))
     }
@@ -277,8 +261,12 @@ final class ServerLink {
 
     /// Removes from the server what the daemon no longer has and adds what it lacks.
     private func synchronize(_ device: DeviceRegistration) async throws -> Set<String> {
-        let heldPublications = try await authenticated { () async throws(ServerCallError) in try await client.publications(device) }
-        let heldSubscriptions = try await authenticated { () async throws(ServerCallError) in try await client.subscriptions(device) }
+        let heldPublications = try await authenticated(device) { () async throws(ServerCallError) in
+            try await client.publications(device)
+        }
+        let heldSubscriptions = try await authenticated(device) { () async throws(ServerCallError) in
+            try await client.subscriptions(device)
+        }
         var registered = Set(heldPublications.map(\.id)).intersection(publications.keys)
             .union(Set(heldSubscriptions.map(\.id)).intersection(subscriptions.keys))
         var changes: [ChangeBatch.Change] = []
@@ -306,7 +294,7 @@ final class ServerLink {
                 end += 1
             }
             let batch = ChangeBatch(changes: Array(changes[start..<end]))
-            let answer = try await authenticated { () async throws(ServerCallError) in try await client.apply(batch, device) }
+            let answer = try await authenticated(device) { () async throws(ServerCallError) in try await client.apply(batch, device) }
             for (index, change) in batch.changes.enumerated() {
                 if let error = index < answer.results.count ? answer.results[index].error : nil {
                     logger.error("the server refused a change of \(change.id): \(error)")
@@ -438,7 +426,7 @@ final class ServerLink {
                           seenAtMs: $0.seenAtMilliseconds)
                 },
                 gone: gone.map { .init(token: $0.token, medium: $0.medium) })
-            _ = try await authenticated { () async throws(ServerCallError) in try await client.report(report, device) }
+            _ = try await authenticated(device) { () async throws(ServerCallError) in try await client.report(report, device) }
         }
     }
 
@@ -469,32 +457,19 @@ final class ServerLink {
     private func stream(_ device: DeviceRegistration, requests: AsyncStream<StreamRequest>,
                         opened: AsyncStream<Void>.Continuation) async throws {
         defer { opened.finish() }
-        var configuration = WebSocketClientConfiguration(maxFrameSize: ClientBatchLimits.maxStreamMessageBytes,
-                                                         autoPing: .enabled(timePeriod: .seconds(15)))
-        configuration.additionalHeaders[.authorization] = "Bearer \(device.secret)"
         let logger = self.logger
-        try await WebSocketClient.connect(url: client.streamURL(device.device), configuration: configuration,
-                                          logger: logger) { inbound, outbound, _ in
+        try await DeviceSocket.run(url: client.webSocketURL(APIPath.stream(device.device)), device: device,
+                                   maxFrameBytes: ClientBatchLimits.maxStreamMessageBytes, requests: requests,
+                                   logger: logger) {
             opened.yield()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await request in requests {
-                        try await outbound.write(.text(String(decoding: try JSONEncoder().encode(request), as: UTF8.self)))
-                    }
-                }
-                for try await message in inbound.messages(maxSize: ClientBatchLimits.maxStreamMessageBytes) {
-                    guard case .text(let text) = message else { continue }
-                    do {
-                        await self.notify(.stream(try JSONDecoder().decode(StreamEvent.self, from: Data(text.utf8))))
-                    } catch {
-                        logger.warning("ignoring a malformed stream event: \(error)")
-                    }
-                }
-                group.cancelAll()
+        } received: { text in
+            do {
+                await self.notify(.stream(try JSONDecoder().decode(StreamEvent.self, from: Data(text.utf8))))
+            } catch {
+                logger.warning("ignoring a malformed stream event: \(error)")
             }
         }
     }
-
 
     private nonisolated static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }

@@ -1,9 +1,10 @@
 import DBus
 import NearbyCore
+import ServerAPI
 import Upstream
 
-/// `org.nearbyd.Upstream1`, on the manager's object: messages to the app's
-/// application server (doc/dbus-api.md).
+/// `org.nearbyd.Upstream1`, on the manager's object: messages to and from the
+/// app's application server (doc/dbus-api.md).
 extension ManagerObject {
     nonisolated static let upstreamInterfaceName = "org.nearbyd.Upstream1"
 
@@ -22,6 +23,19 @@ extension ManagerObject {
                 }
             },
         ],
+        properties: [
+            Property("DirectChannel", "b", get: { object, _ in .bool(object.directChannel) },
+                     set: { object, value, _ throws(DBusError) in
+                         let wanted = value.bool ?? false
+                         guard wanted != object.directChannel else { return }
+                         object.directChannel = wanted
+                         try object.exported?.emitPropertiesChanged(interface: upstreamInterfaceName, ["DirectChannel"])
+                         object.service.upstream.managersChanged(apiKey: object.manager.apiKey)
+                     }),
+            Property("DirectChannelConnected", "b") { object, _ in
+                .bool(object.service.upstream.isChannelOpen(object.manager.apiKey))
+            },
+        ],
         signals: [
             SignalDescription("SendSucceeded", [Argument("message_id", "s")]),
             SignalDescription("SendFailed", [Argument("message_id", "s"), Argument("error", "s"), Argument("description", "s")]),
@@ -36,5 +50,31 @@ extension ManagerObject {
             try writer.append(error)
             try writer.append(description)
         }
+    }
+
+    /// `SendSucceeded` or `SendFailed` to this manager's owner.
+    func emitVerdict(_ messageID: String, _ verdict: Outbox.Verdict) {
+        switch verdict {
+        case .succeeded:
+            try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: "SendSucceeded") { writer throws(DBusError) in
+                try writer.append(messageID)
+            }
+        case .failed(let failure):
+            emitSendFailed(messageID, error: failure.error, description: failure.description)
+        }
+    }
+
+    /// `MessageReceived` to this manager's owner.
+    func emitMessageReceived(_ message: ChannelDownstream) {
+        try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: "MessageReceived") { writer throws(DBusError) in
+            try writer.append(message.data)
+            try writer.append(message.from)
+            try writer.append(message.messageId)
+        }
+    }
+
+    /// PropertiesChanged for `DirectChannelConnected`: its API key's channel opened or closed.
+    func directChannelConnectedChanged() {
+        try? exported?.emitPropertiesChanged(interface: Self.upstreamInterfaceName, ["DirectChannelConnected"])
     }
 }

@@ -1,0 +1,154 @@
+import DBus
+import Foundation
+import Logging
+import ServerAPI
+import WSClient
+
+/// The direct channel of one API key: the WebSocket to nearby-server
+/// (`GET /v1/devices/{device}/channel`) that carries the upstream messages
+/// of every app of the key and brings their downstream messages.
+///
+/// It connects while it is ``wanted``, reconnecting with the daemon's backoff,
+/// and is closed as soon as it is not. ``onOpenChanged`` hears each time it
+/// opens or closes, ``onEvent`` what the server writes while it is open; both
+/// run on the bus actor, in order. Nothing of a connection that was closed is
+/// heard after ``onOpenChanged(false)``.
+@BusActor
+final class DirectChannel {
+    /// Makes one connection and serves it until it ends: calls `opened` once
+    /// the socket is open, writes each request of `requests`, hands each
+    /// event to `received`, in order.
+    typealias Connect = @Sendable (_ requests: AsyncStream<ChannelRequest>, _ opened: @escaping @Sendable () async -> Void,
+                                   _ received: @escaping @Sendable (ChannelEvent) async -> Void) async throws -> Void
+
+    /// The server broke the protocol (a frame that is not a ``ChannelEvent``):
+    /// the connection is dropped, and the next one waits out the backoff as
+    /// after a failure, since the server may well do it again.
+    struct ProtocolViolation: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    let apiKey: String
+    private let connect: Connect
+    private let backoff: Backoff
+    private let logger: Logger
+    var onOpenChanged: (Bool) -> Void = { _ in }
+    var onEvent: (ChannelEvent) -> Void = { _ in }
+    /// The WebSocket is open: requests sent now are written.
+    private(set) var isOpen = false
+    private var task: Task<Void, Never>?
+    private var outgoing: AsyncStream<ChannelRequest>.Continuation?
+    /// Counts starts and stops: what a stopped run reports late is dropped.
+    private var generation = 0
+
+    init(apiKey: String, connect: @escaping Connect, backoff: Backoff, logger: Logger) {
+        self.apiKey = apiKey
+        self.connect = connect
+        self.backoff = backoff
+        self.logger = logger
+    }
+
+    /// Connecting (or connected) while true; setting it false closes the channel at once.
+    var wanted: Bool {
+        get { task != nil }
+        set {
+            guard newValue != wanted else { return }
+            generation += 1
+            if newValue {
+                let current = generation
+                task = Task { await self.run(current) }
+            } else {
+                task?.cancel()
+                task = nil
+                ended(generation)
+            }
+        }
+    }
+
+    /// Writes `request` if the channel is open; otherwise it is dropped (the
+    /// pending messages are all sent again when it opens).
+    func send(_ request: ChannelRequest) {
+        outgoing?.yield(request)
+    }
+
+    private func run(_ current: Int) async {
+        await backoff.retry {
+            let (requests, sink) = AsyncStream.makeStream(of: ChannelRequest.self)
+            var violated = false
+            do {
+                try await connect(requests, { await self.opened(sink, current) }, { event in await self.received(event, current) })
+            } catch {
+                violated = error is ProtocolViolation
+                if !Task.isCancelled { logger.warning("direct channel: \(error)", metadata: ["key": "\(Self.redacted(apiKey))"]) }
+            }
+            sink.finish()
+            return ended(current) && !violated
+        }
+    }
+
+    private func opened(_ sink: AsyncStream<ChannelRequest>.Continuation, _ current: Int) {
+        guard current == generation else { return }
+        outgoing = sink
+        isOpen = true
+        logger.info("direct channel open", metadata: ["key": "\(Self.redacted(apiKey))"])
+        onOpenChanged(true)
+    }
+
+    private func received(_ event: ChannelEvent, _ current: Int) {
+        guard current == generation, isOpen else { return }
+        onEvent(event)
+    }
+
+    /// The connection of `current` is over; says whether it had opened.
+    @discardableResult
+    private func ended(_ current: Int) -> Bool {
+        guard current == generation else { return false }
+        outgoing?.finish()
+        outgoing = nil
+        guard isOpen else { return false }
+        isOpen = false
+        logger.info("direct channel closed", metadata: ["key": "\(Self.redacted(apiKey))"])
+        onOpenChanged(false)
+        return true
+    }
+
+    /// Enough of an API key to tell which it is in the journal.
+    private nonisolated static func redacted(_ apiKey: String) -> String {
+        String(apiKey.prefix(4)) + "…"
+    }
+
+    /// The real connection: the device registration of the API key (made
+    /// once for the link and the channel), then the WebSocket. A refused
+    /// upgrade may be a credential the server no longer accepts; WSClient does
+    /// not say which status it got, so the server is asked with a REST call,
+    /// and a 401 there forgets the credential as the link does.
+    nonisolated static func connector(apiKey: String, client: ServerClient, credentials: CredentialStore,
+                                      logger: Logger) -> Connect {
+        { requests, opened, received in
+            let device = try await credentials.registration(apiKey: apiKey, with: client, logger: logger)
+            do {
+                try await DeviceSocket.run(url: client.webSocketURL(APIPath.channel(device.device)), device: device,
+                                           maxFrameBytes: ChannelLimits.maximumFrameBytes, requests: requests, logger: logger,
+                                           opened: opened) { text in
+                    let event: ChannelEvent
+                    do {
+                        event = try JSONDecoder().decode(ChannelEvent.self, from: Data(text.utf8))
+                    } catch {
+                        throw ProtocolViolation(description: "malformed frame from the server (\(error)): \(text.prefix(200))")
+                    }
+                    await received(event)
+                }
+            } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
+                do {
+                    _ = try await client.subscriptions(device)
+                } catch ServerCallError.unauthenticated(let message) {
+                    logger.warning("the server no longer knows this device (\(message)); registering again")
+                    await credentials.forget(device, server: client.baseURL, apiKey: apiKey)
+                } catch {
+                    // Unreachable, or refused otherwise: the upgrade's failure is the one to report.
+                }
+                throw error
+            }
+        }
+    }
+}
