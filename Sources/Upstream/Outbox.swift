@@ -111,8 +111,10 @@ public final class Outbox: Sendable {
         let refusal: Refusal? = try queue.write { db in
             let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox WHERE \(Self.pending) AND apiKey = ? AND appID = ?",
                                            arguments: [entry.apiKey, entry.appID]) ?? 0
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM outbox WHERE \(Self.pending) AND apiKey = ? AND appID = ? AND messageID = ?",
-                                 arguments: [entry.apiKey, entry.appID, entry.message.messageID]) == true {
+            // Unique among the pending messages of every app of the API key: they share one
+            // registration id, and application servers ack by registration id and message id.
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM outbox WHERE \(Self.pending) AND apiKey = ? AND messageID = ?",
+                                 arguments: [entry.apiKey, entry.message.messageID]) == true {
                 return .duplicateID
             }
             guard pending < maxPendingPerApp else { return .full(limit: maxPendingPerApp) }

@@ -3,7 +3,7 @@ import Foundation
 import ServerAPI
 import Testing
 
-/// `nearby-server project admin-key`, `beacon ...` and `namespace ...`, run as
+/// `nearby-server project admin-key` and `server-key`, `beacon ...` and `namespace ...`, run as
 /// the built executable on a temporary database.
 @Suite(.enabled(if: executable != nil, "needs the nearby-server executable (swift build --build-tests builds it)"))
 struct BeaconCommandLineTests {
@@ -16,6 +16,25 @@ struct BeaconCommandLineTests {
             #expect(created.status == 0)
             let keys = try #require(try JSONSerialization.jsonObject(with: Data(created.output.utf8)) as? [String: String])
             try await body(database, keys)
+        }
+    }
+
+    @Test func serverKeyIsIssuedAgain() async throws {
+        try await withProject { database, keys in
+            let storage = try SQLiteStorage(path: database[1])
+            #expect(try await storage.isServerKey(Credentials.hash(keys["serverKey"] ?? ""), of: "alpha"))
+            let issued = try await run(["project", "server-key", "alpha", "--json"] + database)
+            #expect(issued.status == 0)
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(issued.output.utf8)) as? [String: String])
+            let newKey = try #require(json["serverKey"])
+            #expect(newKey.count == 43)
+            #expect(try await storage.isServerKey(Credentials.hash(newKey), of: "alpha"))
+            #expect(try await !storage.isServerKey(Credentials.hash(keys["serverKey"] ?? ""), of: "alpha"))
+            let human = try await run(["project", "server-key", "alpha"] + database)
+            #expect(human.output.wholeMatch(of: #/project: alpha\nserver-key: [A-Za-z0-9_-]{43}\n/#) != nil)
+            let missing = try await run(["project", "server-key", "nope"] + database)
+            #expect(missing.status == 1)
+            #expect(missing.errors == "nearby-server: no project named 'nope'\n")
         }
     }
 

@@ -46,11 +46,12 @@ struct CommandLineTests {
             #expect(json?["namespace"] == "alpha")
             #expect(json?["apiKey"]?.count == 43)
             #expect(json?["adminKey"]?.count == 43)
-            #expect(json?["adminKey"] != json?["apiKey"])
+            #expect(json?["serverKey"]?.count == 43)
+            #expect(Set([json?["adminKey"], json?["apiKey"], json?["serverKey"]]).count == 3)
 
             let human = try await run(["project", "create", "beta"] + database)
             #expect(human.status == 0)
-            #expect(human.output.wholeMatch(of: #/project: beta\napi-key: [A-Za-z0-9_-]{43}\nadmin-key: [A-Za-z0-9_-]{43}\n/#) != nil)
+            #expect(human.output.wholeMatch(of: #/project: beta\napi-key: [A-Za-z0-9_-]{43}\nadmin-key: [A-Za-z0-9_-]{43}\nserver-key: [A-Za-z0-9_-]{43}\n/#) != nil)
 
             let duplicate = try await run(["project", "create", "alpha"] + database)
             #expect(duplicate.status == 1)

@@ -22,6 +22,13 @@ import Testing
         #expect(configuration.limits.maxStreamBufferBytes == 16_777_216)
         #expect(configuration.limits.maxObservationsPerRequest == 100)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 16)
+        #expect(configuration.xmpp.listen == ListenAddress(host: "127.0.0.1", port: 5235))
+        #expect(configuration.xmpp.domain == "nearby.local")
+        #expect(!configuration.xmpp.isEnabled)
+        #expect(configuration.xmpp.maxStanzaBytes == 65_536)
+        #expect(configuration.xmpp.maxConnections == 1000)
+        #expect(configuration.xmpp.maxUnackedPerConnection == 100)
+        #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 100)
     }
 
     @Test func everyKeyIsRead() throws {
@@ -45,6 +52,15 @@ import Testing
             max-stream-buffer-bytes = 2000000
             max-observations-per-request = 50
             max-namespaced-types-per-request = 8
+            [xmpp]
+            listen = "0.0.0.0:5236"
+            domain = "ccs.example.org"
+            certificate = "/etc/x.pem"
+            private-key = "/etc/x.key"
+            max-stanza-bytes = 40000
+            max-connections = 7
+            max-unacked-per-connection = 20
+            max-pending-downstream-per-device = 30
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
         #expect(configuration.databasePath == "/tmp/x.sqlite")
@@ -60,6 +76,15 @@ import Testing
         #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
         #expect(configuration.limits.maxObservationsPerRequest == 50)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 8)
+        #expect(configuration.xmpp.listen == ListenAddress(host: "0.0.0.0", port: 5236))
+        #expect(configuration.xmpp.domain == "ccs.example.org")
+        #expect(configuration.xmpp.certificatePath == "/etc/x.pem")
+        #expect(configuration.xmpp.privateKeyPath == "/etc/x.key")
+        #expect(configuration.xmpp.isEnabled)
+        #expect(configuration.xmpp.maxStanzaBytes == 40_000)
+        #expect(configuration.xmpp.maxConnections == 7)
+        #expect(configuration.xmpp.maxUnackedPerConnection == 20)
+        #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 30)
     }
 
     @Test(arguments: [
@@ -84,6 +109,12 @@ import Testing
         ("[database]\npath = \"\"", "[database] path must not be empty"),
         ("listen = 1", "'listen' is outside any section"),
         ("[http\n", "test.conf: line 1"),
+        ("[xmpp]\ncertificate = \"/x.pem\"", "[xmpp] certificate and private-key go together"),
+        ("[xmpp]\ndomain = \"not a host\"", "[xmpp] domain 'not a host' must be a host name"),
+        ("[xmpp]\nmax-stanza-bytes = 1000", "[xmpp] max-stanza-bytes is 1000"),
+        ("[xmpp]\nmax-unacked-per-connection = 0", "[xmpp] max-unacked-per-connection is 0"),
+        ("[xmpp]\nmax-pending-downstream-per-device = 0", "[xmpp] max-pending-downstream-per-device is 0"),
+        ("[xmpp]\nlisten = \"nowhere\"", "[xmpp] listen 'nowhere' must be HOST:PORT"),
     ])
     func rejectsWithAClearMessage(text: String, expected: String) {
         #expect {

@@ -82,13 +82,14 @@ struct OutboxTests {
         #expect(try outbox.nextExpiryMs() == nil)
     }
 
-    @Test func idsAreUniquePerAppAndEachAppHasItsLimit() throws {
+    @Test func idsAreUniquePerAPIKeyAndEachAppHasItsLimit() throws {
         defer { try? FileManager.default.removeItem(at: directory) }
         let outbox = try Outbox(path: path, maxPendingPerApp: 2)
         try outbox.add(entry("one"))
         #expect(throws: Outbox.Refusal.duplicateID) { try outbox.add(entry("one")) }
-        // Another app may use the same id.
-        try outbox.add(entry("one", app: "other"))
+        // Apps of one API key share a registration id: not even another app may use a pending id.
+        #expect(throws: Outbox.Refusal.duplicateID) { try outbox.add(entry("one", app: "other")) }
+        try outbox.add(entry("one-other", app: "other"))
         try outbox.add(entry("two"))
         #expect(throws: Outbox.Refusal.full(limit: 2)) { try outbox.add(entry("three")) }
         #expect(try outbox.all().count == 3)

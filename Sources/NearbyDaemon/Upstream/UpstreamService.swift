@@ -81,7 +81,7 @@ final class UpstreamService {
         do {
             try outbox.add(entry)
         } catch Outbox.Refusal.duplicateID {
-            throw .invalidArguments("message_id '\(message.messageID)' is already pending for this app")
+            throw .invalidArguments("message_id '\(message.messageID)' is already pending for an app of this API key")
         } catch Outbox.Refusal.full(let limit) {
             throw .limitExceeded("this app has \(limit) upstream messages pending already ([upstream] max-pending)")
         } catch {
