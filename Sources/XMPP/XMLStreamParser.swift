@@ -304,8 +304,11 @@ public final class XMLStreamParser {
         flushText()
         let element = open.removeLast()
         if open.isEmpty {
+            // A stanza that ended inside one chunk escaped the check between chunks.
+            let end = consumed
+            if end - boundary > maximumStanzaBytes { return stop(.stanzaTooLarge(limit: maximumStanzaBytes)) }
             events.append(.stanza(element))
-            boundary = consumed
+            boundary = end
         } else {
             open[open.count - 1].children.append(.element(element))
         }

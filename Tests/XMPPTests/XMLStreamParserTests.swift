@@ -155,7 +155,12 @@ struct XMLStreamParserTests {
         var total = try parser.parse(Array(String(repeating: fitting, count: 50).utf8)).count
         for _ in 0..<50 { total += try parser.parse(Array(fitting.utf8)).count }
         #expect(total == 100)
-        // One over the limit fails, even when it never ends.
+        // One over the limit fails, whole in one chunk after others…
+        let whole = XMLStreamParser(maximumStanzaBytes: limit)
+        #expect(throws: XMLStreamParserError.stanzaTooLarge(limit: limit)) {
+            try whole.parse(Array((Self.header + fitting + "<message>" + String(repeating: "x", count: limit) + "</message>").utf8))
+        }
+        // …or never ending.
         let tooLong = "<message>" + String(repeating: "x", count: limit)
         #expect(throws: XMLStreamParserError.stanzaTooLarge(limit: limit)) { try parser.parse(Array(tooLong.utf8)) }
         #expect(XMLStreamParserError.stanzaTooLarge(limit: limit).streamError == .policyViolation)
