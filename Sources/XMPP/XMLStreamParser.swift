@@ -61,7 +61,7 @@ public enum XMLStreamParserError: Error, Sendable, Equatable {
 /// network access stay off, and the first DTD, comment, processing instruction
 /// or non-predefined entity reference stops the parser with
 /// ``XMLStreamParserError/restrictedXML(_:)``. After an error, every later
-/// ``parse(_:)`` throws it again.
+/// call reports it again.
 ///
 /// Not thread-safe and not `Sendable`: a parser belongs to one connection and is
 /// used only on that connection's event loop.
@@ -116,10 +116,13 @@ public final class XMLStreamParser {
         context = makeContext()
     }
 
-    /// Parses the next bytes of the stream and returns the events they completed.
-    public func parse(_ bytes: UnsafeRawBufferPointer) throws(XMLStreamParserError) -> [XMLStreamEvent] {
-        if let failure { throw failure }
-        guard let context else { throw .notWellFormed("no parser") }
+    /// Parses the next bytes of the stream: the events they completed, in order,
+    /// and the error that stopped the stream, if any (the events then are those
+    /// completed before it).
+    public func feed(_ bytes: UnsafeRawBufferPointer) -> (events: [XMLStreamEvent], error: XMLStreamParserError?) {
+        if let failure { return ([], failure) }
+        guard let context else { return ([], .notWellFormed("no parser")) }
+        defer { events = [] }
         var offset = 0
         while offset < bytes.count {
             let count = min(Self.slice, bytes.count - offset)
@@ -135,15 +138,22 @@ public final class XMLStreamParser {
             }
             if let failure {
                 xmlStopParser(context)
-                events = []
-                throw failure
+                return (events, failure)
             }
         }
-        defer { events = [] }
+        return (events, nil)
+    }
+
+    /// Parses the next bytes of the stream and returns the events they completed;
+    /// throws the error that stopped the stream instead, if any.
+    public func parse(_ bytes: UnsafeRawBufferPointer) throws(XMLStreamParserError) -> [XMLStreamEvent] {
+        let (events, error) = feed(bytes)
+        if let error { throw error }
         return events
     }
 
-    /// Parses the next bytes of the stream and returns the events they completed.
+    /// Parses the next bytes of the stream and returns the events they completed;
+    /// throws the error that stopped the stream instead, if any.
     public func parse(_ bytes: some Sequence<UInt8>) throws(XMLStreamParserError) -> [XMLStreamEvent] {
         try Array(bytes).withUnsafeBytes { buffer in Result { () throws(XMLStreamParserError) in try parse(buffer) } }.get()
     }

@@ -78,19 +78,7 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = unwrapInboundIn(data)
         if case .closed = state { return }
-        let events: [XMLStreamEvent]
-        switch buffer.withUnsafeReadableBytes({ bytes in Result { () throws(XMLStreamParserError) in try parser.parse(bytes) } }) {
-        case .success(let parsed):
-            events = parsed
-        case .failure(let error):
-            logger.debug("unusable input", metadata: ["error": "\(error)"])
-            if case .closing = state {
-                context.close(promise: nil)
-            } else {
-                fail(error.streamError, text: Self.describe(error))
-            }
-            return
-        }
+        let (events, error) = buffer.withUnsafeReadableBytes { parser.feed($0) }
         for event in events {
             switch state {
             case .closed: return
@@ -98,6 +86,14 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
                 if event == .streamClosed { context.close(promise: nil) }
             default:
                 handle(event)
+            }
+        }
+        if let error {
+            logger.debug("unusable input", metadata: ["error": "\(error)"])
+            switch state {
+            case .closed: break
+            case .closing: context.close(promise: nil)
+            default: fail(error.streamError, text: Self.describe(error))
             }
         }
     }

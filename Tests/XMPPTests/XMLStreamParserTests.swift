@@ -141,6 +141,14 @@ struct XMLStreamParserTests {
         }
     }
 
+    @Test func feedGivesTheEventsBeforeAnError() {
+        let parser = XMLStreamParser()
+        let (events, error) = Array((Self.header + "<message/><!-- no -->").utf8).withUnsafeBytes { parser.feed($0) }
+        #expect(events.count == 2)
+        #expect(events.last == .stanza(XMLElement("message", namespace: "jabber:client")))
+        #expect(error == .restrictedXML("comment"))
+    }
+
     @Test func textBetweenStanzasIsBadFormat() {
         let parser = XMLStreamParser()
         #expect(throws: XMLStreamParserError.textOutsideStanza) { try parser.parse(Array((Self.header + " hello <a/>").utf8)) }

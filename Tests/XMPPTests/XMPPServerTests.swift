@@ -68,13 +68,15 @@ struct XMPPServerTests {
 
     /// Runs `body` against a started server; shuts it down afterwards.
     func withServer(
-        maximumStanzaBytes: Int = 65536, service: EchoService = EchoService(),
+        maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000, negotiationTimeout: Duration = .seconds(30),
+        service: EchoService = EchoService(),
         _ body: (XMPPServer, Int, EchoService) async throws -> Void
     ) async throws {
         let configuration = XMPPServerConfiguration(
             host: "127.0.0.1", port: 0, domain: Self.domain,
             certificateChainPEM: Self.certificate.certificatePEM, privateKeyPEM: Self.certificate.privateKeyPEM,
-            maximumStanzaBytes: maximumStanzaBytes)
+            maximumStanzaBytes: maximumStanzaBytes, maximumConnections: maximumConnections,
+            negotiationTimeout: negotiationTimeout)
         var logger = Logger(label: "xmpp-test")
         logger.logLevel = .debug
         let server = XMPPServer(configuration: configuration, service: service, logger: logger)
@@ -176,6 +178,32 @@ struct XMPPServerTests {
             client.send(input.hasPrefix("<stream:stream") || input.hasPrefix("<!DOCTYPE") ? input : Self.header + input)
             let answer = try await client.waitFor("</stream:stream>")
             #expect(answer.contains("<stream:error><\(condition) xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"), "\(answer)")
+        }
+    }
+
+    @Test func aStreamNotBoundInTimeGetsConnectionTimeout() async throws {
+        try await withServer(negotiationTimeout: .milliseconds(300)) { _, port, _ in
+            let client = try await RawTLSClient(port: port)
+            defer { client.close() }
+            client.send(Self.header)
+            let answer = try await client.waitFor("</stream:stream>")
+            #expect(answer.contains("<stream:features>"))
+            #expect(answer.contains("<stream:error><connection-timeout xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
+        }
+    }
+
+    @Test func connectionsOverTheLimitAreClosed() async throws {
+        try await withServer(maximumConnections: 1) { _, port, _ in
+            let first = try await RawTLSClient(port: port)
+            defer { first.close() }
+            first.send(Self.header)
+            _ = try await first.waitFor("</stream:features>")
+            let second = try await RawTLSClient(port: port)
+            defer { second.close() }
+            try await second.waitForClose()
+            // The first one is unaffected.
+            first.send("<message/>")
+            _ = try await first.waitFor("<not-authorized ")
         }
     }
 
