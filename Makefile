@@ -8,14 +8,14 @@
 SWIFT ?= swift
 PREFIX ?= /usr
 DESTDIR ?=
-# A virtual environment of Debian's Python for the one tool Debian does not
-# package, openapi-spec-validator (from PyPI), which checks
-# doc/server-api/openapi.yaml. Debian's Python refuses system-wide pip installs.
+# A virtual environment of Debian's Python for what Debian does not package, from
+# PyPI: openapi-spec-validator, which checks doc/server-api/openapi.yaml, and
+# slixmpp, the XMPP client of XMPPTests. Debian's Python refuses system-wide pip installs.
 VENV := .build/venv
 
 # Debian packages the build, the demo and the tests need (the tests' Python
 # D-Bus client runs on Debian's /usr/bin/python3).
-PACKAGES := libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
+PACKAGES := libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev libxml2-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
 	python3-dbus-next
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
@@ -32,6 +32,8 @@ setup:
 	@[ -x $(VENV)/bin/python ] || /usr/bin/python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openapi_spec_validator, yaml" 2>/dev/null || \
 		$(VENV)/bin/python -m pip install -q openapi-spec-validator pyyaml
+	@$(VENV)/bin/python -c "import slixmpp; assert slixmpp.__version__ == '1.8.5'" 2>/dev/null || \
+		$(VENV)/bin/python -m pip install -q slixmpp==1.8.5
 
 build: setup
 	$(SWIFT) build

@@ -29,6 +29,9 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.30.0"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.10.0"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.0.0"),
     ],
     targets: [
         // C: the systemd headers (sd-bus, sd-event, sd-daemon, sd-journal) and the
@@ -134,6 +137,23 @@ let package = Package(
             ]
         ),
         .target(name: "NearbyMessages", dependencies: ["DBus"]),
+        // C: libxml2's SAX2 push parser, for XMPP's XML stream.
+        .systemLibrary(name: "CLibXML2", pkgConfig: "libxml-2.0", providers: [.apt(["libxml2-dev"])]),
+        // An XMPP server in the shape of FCM's XMPP connection server: direct TLS,
+        // SASL PLAIN, resource binding, stanzas to a service.
+        .target(
+            name: "XMPP",
+            dependencies: [
+                "CLibXML2",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
 
         .executableTarget(
             name: "nearbyd",
@@ -224,6 +244,17 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore"]),
+        .testTarget(
+            name: "XMPPTests",
+            dependencies: [
+                "XMPP", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["python"]
+        ),
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(
             name: "EndToEndTests",

@@ -1,0 +1,171 @@
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// Why ``XMPPServer/start()`` failed.
+public enum XMPPServerError: Error, Sendable {
+    /// ``XMPPServer/start()`` was already called.
+    case alreadyStarted
+    /// The certificate chain or private key PEM held nothing usable.
+    case invalidCertificate(String)
+}
+
+/// An XMPP client-to-server endpoint in the shape of FCM's XMPP connection
+/// server: TLS from the first byte (no STARTTLS), SASL PLAIN, resource binding,
+/// then `<message>` stanzas to and from the ``XMPPService``, one
+/// ``XMPPService/serve(_:)`` per bound stream.
+public final class XMPPServer: Sendable {
+    private let core: ServerCore
+    private let channel = Mutex<(any Channel)?>(nil)
+    private let started = Atomic(false)
+
+    public init(configuration: XMPPServerConfiguration, service: any XMPPService, logger: Logger) {
+        core = ServerCore(configuration: configuration, service: service, logger: logger)
+    }
+
+    /// Starts listening; returns the bound port.
+    public func start() async throws -> Int {
+        guard started.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else {
+            throw XMPPServerError.alreadyStarted
+        }
+        let configuration = core.configuration
+        let chain = try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8))
+        guard !chain.isEmpty else { throw XMPPServerError.invalidCertificate("no certificate in the chain PEM") }
+        let key = try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem)
+        var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
+                                                           privateKey: .privateKey(key))
+        tls.minimumTLSVersion = .tlsv12
+        let sslContext = try NIOSSLContext(configuration: tls)
+        let core = self.core
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.so_keepalive), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try core.accept(channel, sslContext: sslContext) }
+            }
+            .bind(host: configuration.host, port: configuration.port).get()
+        self.channel.withLock { $0 = channel }
+        let port = channel.localAddress?.port ?? configuration.port
+        core.logger.info("XMPP server listening", metadata: ["host": "\(configuration.host)", "port": "\(port)"])
+        return port
+    }
+
+    /// Stops accepting connections and ends the streams not yet bound at once
+    /// (`system-shutdown`); waits up to `gracePeriod` for the bound sessions to
+    /// end on their own (the service's last stanzas and ``XMPPSession/close(_:)``),
+    /// then ends those left with `system-shutdown`. Returns once every connection
+    /// is closed and every ``XMPPService/serve(_:)`` has returned (those still
+    /// running then are cancelled first).
+    public func shutdown(gracePeriod: Duration) async {
+        if let channel = channel.withLock({ $0 }) {
+            try? await channel.close()
+        }
+        let connections = core.beginShutdown()
+        for connection in connections { connection.endIfNegotiating() }
+        let deadline = Task {
+            try? await Task.sleep(for: gracePeriod)
+            guard !Task.isCancelled else { return }
+            for connection in connections { connection.end(.systemShutdown) }
+        }
+        for connection in connections { try? await connection.channel.closeFuture.get() }
+        deadline.cancel()
+        for task in core.remainingServeTasks() {
+            task.cancel()
+            await task.value
+        }
+        core.logger.info("XMPP server stopped")
+    }
+}
+
+/// What the server and its connections share: configuration, service, and the
+/// connections and sessions alive (for the connection limit and shutdown).
+final class ServerCore: Sendable {
+    let configuration: XMPPServerConfiguration
+    let service: any XMPPService
+    let logger: Logger
+
+    /// One accepted connection, for shutdown.
+    struct Connection: Sendable {
+        let channel: any Channel
+        let handler: NIOLoopBound<XMPPStreamHandler>
+
+        func endIfNegotiating() {
+            handler.eventLoop.execute { [handler] in
+                if handler.value.isNegotiating { _ = handler.value.closeStream(.systemShutdown, text: "the server is shutting down") }
+            }
+        }
+
+        func end(_ error: StreamError) {
+            handler.eventLoop.execute { [handler] in _ = handler.value.closeStream(error, text: "the server is shutting down") }
+        }
+    }
+
+    private struct State {
+        var connections: [ObjectIdentifier: Connection] = [:]
+        var serveTasks: [ObjectIdentifier: Task<Void, Never>] = [:]
+        var shuttingDown = false
+    }
+
+    private let state = Mutex(State())
+
+    init(configuration: XMPPServerConfiguration, service: any XMPPService, logger: Logger) {
+        self.configuration = configuration
+        self.service = service
+        self.logger = logger
+    }
+
+    /// Sets up an accepted connection's pipeline, or closes it when over the
+    /// connection limit or shutting down. On the channel's event loop.
+    func accept(_ channel: any Channel, sslContext: NIOSSLContext) throws {
+        let handler = XMPPStreamHandler(core: self, eventLoop: channel.eventLoop, logger: logger)
+        let connection = Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
+        let id = ObjectIdentifier(channel)
+        let accepted = state.withLock { state in
+            guard !state.shuttingDown, state.connections.count < configuration.maximumConnections else { return false }
+            state.connections[id] = connection
+            return true
+        }
+        guard accepted else {
+            logger.notice("XMPP connection refused: connection limit reached or shutting down")
+            channel.close(promise: nil)
+            return
+        }
+        channel.closeFuture.whenComplete { [self] _ in
+            _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        }
+        let pipeline = channel.pipeline.syncOperations
+        try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
+        if let idle = configuration.idleTimeout {
+            try pipeline.addHandler(IdleStateHandler(readTimeout: TimeAmount(idle)))
+        }
+        try pipeline.addHandler(handler)
+    }
+
+    /// Runs the service on a newly bound session; once `serve` returns, the
+    /// stream is closed if it is not yet.
+    func serve(_ session: XMPPSession) {
+        let id = ObjectIdentifier(session)
+        let service = self.service
+        state.withLock { state in
+            state.serveTasks[id] = Task {
+                await service.serve(session)
+                await session.close(nil)
+                _ = self.state.withLock { $0.serveTasks.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    func beginShutdown() -> [Connection] {
+        state.withLock { state in
+            state.shuttingDown = true
+            return Array(state.connections.values)
+        }
+    }
+
+    func remainingServeTasks() -> [Task<Void, Never>] {
+        state.withLock { Array($0.serveTasks.values) }
+    }
+}

@@ -1,0 +1,322 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Synchronization
+import Testing
+import TestSupport
+import XMPP
+
+/// The server against real clients: slixmpp (python/ccs_client.py) for what an
+/// application server does, a raw TLS connection for what none would send.
+@Suite(.serialized)
+struct XMPPServerTests {
+    static let domain = "gcm.nearbyd.test"
+    static let username = "myproject@gcm.nearbyd.test"
+    static let password = "server-key"
+
+    static let packageRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let python = packageRoot.appendingPathComponent(".build/venv/bin/python").path
+    static let clientScript = packageRoot.appendingPathComponent("Tests/XMPPTests/python/ccs_client.py").path
+
+    /// The test certificate, and a file holding it for the client to trust.
+    static let certificate: (certificatePEM: String, privateKeyPEM: String, file: String) = {
+        let generated = try! SelfSignedCertificate.generate(commonName: domain, subjectAlternativeNames: [domain, "127.0.0.1"])
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("xmpp-tests-\(getpid()).pem").path
+        try! generated.certificatePEM.write(toFile: file, atomically: true, encoding: .utf8)
+        return (generated.certificatePEM, generated.privateKeyPEM, file)
+    }()
+
+    /// Echoes each message's gcm payload as "echo: …"; ends the session on "bye".
+    struct EchoService: XMPPService {
+        let bound = Inbox<String>()
+        let received = Inbox<String>()
+        let ended = Inbox<String>()
+        /// What a session that received "wait" waits for before it ends.
+        let release = Inbox<Bool>()
+
+        func authenticate(username: String, password: String) async -> Bool {
+            username == XMPPServerTests.username && password == XMPPServerTests.password
+        }
+
+        func serve(_ session: XMPPSession) async {
+            bound.put(session.jid)
+            for await stanza in session.stanzas {
+                let text = stanza.child(named: "gcm", namespace: "google:mobile:data")?.text ?? ""
+                received.put(text)
+                if text == "bye" {
+                    await session.close(nil)
+                    break
+                }
+                if text == "wait" {
+                    _ = try? await release.first(within: 600, "the test") { _ in true }
+                    try? await session.send(XMLElement("message", elements: [
+                        XMLElement("gcm", namespace: "google:mobile:data", text: "last words"),
+                    ]))
+                    await session.close(nil)
+                    break
+                }
+                try? await session.send(XMLElement("message", elements: [
+                    XMLElement("gcm", namespace: "google:mobile:data", text: "echo: " + text),
+                ]))
+            }
+            ended.put(session.jid)
+        }
+    }
+
+    /// Runs `body` against a started server; shuts it down afterwards.
+    func withServer(
+        maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000, negotiationTimeout: Duration = .seconds(30),
+        service: EchoService = EchoService(),
+        _ body: (XMPPServer, Int, EchoService) async throws -> Void
+    ) async throws {
+        let configuration = XMPPServerConfiguration(
+            host: "127.0.0.1", port: 0, domain: Self.domain,
+            certificateChainPEM: Self.certificate.certificatePEM, privateKeyPEM: Self.certificate.privateKeyPEM,
+            maximumStanzaBytes: maximumStanzaBytes, maximumConnections: maximumConnections,
+            negotiationTimeout: negotiationTimeout)
+        var logger = Logger(label: "xmpp-test")
+        logger.logLevel = .debug
+        let server = XMPPServer(configuration: configuration, service: service, logger: logger)
+        let port = try await server.start()
+        do {
+            try await body(server, port, service)
+        } catch {
+            await server.shutdown(gracePeriod: .zero)
+            throw error
+        }
+        await server.shutdown(gracePeriod: .zero)
+    }
+
+    func client(port: Int, password: String = password, _ arguments: [String] = []) async throws -> ChildProcess {
+        try await ChildProcess(
+            name: "slixmpp", executable: Self.python,
+            arguments: [Self.clientScript, "--port", "\(port)", "--jid", Self.username, "--password", password,
+                        "--ca", Self.certificate.file] + arguments)
+    }
+
+    @Test func slixmppAuthenticatesBindsAndExchangesMessages() async throws {
+        try await withServer { _, port, service in
+            let client = try await client(port: port, ["--ping", "--send", #"hello <&> "world""#, "--send", "second", "--expect", "2"])
+            defer { client.signal(SIGKILL) }
+            let started = try await client.waitForLine(containing: "session_start", within: 30)
+            #expect(started.hasPrefix("session_start \(Self.username)/"))
+            try await client.waitForLine(containing: "pong", within: 30)
+            try await client.waitForLine(containing: #"gcm echo: hello <&> "world""#, within: 30)
+            try await client.waitForLine(containing: "gcm echo: second", within: 30)
+            #expect(try await client.waitForExit(within: 30) == 0, "\(client.output)")
+            #expect(service.received.values == [#"hello <&> "world""#, "second"])
+            // The client's disconnect finishes the session's stanzas, and serve returns.
+            _ = try await service.ended.first(within: 30, "serve to return") { _ in true }
+            #expect(service.bound.values.first == String(started.dropFirst("session_start ".count)))
+        }
+    }
+
+    @Test func aWrongPasswordFailsSASL() async throws {
+        try await withServer { _, port, service in
+            let client = try await client(port: port, password: "wrong")
+            defer { client.signal(SIGKILL) }
+            try await client.waitForLine(containing: "failed_auth", within: 30)
+            #expect(!client.output.contains("session_start"))
+            await client.stop(grace: 5)
+            #expect(service.bound.values.isEmpty)
+        }
+    }
+
+    @Test func anOversizedStanzaIsAPolicyViolation() async throws {
+        try await withServer(maximumStanzaBytes: 4096) { _, port, service in
+            let client = try await client(port: port, ["--send", "small", "--send", String(repeating: "x", count: 5000), "--stay"])
+            defer { client.signal(SIGKILL) }
+            try await client.waitForLine(containing: "stream_error policy-violation", within: 30)
+            try await client.waitForLine(containing: "disconnected", within: 30)
+            #expect(service.received.values == ["small"])
+            _ = try await service.ended.first(within: 30, "serve to return") { _ in true }
+        }
+    }
+
+    @Test func theServiceClosingTheSessionEndsTheStream() async throws {
+        try await withServer { _, port, service in
+            let client = try await client(port: port, ["--send", "bye", "--stay"])
+            defer { client.signal(SIGKILL) }
+            try await client.waitForLine(containing: "disconnected", within: 30)
+            #expect(!client.output.contains("stream_error"))
+            #expect(try await client.waitForExit(within: 30) == 0)
+            _ = try await service.ended.first(within: 30, "serve to return") { _ in true }
+        }
+    }
+
+    @Test func malformedXMLGetsNotWellFormedAndTheServerServesOthers() async throws {
+        try await withServer { _, port, _ in
+            let bad = try await RawTLSClient(port: port)
+            bad.send(Self.header + "<message><unclosed></message>")
+            let answer = try await bad.waitFor("</stream:stream>")
+            #expect(answer.contains("<stream:stream "))
+            #expect(answer.contains("<stream:error><not-well-formed xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
+            try await bad.waitForClose()
+
+            let good = try await RawTLSClient(port: port)
+            defer { good.close() }
+            good.send(Self.header)
+            let features = try await good.waitFor("</stream:features>")
+            #expect(features.contains("<mechanism>PLAIN</mechanism>"))
+        }
+    }
+
+    @Test(arguments: [
+        ("<!DOCTYPE x [<!ENTITY a 'b'>]>", "restricted-xml"),
+        ("<message>&a;</message>", "restricted-xml"),
+        ("<message>hi</message>", "not-authorized"),
+        ("<stream:stream to='other.example' version='1.0' xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams'>",
+         "host-unknown"),
+    ])
+    func streamErrors(input: String, condition: String) async throws {
+        try await withServer { _, port, _ in
+            let client = try await RawTLSClient(port: port)
+            defer { client.close() }
+            client.send(input.hasPrefix("<stream:stream") || input.hasPrefix("<!DOCTYPE") ? input : Self.header + input)
+            let answer = try await client.waitFor("</stream:stream>")
+            #expect(answer.contains("<stream:error><\(condition) xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"), "\(answer)")
+        }
+    }
+
+    @Test func aStreamNotBoundInTimeGetsConnectionTimeout() async throws {
+        try await withServer(negotiationTimeout: .milliseconds(300)) { _, port, _ in
+            let client = try await RawTLSClient(port: port)
+            defer { client.close() }
+            client.send(Self.header)
+            let answer = try await client.waitFor("</stream:stream>")
+            #expect(answer.contains("<stream:features>"))
+            #expect(answer.contains("<stream:error><connection-timeout xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
+        }
+    }
+
+    @Test func connectionsOverTheLimitAreClosed() async throws {
+        try await withServer(maximumConnections: 1) { _, port, _ in
+            let first = try await RawTLSClient(port: port)
+            defer { first.close() }
+            first.send(Self.header)
+            _ = try await first.waitFor("</stream:features>")
+            let second = try await RawTLSClient(port: port)
+            defer { second.close() }
+            try await second.waitForClose()
+            // The first one is unaffected.
+            first.send("<message/>")
+            _ = try await first.waitFor("<not-authorized ")
+        }
+    }
+
+    @Test func shutdownEndsStreamsWithSystemShutdownAfterTheGracePeriod() async throws {
+        try await withServer { server, port, service in
+            let client = try await client(port: port, ["--stay"])
+            defer { client.signal(SIGKILL) }
+            try await client.waitForLine(containing: "session_start", within: 30)
+            let raw = try await RawTLSClient(port: port)
+            defer { raw.close() }
+            raw.send(Self.header)
+            _ = try await raw.waitFor("</stream:features>")
+
+            await server.shutdown(gracePeriod: .milliseconds(500))
+            // The negotiating stream ends at once; the bound one after the grace period.
+            let rawAnswer = try await raw.waitFor("</stream:stream>")
+            #expect(rawAnswer.contains("<system-shutdown xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
+            try await client.waitForLine(containing: "stream_error system-shutdown", within: 30)
+            try await client.waitForLine(containing: "disconnected", within: 30)
+            #expect(service.ended.values.count == 1)
+            // No new connections.
+            await #expect(throws: (any Error).self) {
+                let late = try await RawTLSClient(port: port)
+                defer { late.close() }
+                late.send(Self.header)
+                _ = try await late.waitFor("<stream:features>", within: 5)
+            }
+        }
+    }
+
+    @Test func shutdownLetsSessionsEndOnTheirOwnWithinTheGracePeriod() async throws {
+        try await withServer { server, port, service in
+            let client = try await client(port: port, ["--send", "wait", "--stay"])
+            defer { client.signal(SIGKILL) }
+            _ = try await service.received.first(within: 30, "the message") { $0 == "wait" }
+            let shutdown = Task { await server.shutdown(gracePeriod: .seconds(600)) }
+            // The service sends its last stanza and ends the stream itself, as a CCS
+            // layer does after CONNECTION_DRAINING; shutdown returns long before its grace period.
+            service.release.put(true)
+            try await client.waitForLine(containing: "gcm last words", within: 30)
+            try await client.waitForLine(containing: "disconnected", within: 30)
+            #expect(!client.output.contains("stream_error"))
+            try await withTimeout(30, "shutdown to return") { await shutdown.value }
+        }
+    }
+
+    static let header = "<?xml version='1.0'?><stream:stream to='\(domain)' version='1.0' xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams'>"
+}
+
+/// A TLS connection (certificate not checked) that sends whatever a test says
+/// and collects what comes back, for what real clients never send.
+final class RawTLSClient: Sendable {
+    private let channel: any Channel
+    private let received: Inbox<String>
+    private let closed: Inbox<Bool>
+
+    private final class Collector: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        let received: Inbox<String>
+        let closed: Inbox<Bool>
+        var text = ""
+
+        init(received: Inbox<String>, closed: Inbox<Bool>) {
+            self.received = received
+            self.closed = closed
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            text += String(buffer: unwrapInboundIn(data))
+            received.put(text)
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            closed.put(true)
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            context.close(promise: nil)
+        }
+    }
+
+    init(port: Int) async throws {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .none
+        let sslContext = try NIOSSLContext(configuration: tls)
+        let received = Inbox<String>()
+        let closed = Inbox<Bool>()
+        channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: nil))
+                    try channel.pipeline.syncOperations.addHandler(Collector(received: received, closed: closed))
+                }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        self.received = received
+        self.closed = closed
+    }
+
+    func send(_ text: String) {
+        channel.writeAndFlush(channel.allocator.buffer(string: text), promise: nil)
+    }
+
+    /// Everything received, once it contains `text`.
+    func waitFor(_ text: String, within seconds: Double = 30) async throws -> String {
+        try await received.first(within: seconds, "the server to send \(text)") { $0.contains(text) }
+    }
+
+    func waitForClose(within seconds: Double = 30) async throws {
+        _ = try await closed.first(within: seconds, "the server to close the connection") { _ in true }
+    }
+
+    func close() {
+        channel.close(promise: nil)
+    }
+}
