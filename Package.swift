@@ -111,7 +111,7 @@ let package = Package(
         .target(
             name: "NearbyServer",
             dependencies: [
-                "NearbyCore", "ServerAPI", "ConfigFile",
+                "NearbyCore", "ServerAPI", "ConfigFile", "XMPP",
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -167,7 +167,7 @@ let package = Package(
         .executableTarget(
             name: "nearby-server",
             dependencies: [
-                "NearbyServer", "ServerAPI", "SystemdService", "ConfigFile",
+                "NearbyServer", "ServerAPI", "SystemdService", "ConfigFile", "XMPP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
