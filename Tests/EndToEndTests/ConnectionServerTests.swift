@@ -61,14 +61,23 @@ import TestSupport
 
         /// Sets DirectChannel and, when opening, waits until it is connected.
         func directChannel(_ open: Bool) async throws {
-            try await client.connection.call(destination: "org.nearbyd", path: manager, interface: "org.freedesktop.DBus.Properties",
-                                             member: "Set") { writer throws(DBusError) in
-                try writer.append(ConnectionServerTests.upstream)
-                try writer.append("DirectChannel")
-                try writer.append(Variant(.bool(open)))
-            }
+            try await set(ConnectionServerTests.upstream, "DirectChannel", open)
             if open, try await client.get(manager, ConnectionServerTests.upstream, "DirectChannelConnected").bool != true {
                 try await heard.first(within: 20, "DirectChannelConnected") { $0 == .connected(true) }
+            }
+        }
+
+        /// Sets the manager's Background.
+        func background(_ background: Bool) async throws {
+            try await set("org.nearbyd.Manager1", "Background", background)
+        }
+
+        private func set(_ interface: String, _ property: String, _ value: Bool) async throws {
+            try await client.connection.call(destination: "org.nearbyd", path: manager, interface: "org.freedesktop.DBus.Properties",
+                                             member: "Set") { writer throws(DBusError) in
+                try writer.append(interface)
+                try writer.append(property)
+                try writer.append(Variant(.bool(value)))
             }
         }
 
@@ -209,6 +218,51 @@ import TestSupport
             let control = try await Self.waitForPayload(server, #""message_type": "control""#)
             #expect(control["control_type"] as? String == "CONNECTION_DRAINING")
             try await server.waitForLine(containing: "disconnected")
+        }
+    }
+
+    @Test func theChannelIsDroppedInTheBackgroundAndMessagesWaitForTheForeground() async throws {
+        try await withCluster(Cluster.Options(xmpp: true)) { cluster in
+            let keys = try await cluster.createProjectKeys("shop")
+            let server = try await Self.appServer(cluster, keys)
+            let app = try await App(try await cluster.addDevice("A"), apiKey: keys.apiKey)
+            try await app.directChannel(true)
+            try await app.background(true)
+            try await app.heard.first(within: 20, "DirectChannelConnected false") { $0 == .connected(false) }
+            try await app.send(["later": "yes"], id: "waits")
+            #expect(!Self.payloads(server).contains { $0["message_id"] as? String == "waits" })
+            try await app.background(false)
+            _ = try await Self.waitForPayload(server, #""message_id": "waits""#)
+            try await app.heard.first(within: 20, "SendSucceeded") { $0 == .succeeded("waits") }
+            await app.close()
+            await server.stop()
+        }
+    }
+
+    @Test func nearbyctlSendsUpstreamAndListensDownstream() async throws {
+        try await withCluster(Cluster.Options(xmpp: true)) { cluster in
+            let keys = try await cluster.createProjectKeys("shop")
+            let learner = try await Self.appServer(cluster, keys, ["--once"])
+            let device = try await cluster.addDevice("A")
+            let sent = try await runProgram(Programs.path("nearbyctl"), [
+                "upstream", "send", "--bus", device.busAddress, "--api-key", keys.apiKey, "--to", "shop@\(Cluster.xmppDomain)",
+                "--id", "cli-1", "item=42",
+            ])
+            #expect(sent.status == 0)
+            #expect(sent.output.contains("succeeded cli-1"))
+            let delivered = try await Self.waitForPayload(learner, #""message_id": "cli-1""#)
+            #expect(delivered["data"] as? [String: String] == ["item": "42"])
+            let registration = try #require(delivered["from"] as? String)
+            await learner.stop()
+
+            let listener = try await ChildProcess(name: "nearbyctl", executable: Programs.path("nearbyctl"), arguments: [
+                "upstream", "listen", "--bus", device.busAddress, "--api-key", keys.apiKey, "--count", "1",
+            ])
+            try await listener.waitForLine(containing: "connected")
+            let server = try await Self.appServer(cluster, keys, ["--send", #"{"to": "\#(registration)", "message_id": "d-9", "data": {"note": "hi"}}"#])
+            try await listener.waitForLine(containing: "message d-9 from shop note=hi")
+            #expect(try await listener.waitForExit() == 0)
+            await server.stop()
         }
     }
 
