@@ -14,8 +14,15 @@ public enum Credentials {
     /// A device id: 16 random bytes, URL-safe base64 (22 characters).
     public static func newDeviceID() -> String { urlSafeBase64(randomBytes(16)) }
 
-    /// A device secret or project API key: 32 random bytes, URL-safe base64 (43 characters).
-    public static func newSecret() -> String { urlSafeBase64(randomBytes(32)) }
+    /// A device secret or project key: 32 random bytes, URL-safe base64 (43
+    /// characters), never starting with '-', which would read as an option
+    /// where a key follows one on a command line (`--api-key KEY`).
+    public static func newSecret() -> String {
+        while true {
+            let secret = urlSafeBase64(randomBytes(32))
+            if secret.first != "-" { return secret }
+        }
+    }
 
     /// SHA-256 of the credential's UTF-8 text.
     public static func hash(_ credential: String) -> Data {

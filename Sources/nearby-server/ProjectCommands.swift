@@ -136,21 +136,11 @@ struct ProjectCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: "The project.")
-        var name: String
-
-        @OptionGroup var storage: StorageOptions
-
-        @Flag(help: "Print JSON instead of text.")
-        var json = false
+        @OptionGroup var arguments: IssuedKeyArguments
 
         func run() async throws {
-            let issued = try await admin(storage).issueAdminKey(name: name)
-            if json {
-                try printJSON(issued)
-            } else {
-                print("project: \(issued.project)\nadmin-key: \(issued.adminKey)")
-            }
+            let issued = try await admin(arguments.storage).issueAdminKey(name: arguments.name)
+            try arguments.show(issued, project: issued.project, label: "admin-key", key: issued.adminKey)
         }
     }
 
@@ -173,21 +163,31 @@ struct ProjectCommand: AsyncParsableCommand {
                 """
         )
 
-        @Argument(help: "The project.")
-        var name: String
-
-        @OptionGroup var storage: StorageOptions
-
-        @Flag(help: "Print JSON instead of text.")
-        var json = false
+        @OptionGroup var arguments: IssuedKeyArguments
 
         func run() async throws {
-            let issued = try await admin(storage).issueServerKey(name: name)
-            if json {
-                try printJSON(issued)
-            } else {
-                print("project: \(issued.project)\nserver-key: \(issued.serverKey)")
-            }
+            let issued = try await admin(arguments.storage).issueServerKey(name: arguments.name)
+            try arguments.show(issued, project: issued.project, label: "server-key", key: issued.serverKey)
+        }
+    }
+}
+
+/// What the commands that issue a project a new key take, and how they print it.
+struct IssuedKeyArguments: ParsableArguments {
+    @Argument(help: "The project.")
+    var name: String
+
+    @OptionGroup var storage: StorageOptions
+
+    @Flag(help: "Print JSON instead of text.")
+    var json = false
+
+    /// `project: NAME` and `LABEL: KEY`, or `issued` as JSON.
+    func show(_ issued: some Encodable, project: String, label: String, key: String) throws {
+        if json {
+            try printJSON(issued)
+        } else {
+            print("project: \(project)\n\(label): \(key)")
         }
     }
 }

@@ -30,6 +30,13 @@ import Testing
         }
     }
 
+    /// A key that began with '-' would read as an option after `--api-key`
+    /// (one key in 64 would, drawn freely).
+    @Test func keysNeverStartWithADash() {
+        let secrets = (0..<2000).map { _ in Credentials.newSecret() }
+        #expect(secrets.allSatisfy { $0.count == 43 && $0.first != "-" })
+    }
+
     @Test func duplicateNameIsAnError() async throws {
         try await withTemporaryDirectory { directory in
             let admin = ProjectAdmin(storage: try SQLiteStorage(path: directory.appendingPathComponent("db.sqlite").path))
