@@ -221,6 +221,24 @@ import TestSupport
         }
     }
 
+    @Test func theServerFailsWhatItCannotDeliver() async throws {
+        try await withCluster(Cluster.Options(xmpp: true)) { cluster in
+            let keys = try await cluster.createProjectKeys("shop")
+            let app = try await App(try await cluster.addDevice("A"), apiKey: keys.apiKey)
+            try await app.directChannel(true)
+            // Now or never, and no application server is connected.
+            try await app.send(["n": "1"], id: "now", ttl: 0)
+            try await app.heard.first(within: 20, "SendFailed now") { $0 == .failed("now", "SERVICE_NOT_AVAILABLE") }
+            // Another project's application server.
+            try await app.send(["n": "2"], id: "elsewhere", to: "other@\(Cluster.xmppDomain)")
+            try await app.heard.first(within: 20, "SendFailed elsewhere") { $0 == .failed("elsewhere", "INVALID_PARAMETERS") }
+            // No application server acks it within its TTL.
+            try await app.send(["n": "3"], id: "late", ttl: 1)
+            try await app.heard.first(within: 20, "SendFailed late") { $0 == .failed("late", "TTL_EXCEEDED") }
+            await app.close()
+        }
+    }
+
     @Test func theChannelIsDroppedInTheBackgroundAndMessagesWaitForTheForeground() async throws {
         try await withCluster(Cluster.Options(xmpp: true)) { cluster in
             let keys = try await cluster.createProjectKeys("shop")

@@ -78,6 +78,17 @@ import Testing
         }
     }
 
+    @Test func severalConnectionsOfOneSenderShareTheMessages() async throws {
+        try await withServer(configure: { $0.xmpp.maxUnackedPerConnection = 1 }) { h in
+            var s = try await Self.setUp(h)
+            var second = await s.hub.openSession(project: "alpha").output.makeAsyncIterator()
+            for index in 1...2 { await s.hub.received(Self.upstream("m-\(index)"), device: s.device, project: "alpha") }
+            let first = try Self.json(await s.session.next())["message_id"] as? String
+            let other = try Self.json(await second.next())["message_id"] as? String
+            #expect(Set([first, other]) == ["m-1", "m-2"])
+        }
+    }
+
     @Test func ttlZeroWithoutAnApplicationServerFailsAtOnce() async throws {
         try await withServer { h in
             var s = try await Self.setUp(h, session: false)
