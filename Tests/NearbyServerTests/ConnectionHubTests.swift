@@ -189,7 +189,10 @@ import Testing
             let control = try Self.json(await s.session.next())
             #expect(control["message_type"] as? String == "control")
             #expect(control["control_type"] as? String == "CONNECTION_DRAINING")
-            // A message now waits for a connection that is not draining.
+            // A downstream message is refused, to be sent again elsewhere.
+            let refused = try Self.json(await s.hub.received(#"{"to":"\#(s.device)","message_id":"d-1"}"#, from: s.sessionID))
+            #expect(refused["error"] as? String == "SERVICE_UNAVAILABLE")
+            // An upstream message waits for a connection that is not draining.
             await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
             await s.hub.closeSession(s.sessionID)
             #expect(await s.session.next() == nil)

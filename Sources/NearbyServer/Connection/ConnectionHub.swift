@@ -148,6 +148,8 @@ public actor ConnectionHub {
         func nack(_ code: CCSPayload.NackCode, _ description: String) -> String {
             CCSPayload.nack(.init(code: code, description: description, messageId: message.messageId, to: message.to))
         }
+        // Shutting down: the application server sends it again on a connection to another replica.
+        guard !draining else { return nack(.serviceUnavailable, "the server is shutting down (CONNECTION_DRAINING); send it again on a new connection") }
         switch try await storage.registration(message.to, project: session.project) {
         case .registered: break
         case .unregistered: return nack(.deviceUnregistered, "the device '\(message.to)' is no longer registered")
