@@ -203,7 +203,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "bench",
-            exclude: ["reference", "modem-compare"]
+            exclude: ["reference", "modem-compare", "ccs_appserver.py"]
         ),
 
         // Helpers for tests that start real processes: a private dbus-daemon,

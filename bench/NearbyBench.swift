@@ -25,12 +25,17 @@ struct NearbyBench: AsyncParsableCommand {
             scan       CPU of nearbyd's BlueZ backend per 1,000 advertisement
                        reports per second from bluetoothd's stand-in, against a
                        C sd-bus consumer reading the same signals (scan_floor).
+            upstream   SendMessage-to-SendSucceeded through nearby-server's connection
+                       server and a slixmpp application server (bench/ccs_appserver.py)
+                       that acks, from one sender and from 100 at once, against the
+                       round trips the path cannot avoid (D-Bus, HTTP, an XMPP dry run)
+                       and the dry-run rate of one XMPP connection.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
             Markdown rows for doc/performance.md.
             """,
-        subcommands: [All.self, Discovery.self, Throughput.self, Memory.self, Scan.self],
+        subcommands: [All.self, Discovery.self, Throughput.self, Memory.self, Scan.self, Upstream.self],
         defaultSubcommand: All.self
     )
 }
@@ -62,6 +67,7 @@ struct All: AsyncParsableCommand {
         try await ThroughputBenchmark.run(locations: locations, pairs: 20_000, window: 64, rounds: 7)
         try await MemoryBenchmark.run(locations: locations, publications: 10_000)
         try await ScanBenchmark.run(locations: locations, rate: 1000, seconds: 10, rounds: 3)
+        try await UpstreamBenchmark.run(messages: 500, senders: 100, total: 5000)
     }
 }
 
@@ -130,6 +136,26 @@ struct Scan: AsyncParsableCommand {
     func run() async throws {
         locations.apply()
         try await ScanBenchmark.run(locations: locations, rate: rate, seconds: seconds, rounds: rounds)
+    }
+}
+
+struct Upstream: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Upstream message latency and rate through the connection server.")
+
+    @OptionGroup var locations: Locations
+
+    @Option(help: "Messages from one sender, and round trips of each floor (at least 100 for a p99).")
+    var messages = 500
+
+    @Option(help: "Senders at once, each an app with its own manager.")
+    var senders = 100
+
+    @Option(help: "Messages from all the senders together.")
+    var total = 5000
+
+    func run() async throws {
+        locations.apply()
+        try await UpstreamBenchmark.run(messages: messages, senders: senders, total: total)
     }
 }
 
