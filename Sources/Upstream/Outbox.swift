@@ -70,6 +70,9 @@ public final class Outbox: Sendable {
     public init(path: String, maxPendingPerApp: Int) throws {
         var configuration = Configuration()
         configuration.label = "nearbyd-outbox"
+        // WAL with full syncs: each commit is durable with one sync of the log,
+        // where the rollback journal took three or four per commit.
+        configuration.journalMode = .wal
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
@@ -130,13 +133,20 @@ public final class Outbox: Sendable {
     }
 
     /// Gives a pending message its verdict and returns it; nil when it is not
-    /// pending (unknown, or settled already: a verdict repeated after a reconnect).
-    public func settle(apiKey: String, appID: String, messageID: String, _ verdict: Verdict) throws -> Entry? {
+    /// pending (unknown, or settled already: a verdict repeated after a
+    /// reconnect). `told`: its app hears the verdict now, so the message is
+    /// removed in the same transaction instead of kept for ``takeSettled(apiKey:appID:)``.
+    public func settle(apiKey: String, appID: String, messageID: String, _ verdict: Verdict, told: Bool = false) throws -> Entry? {
         try queue.write { db in
             guard var entry = try Self.entries(db, where: "\(Self.pending) AND apiKey = ? AND appID = ? AND messageID = ?",
                                                [apiKey, appID, messageID]).first else { return nil }
             entry.verdict = verdict
-            try Self.record(verdict, of: entry, db)
+            if told {
+                try db.execute(sql: "DELETE FROM outbox WHERE apiKey = ? AND appID = ? AND messageID = ?",
+                               arguments: [apiKey, appID, messageID])
+            } else {
+                try Self.record(verdict, of: entry, db)
+            }
             return entry
         }
     }

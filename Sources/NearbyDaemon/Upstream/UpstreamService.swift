@@ -163,14 +163,16 @@ final class UpstreamService {
     }
 
     private func settle(_ apiKey: String, _ appID: String, _ messageID: String, _ verdict: Outbox.Verdict) {
+        let managers = managers(apiKey: apiKey, appID: appID)
         do {
             // A verdict for a message settled already (repeated after a reconnect) is dropped.
-            guard try outbox.settle(apiKey: apiKey, appID: appID, messageID: messageID, verdict) != nil else { return }
+            // With the app here it is told at once, in one transaction; otherwise kept for its next manager.
+            guard let entry = try outbox.settle(apiKey: apiKey, appID: appID, messageID: messageID, verdict,
+                                                told: !managers.isEmpty) else { return }
+            tell(entry, verdict, to: managers)
         } catch {
             logger.error("cannot write the upstream outbox: \(error)")
-            return
         }
-        tellVerdicts(apiKey: apiKey, appID: appID)
     }
 
     // MARK: TTLs
@@ -219,18 +221,26 @@ final class UpstreamService {
     /// `SendSucceeded` and `SendFailed` for an app's settled messages, to its
     /// live managers; kept while it has none.
     private func tellVerdicts(apiKey: String, appID: String) {
-        let managers = liveManagers().filter { $0.manager.apiKey == apiKey && $0.manager.appId == appID }
+        let managers = managers(apiKey: apiKey, appID: appID)
         guard !managers.isEmpty else { return }
         do {
             for entry in try outbox.takeSettled(apiKey: apiKey, appID: appID) {
                 guard let verdict = entry.verdict else { continue }
-                logger.debug("upstream verdict told", metadata: ["app": "\(appID)", "message": "\(entry.message.messageID)",
-                                                                 "verdict": "\(verdict)", "managers": "\(managers.count)"])
-                for manager in managers { manager.emitVerdict(entry.message.messageID, verdict) }
+                tell(entry, verdict, to: managers)
             }
         } catch {
             logger.error("cannot read the upstream outbox: \(error)")
         }
+    }
+
+    private func managers(apiKey: String, appID: String) -> [ManagerObject] {
+        liveManagers().filter { $0.manager.apiKey == apiKey && $0.manager.appId == appID }
+    }
+
+    private func tell(_ entry: Outbox.Entry, _ verdict: Outbox.Verdict, to managers: [ManagerObject]) {
+        logger.debug("upstream verdict told", metadata: ["app": "\(entry.appID)", "message": "\(entry.message.messageID)",
+                                                         "verdict": "\(verdict)", "managers": "\(managers.count)"])
+        for manager in managers { manager.emitVerdict(entry.message.messageID, verdict) }
     }
 
     /// An outbox entry as the channel carries it.

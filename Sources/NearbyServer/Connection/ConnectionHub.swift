@@ -55,6 +55,13 @@ public actor ConnectionHub {
     private var nextID: UInt64 = 0
     private var pumping: Set<String> = []
     private var pumpAgain: Set<String> = []
+    /// Per project, the position of the last upstream message handed out:
+    /// everything before it is out, failed, or expired (the sweep's), so the
+    /// next hand-out reads only after it.
+    private var handedUpTo: [String: Int64] = [:]
+    /// Projects whose hand-out reads from the start again: a session ended
+    /// and gave back what it had not acked.
+    private var rescan: Set<String> = []
     /// Per project, ids of just-received messages with no time left (TTL 0)
     /// that may go out on the next hand-out though they have expired.
     private var fresh: [String: Set<String>] = [:]
@@ -92,6 +99,7 @@ public actor ConnectionHub {
         guard let session = sessions.removeValue(forKey: id) else { return }
         session.output.finish()
         inFlight[session.project, default: []].subtract(session.unacked)
+        if !session.unacked.isEmpty { rescan.insert(session.project) }
         Task { await pump(session.project) }
     }
 
@@ -305,13 +313,15 @@ public actor ConnectionHub {
         let receipts = try await storage.receipts(project: project, after: 0, limit: room + busy.count)
             .filter { !busy.contains(.receipt($0.messageId)) }
         let now = clock.nowMs
-        let messages = try await storage.pendingUpstream(project: project, after: 0, limit: room + busy.count)
+        let after = rescan.remove(project) != nil ? 0 : handedUpTo[project] ?? 0
+        let messages = try await storage.pendingUpstream(project: project, after: after, limit: room + busy.count)
             .filter { !busy.contains(.upstream($0.position)) && ($0.expiresAtMs > now || fresh.contains($0.messageId)) }
         var work: [(Flight, String)] = receipts.map { (.receipt($0.messageId), $0.payload) }
         work += messages.map {
             (.upstream($0.position), CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))
         }
         var next = work.makeIterator()
+        var handed = after
         // The sessions may have changed while storage was read.
         for session in sessions.values where session.project == project && !session.draining {
             while session.unacked.count < maxUnackedPerSession, let (flight, payload) = next.next() {
@@ -319,8 +329,10 @@ public actor ConnectionHub {
                 session.unacked.insert(flight)
                 inFlight[project, default: []].insert(flight)
                 session.output.yield(payload)
+                if case .upstream(let position) = flight { handed = position }
             }
         }
+        handedUpTo[project] = handed
     }
 
     // MARK: Time
