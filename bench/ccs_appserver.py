@@ -26,40 +26,26 @@ and exits.
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 
-import slixmpp
-from slixmpp.xmlstream import ET
-from slixmpp.xmlstream.handler import Callback
-from slixmpp.xmlstream.matcher import MatchXPath
-
-GCM = "google:mobile:data"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Tests", "TestSupport", "python"))
+from ccs_app import CCSApp, say  # noqa: E402
 
 
-def say(*words):
-    print(*words, flush=True)
-
-
-class AppServer(slixmpp.ClientXMPP):
-    def __init__(self, jid, key, args):
-        super().__init__(jid, key)
+class AppServer(CCSApp):
+    def __init__(self, args):
+        super().__init__(args.jid, args.key, args.ca)
         self.args = args
         self.devices = set()
         # Dry-run message id -> the future its ack or nack settles.
         self.waiting = {}
-        self.register_handler(Callback("gcm", MatchXPath("{jabber:client}message/{%s}gcm" % GCM), self.on_gcm))
         self.add_event_handler("session_start", self.on_start)
         self.add_event_handler("disconnected", lambda _: asyncio.get_event_loop().stop())
-        self.add_event_handler("failed_auth", lambda _: say("failed_auth"))
 
-    def send_gcm(self, payload):
-        message = self.Message()
-        message["id"] = ""
-        gcm = ET.Element("{%s}gcm" % GCM)
-        gcm.text = json.dumps(payload)
-        message.append(gcm)
-        message.send()
+    def send_json(self, payload):
+        self.send_gcm(json.dumps(payload))
 
     async def on_start(self, _):
         say("ready")
@@ -69,14 +55,14 @@ class AppServer(slixmpp.ClientXMPP):
             finally:
                 self.disconnect()
 
-    def on_gcm(self, message):
-        payload = json.loads(message.xml.find("{%s}gcm" % GCM).text or "")
+    def on_payload(self, text):
+        payload = json.loads(text)
         kind = payload.get("message_type")
         if kind is None:
             if payload["from"] not in self.devices:
                 self.devices.add(payload["from"])
                 say("device", payload["from"])
-            self.send_gcm({"to": payload["from"], "message_id": payload["message_id"], "message_type": "ack"})
+            self.send_json({"to": payload["from"], "message_id": payload["message_id"], "message_type": "ack"})
         elif kind in ("ack", "nack"):
             waiter = self.waiting.pop(payload.get("message_id"), None)
             if waiter is None:
@@ -89,7 +75,7 @@ class AppServer(slixmpp.ClientXMPP):
     async def dry_run(self, message_id):
         waiter = asyncio.get_event_loop().create_future()
         self.waiting[message_id] = waiter
-        self.send_gcm({"to": self.args.dry_run_to, "message_id": message_id, "data": {"n": message_id},
+        self.send_json({"to": self.args.dry_run_to, "message_id": message_id, "data": {"n": message_id},
                        "dry_run": True})
         await waiter
 
@@ -127,9 +113,8 @@ def main():
     parser.add_argument("--window", type=int, default=100)
     args = parser.parse_args()
 
-    server = AppServer(args.jid, args.key, args)
-    server.ca_certs = args.ca
-    server.connect((args.host, args.port), use_ssl=True, disable_starttls=True)
+    server = AppServer(args)
+    server.connect_direct_tls(args.host, args.port)
     asyncio.get_event_loop().run_forever()
 
 

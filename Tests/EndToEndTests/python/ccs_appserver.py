@@ -18,44 +18,26 @@ payload to send once the session starts; repeatable; sent in order),
 import argparse
 import asyncio
 import json
+import os
 import sys
 
-import slixmpp
-from slixmpp.xmlstream import ET
-from slixmpp.xmlstream.handler import Callback
-from slixmpp.xmlstream.matcher import MatchXPath
-
-GCM = "google:mobile:data"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "TestSupport", "python"))
+from ccs_app import CCSApp, say  # noqa: E402
 
 
-def say(*words):
-    print(*words, flush=True)
-
-
-class AppServer(slixmpp.ClientXMPP):
-    def __init__(self, jid, key, args):
-        super().__init__(jid, key)
+class AppServer(CCSApp):
+    def __init__(self, args):
+        super().__init__(args.jid, args.key, args.ca)
         self.args = args
-        self.register_handler(Callback("gcm", MatchXPath("{jabber:client}message/{%s}gcm" % GCM), self.on_gcm))
         self.add_event_handler("session_start", self.on_start)
         self.add_event_handler("disconnected", self.on_disconnected)
-        self.add_event_handler("failed_auth", lambda _: say("failed_auth"))
-
-    def send_gcm(self, payload):
-        message = self.Message()
-        message["id"] = ""
-        gcm = ET.Element("{%s}gcm" % GCM)
-        gcm.text = payload
-        message.append(gcm)
-        message.send()
 
     async def on_start(self, _):
         say("ready")
         for payload in self.args.send:
             self.send_gcm(payload)
 
-    def on_gcm(self, message):
-        text = message.xml.find("{%s}gcm" % GCM).text or ""
+    def on_payload(self, text):
         try:
             payload = json.loads(text)
         except ValueError:
@@ -78,7 +60,7 @@ class AppServer(slixmpp.ClientXMPP):
     def connect_to_server(self, delay=0.0):
         async def attempt():
             await asyncio.sleep(delay)
-            self.connect((self.args.host, self.args.port), use_ssl=True, disable_starttls=True)
+            self.connect_direct_tls(self.args.host, self.args.port)
         asyncio.ensure_future(attempt())
 
 
@@ -94,10 +76,7 @@ def main():
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args()
 
-    server = AppServer(args.jid, args.key, args)
-    # The server's certificate is checked against the JID's domain, with the
-    # certificate itself as the CA.
-    server.ca_certs = args.ca
+    server = AppServer(args)
     server.connect_to_server()
     asyncio.get_event_loop().run_forever()
 
