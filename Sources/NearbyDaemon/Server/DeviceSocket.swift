@@ -25,8 +25,9 @@ enum DeviceSocket {
             await opened()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
+                    let encoder = JSONEncoder()
                     for await request in requests {
-                        try await outbound.write(.text(String(decoding: try JSONEncoder().encode(request), as: UTF8.self)))
+                        try await outbound.write(.text(String(decoding: try encoder.encode(request), as: UTF8.self)))
                     }
                 }
                 for try await message in inbound.messages(maxSize: maxFrameBytes) {

@@ -28,10 +28,11 @@ enum ChannelEndpoint {
                 }
             }
             group.addTask {
+                let decoder = JSONDecoder()
                 do {
                     for try await message in inbound.messages(maxSize: ChannelLimits.maximumFrameBytes) {
                         guard case .text(let text) = message,
-                              let request = try? JSONDecoder().decode(ChannelRequest.self, from: Data(text.utf8)) else {
+                              let request = try? decoder.decode(ChannelRequest.self, from: Data(text.utf8)) else {
                             try await outbound.close(.unacceptableData, reason: "expected a text frame holding a channel request")
                             return
                         }
