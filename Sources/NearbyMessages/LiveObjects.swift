@@ -8,18 +8,22 @@ final class DaemonObject: Sendable {
     let manager: MessageManager
     let interface: String
     let endMethod: String
+    /// The app's permission dialog given for it, exported while it lives.
+    let dialog: DaemonCallee<[String]>?
     private var bus: NearbyBus { manager.bus }
 
-    init(path: ObjectPath, manager: MessageManager, interface: String, endMethod: String) {
+    init(path: ObjectPath, manager: MessageManager, interface: String, endMethod: String, dialog: DaemonCallee<[String]>?) {
         self.path = path
         self.manager = manager
         self.interface = interface
         self.endMethod = endMethod
+        self.dialog = dialog
     }
 
     deinit {
         bus.unroute(path)
         bus.sendAndForget(path, interface, endMethod)
+        if let dialog { Task { @BusActor in dialog.unexport() } }
     }
 
     var status: String {
@@ -40,12 +44,13 @@ public final class Publication: Sendable {
     /// The manager it was made from, kept alive by it.
     public var manager: MessageManager { object.manager }
 
-    init(path: ObjectPath, manager: MessageManager) {
+    init(path: ObjectPath, manager: MessageManager, dialog: DaemonCallee<[String]>?) {
         object = DaemonObject(path: path, manager: manager, interface: "org.nearbyd.Publication1",
-                              endMethod: "Unpublish")
+                              endMethod: "Unpublish", dialog: dialog)
     }
 
-    /// `inactive`, `starting` or `active`.
+    /// `starting` (waiting for the server or a medium), `active`, or
+    /// `inactive` (the app's permission was revoked).
     public var status: String {
         get async throws { try await object.status }
     }
@@ -65,12 +70,13 @@ public final class Subscription: Sendable {
     /// The manager it was made from, kept alive by it.
     public var manager: MessageManager { object.manager }
 
-    init(path: ObjectPath, manager: MessageManager) {
+    init(path: ObjectPath, manager: MessageManager, dialog: DaemonCallee<[String]>?) {
         object = DaemonObject(path: path, manager: manager, interface: "org.nearbyd.Subscription1",
-                              endMethod: "Unsubscribe")
+                              endMethod: "Unsubscribe", dialog: dialog)
     }
 
-    /// `inactive`, `starting` or `active`.
+    /// `starting` (waiting for the server or a medium), `active`, or
+    /// `inactive` (the app's permission was revoked).
     public var status: String {
         get async throws { try await object.status }
     }

@@ -104,7 +104,8 @@ public struct Strategy: Sendable, Equatable {
     /// Seconds; 0 (subscriptions only) means until ended.
     public var ttlSeconds: UInt32?
     public var distance: Distance?
-    /// Keep working while the app is in the background (stored until permissions are enforced).
+    /// Keep working while the app is in the background (BLE only: audio
+    /// pauses there). Default false: the object pauses in the background.
     public var allowInBackground: Bool?
 
     /// A strategy; what is left nil is the daemon's default.
@@ -122,7 +123,11 @@ public struct Strategy: Sendable, Equatable {
 public struct NearbyMessagesError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The daemon's errors (doc/dbus-api.md), and the bus's when the daemon cannot be reached.
     public enum Kind: Sendable, Equatable {
-        case invalidArguments, notPermitted, limitExceeded, notSupported, accessDenied
+        case invalidArguments, limitExceeded, notSupported
+        /// The user denied Nearby to the app (Publish, Subscribe).
+        case notPermitted
+        /// The caller may not do this (another user's permissions, daemon-wide settings).
+        case accessDenied
         /// The object or agent named is gone (ended, expired, released).
         case doesNotExist
         /// nearbyd is not running on that bus (or not reachable).

@@ -43,14 +43,24 @@ public final class MessageManager: Sendable {
 
     /// Creates a manager. `appId` identifies the app for permission decisions
     /// and upstream messages (default: derived from the user and the API
-    /// key). `errorStateChanged` runs on the bus thread with the new state each
-    /// time it changes; `upstream` hears of upstream messages and the direct
-    /// channel (including verdicts kept from before the manager existed).
-    public init(apiKey: String, appId: String? = nil, bus address: BusAddress = .system,
+    /// key); `usageDescriptions` are shown to the user when a permission agent
+    /// asks them about the app. Each handler runs on the bus thread, in order:
+    /// `errorStateChanged` with the new state each time it changes;
+    /// `permissionChanged` with ``permissionGranted`` each time it changes,
+    /// whoever changed it (the user in a settings panel, a permission dialog,
+    /// another manager of the app); `backgroundChanged` with ``background``
+    /// each time it changes, by ``setBackground(_:)`` or because nearbyd saw the
+    /// user's login session become inactive or locked (or active again);
+    /// `upstream` hears of upstream messages and the direct channel (including
+    /// verdicts kept from before the manager existed).
+    public init(apiKey: String, appId: String? = nil, usageDescriptions: UsageDescriptions = UsageDescriptions(),
+                bus address: BusAddress = .system,
                 errorStateChanged: @escaping @Sendable (ErrorState) -> Void = { _ in },
+                permissionChanged: @escaping @Sendable (Bool) -> Void = { _ in },
+                backgroundChanged: @escaping @Sendable (Bool) -> Void = { _ in },
                 upstream: UpstreamHandlers = UpstreamHandlers()) async throws {
         bus = try await NearbyBus.shared(address)
-        var params: [String: Variant] = [:]
+        var params = usageDescriptions.params
         if let appId { params["AppId"] = Variant(.string(appId)) }
         let bus = self.bus
         path = try await bus.call(RootPath.manager, "org.nearbyd.Nearby1", "CreateManager") { writer throws(DBusError) in
@@ -64,6 +74,8 @@ public final class MessageManager: Sendable {
                 switch event {
                 case .propertiesChanged(let changed):
                     if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
+                    if let granted = changed["PermissionGranted"]?.bool { permissionChanged(granted) }
+                    if let background = changed["Background"]?.bool { backgroundChanged(background) }
                     if let connected = changed["DirectChannelConnected"]?.bool { upstream.directChannelConnectedChanged(connected) }
                 case .sendSucceeded(let id): upstream.sendSucceeded(id)
                 case .sendFailed(let failure): upstream.sendFailed(failure)
@@ -92,30 +104,45 @@ public final class MessageManager: Sendable {
     /// Publishes `message` until the returned publication is released or
     /// deallocated; `expired` runs if its TTL runs out first, `statusChanged`
     /// with each new ``Publication/status`` (both on the bus thread).
+    ///
+    /// When the user has not decided yet whether the app may use Nearby,
+    /// nearbyd asks `permissionRequest` if given (the app's own dialog, the
+    /// iOS API's permission request handler: it gets the mediums wanted and
+    /// returns the user's answer), else the permission agent of the user's
+    /// session, else its default policy. Throws
+    /// ``NearbyMessagesError/Kind/notPermitted`` when the app is denied.
     public func publication(of message: Message, strategy: Strategy? = nil,
                             expired: @escaping @Sendable () -> Void = {},
-                            statusChanged: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Publication {
+                            statusChanged: @escaping @Sendable (String) -> Void = { _ in },
+                            permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Publication {
         var params: [String: Variant] = [:]
         if !message.namespace.isEmpty { params["Namespace"] = Variant(.string(message.namespace)) }
         if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
+        let dialog = try await Self.export(permissionRequest, on: bus)
+        if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
         let content = [UInt8](message.content)
         let bus = self.bus
-        let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Publish") { writer throws(DBusError) in
-            try writer.append(content)
-            try writer.append(message.type)
-            try writer.append(params)
-        } decode: { reader throws(DBusError) in
-            let objectPath = try reader.read(ObjectPath.self)
-            bus.route(objectPath) { event in
-                switch event {
-                case .expired: expired()
-                case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
-                default: break
+        do {
+            let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Publish") { writer throws(DBusError) in
+                try writer.append(content)
+                try writer.append(message.type)
+                try writer.append(params)
+            } decode: { reader throws(DBusError) in
+                let objectPath = try reader.read(ObjectPath.self)
+                bus.route(objectPath) { event in
+                    switch event {
+                    case .expired: expired()
+                    case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
+                    default: break
+                    }
                 }
+                return objectPath
             }
-            return objectPath
+            return Publication(path: objectPath, manager: self, dialog: dialog)
+        } catch {
+            await dialog?.unexport()
+            throw error
         }
-        return Publication(path: objectPath, manager: self)
     }
 
     /// Subscribes to messages of `type` in `namespace` (empty: all types of the
@@ -123,6 +150,8 @@ public final class MessageManager: Sendable {
     /// The handlers run on the bus thread, in order. `distanceChanged`
     /// (metres, accuracy) and `bleSignalChanged` (RSSI, TX power at 1 m) are
     /// for beacon messages; `statusChanged` gets each new ``Subscription/status``.
+    /// `permissionRequest` is asked, as for ``publication(of:strategy:expired:statusChanged:permissionRequest:)``,
+    /// when the user has not decided yet whether the app may use Nearby.
     public func subscription(namespace: String = "", type: String = "", strategy: Strategy? = nil,
                              deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil,
                              messageFound: @escaping @Sendable (Message, MessageInfo) -> Void,
@@ -130,47 +159,84 @@ public final class MessageManager: Sendable {
                              distanceChanged: @escaping @Sendable (Message, Double, Double) -> Void = { _, _, _ in },
                              bleSignalChanged: @escaping @Sendable (Message, Int, Int) -> Void = { _, _, _ in },
                              expired: @escaping @Sendable () -> Void = {},
-                             statusChanged: @escaping @Sendable (String) -> Void = { _ in }) async throws -> Subscription {
+                             statusChanged: @escaping @Sendable (String) -> Void = { _ in },
+                             permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Subscription {
         var params: [String: Variant] = [:]
         if !namespace.isEmpty { params["Namespace"] = Variant(.string(namespace)) }
         if !type.isEmpty { params["Type"] = Variant(.string(type)) }
         if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
         if deviceTypes != .nearby { params["DeviceTypes"] = Variant(.strings(deviceTypes.names)) }
         if let beaconStrategy { params["BeaconStrategy"] = Variant(beaconStrategy.dbusValue) }
+        let dialog = try await Self.export(permissionRequest, on: bus)
+        if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
         let bus = self.bus
-        let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Subscribe") { writer throws(DBusError) in
-            try writer.append(params)
-        } decode: { reader throws(DBusError) in
-            let objectPath = try reader.read(ObjectPath.self)
-            // Routed as the reply is read, before any later message: no signal is missed.
-            bus.route(objectPath) { event in
-                switch event {
-                case .found(let message, let info): messageFound(message, info)
-                case .lost(let message, let info): messageLost(message, info)
-                case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
-                case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
-                case .expired: expired()
-                case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
-                case .sendSucceeded, .sendFailed, .messageReceived: break
+        do {
+            let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Subscribe") { writer throws(DBusError) in
+                try writer.append(params)
+            } decode: { reader throws(DBusError) in
+                let objectPath = try reader.read(ObjectPath.self)
+                // Routed as the reply is read, before any later message: no signal is missed.
+                bus.route(objectPath) { event in
+                    switch event {
+                    case .found(let message, let info): messageFound(message, info)
+                    case .lost(let message, let info): messageLost(message, info)
+                    case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
+                    case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
+                    case .expired: expired()
+                    case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
+                    case .sendSucceeded, .sendFailed, .messageReceived: break
+                    }
                 }
+                return objectPath
             }
-            return objectPath
+            return Subscription(path: objectPath, manager: self, dialog: dialog)
+        } catch {
+            await dialog?.unexport()
+            throw error
         }
-        return Subscription(path: objectPath, manager: self)
     }
 
-    /// Whether the user allows this app to use Nearby (GNSPermission).
+    /// Exports the app's permission dialog for one Publish or Subscribe; it
+    /// lives as long as the object made.
+    @BusActor private static func export(_ permissionRequest: (@Sendable ([String]) async -> Bool)?,
+                                         on bus: NearbyBus) throws -> DaemonCallee<[String]>? {
+        guard let permissionRequest else { return nil }
+        let dialog = DaemonCallee(bus: bus, kind: "permission_request", answer: permissionRequest)
+        do {
+            try dialog.export(CalleeInterfaces.permissionRequest)
+        } catch {
+            throw NearbyMessagesError(error)
+        }
+        return dialog
+    }
+
+    // MARK: Permission and background (GNSPermission, app state)
+
+    /// Whether the user allows this app (the manager's `AppId`) to use Nearby
+    /// (GNSPermission's `isGranted`): false while denied or undecided.
     public var permissionGranted: Bool {
         get async throws { try await bus.property(path, "org.nearbyd.Manager1", "PermissionGranted").bool ?? false }
     }
 
-    /// Records the user's decision for this app (stored until permissions are enforced).
+    /// Grants or revokes Nearby for this app as the user's decision
+    /// (GNSPermission's `setGranted`, for an in-app switch). Revoking stops
+    /// the app's publications and subscriptions, of every manager of the app
+    /// (their status becomes `inactive`); granting resumes them. Every manager
+    /// of the app hears it through `permissionChanged`.
     public func setPermissionGranted(_ granted: Bool) async throws {
         try await bus.setProperty(path, "org.nearbyd.Manager1", "PermissionGranted", .bool(granted))
     }
 
-    /// Tells nearbyd the app is in the background (or back): meanwhile its
-    /// subscriptions listen with low power.
+    /// Whether the app is in the background now: said by ``setBackground(_:)``,
+    /// or set by nearbyd while the user's login session is inactive or locked.
+    public var background: Bool {
+        get async throws { try await bus.property(path, "org.nearbyd.Manager1", "Background").bool ?? false }
+    }
+
+    /// Tells nearbyd the app is in the background (or back). Meanwhile only
+    /// the publications and subscriptions whose strategy has
+    /// `allowInBackground` run, on BLE alone; the others pause until the app
+    /// is back.
     public func setBackground(_ background: Bool) async throws {
         try await bus.setProperty(path, "org.nearbyd.Manager1", "Background", .bool(background))
     }

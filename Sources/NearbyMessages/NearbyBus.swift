@@ -97,10 +97,35 @@ final class NearbyBus: Sendable {
     }
 
     /// Sends a call without waiting; for ending objects from `deinit`.
-    func sendAndForget(_ path: ObjectPath, _ interface: String, _ member: String) {
+    func sendAndForget(_ path: ObjectPath, _ interface: String, _ member: String,
+                       arguments: @escaping @BusActor @Sendable (MessageWriter) throws(DBusError) -> Void = { _ in }) {
         Task { @BusActor in
-            try? connection.send(destination: Self.daemon, path: path, interface: interface, member: member)
+            try? connection.send(destination: Self.daemon, path: path, interface: interface, member: member,
+                                 arguments: arguments)
         }
+    }
+
+    /// Paths of the objects this process exports for the daemon to call, one
+    /// per object made on this connection.
+    @BusActor private var exportedCount = 0
+
+    /// A new path for an object of this process that the daemon calls (`kind`:
+    /// letters, digits and underscores).
+    @BusActor func newExportPath(_ kind: String) -> ObjectPath {
+        exportedCount += 1
+        return Self.exportRoot.child("\(kind)_\(exportedCount)")
+    }
+
+    private static let exportRoot: ObjectPath = "/org/nearbyd/client"
+
+    /// Whether `uniqueName` is the connection that owns `org.nearbyd` now:
+    /// the objects this process exports answer nearbyd alone.
+    @BusActor func isDaemon(_ uniqueName: String) async -> Bool {
+        let owner = try? await connection.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetNameOwner", arguments: { writer throws(DBusError) in try writer.append(Self.daemon) }
+        ) { reader throws(DBusError) in try reader.read(String.self) }
+        return owner == uniqueName
     }
 
     /// Sends the signals of the object at `path` to `handler`.
@@ -184,7 +209,7 @@ extension NearbyMessagesError {
         case "org.nearbyd.Error.NotPermitted": kind = .notPermitted
         case "org.nearbyd.Error.LimitExceeded": kind = .limitExceeded
         case "org.nearbyd.Error.NotSupported": kind = .notSupported
-        case "org.nearbyd.Error.AccessDenied": kind = .accessDenied
+        case "org.nearbyd.Error.AccessDenied", "org.freedesktop.DBus.Error.AccessDenied": kind = .accessDenied
         case "org.nearbyd.Error.DoesNotExist", "org.freedesktop.DBus.Error.UnknownObject": kind = .doesNotExist
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
              "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply":

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import NearbyMessages
+import Synchronization
 import UnixSignals
 
 @main
@@ -14,7 +15,9 @@ struct Nearbyctl: AsyncParsableCommand {
             their publication or subscription alive until interrupted (Ctrl-C,
             SIGTERM), until its TTL runs out, or, for 'subscribe --count N', until N
             events have been printed. 'upstream' sends messages to the project's
-            application server and receives its messages.
+            application server and receives its messages. 'permission' shows and
+            changes which apps may use Nearby; 'agent' asks you, on the terminal,
+            when an app wants to use it for the first time.
 
             Human-readable output by default; --json prints one JSON object per line,
             for scripts.
@@ -23,6 +26,9 @@ struct Nearbyctl: AsyncParsableCommand {
               nearbyctl publish --api-key KEY --type chat 'hello'
               nearbyctl subscribe --api-key KEY --type chat
               nearbyctl upstream send --api-key KEY --to shop@nearby.example item=42
+              nearbyctl subscribe --api-key KEY --notify --background
+              nearbyctl permission revoke org.example.Chat
+              nearbyctl agent
               nearbyctl status --session --json
 
             ENVIRONMENT
@@ -32,7 +38,7 @@ struct Nearbyctl: AsyncParsableCommand {
               0 on success or interruption; 1 when nearbyd refuses the request or
               cannot be reached (the message says which).
             """,
-        subcommands: [Publish.self, Subscribe.self, Beacons.self, Upstream.self, Status.self]
+        subcommands: [Publish.self, Subscribe.self, Beacons.self, Upstream.self, Permission.self, Agent.self, Status.self]
     )
 }
 
@@ -70,9 +76,21 @@ struct ManagerOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The app id permission decisions are kept under.", valueName: "id"))
     var appId: String?
 
-    /// A manager with these options on the bus `bus` names.
-    func open(on bus: BusOptions) async throws -> MessageManager {
-        try await MessageManager(apiKey: try key(), appId: appId, bus: bus.address)
+    @Option(name: .long, help: ArgumentHelp("Why the app uses the microphone, shown when the user is asked.", valueName: "text"))
+    var microphoneUsage: String?
+
+    @Option(name: .long, help: ArgumentHelp("Why the app uses Bluetooth, shown when the user is asked.", valueName: "text"))
+    var bluetoothUsage: String?
+
+    var usageDescriptions: UsageDescriptions {
+        UsageDescriptions(microphone: microphoneUsage, bluetooth: bluetoothUsage)
+    }
+
+    /// A manager with these options on the bus `bus` names; `backgroundChanged`
+    /// hears when it goes to the background and back.
+    func open(on bus: BusOptions, backgroundChanged: @escaping @Sendable (Bool) -> Void = { _ in }) async throws -> MessageManager {
+        try await MessageManager(apiKey: try key(), appId: appId, usageDescriptions: usageDescriptions, bus: bus.address,
+                                 backgroundChanged: backgroundChanged)
     }
 
     func key() throws -> String {
@@ -163,7 +181,21 @@ struct Subscribe: AsyncParsableCommand {
             was heard (medium, RSSI in dBm, estimated distance) and the content (as
             text when it is UTF-8, else base64). With --json: {"event", "namespace",
             "type", "content" (base64), "text" (when UTF-8), "medium", "rssi",
-            "distance"}.
+            "distance"}. 'background' and 'foreground' lines ({"event": ...}) say when
+            the manager goes to the background (--background, or nearbyd saw your
+            login session become inactive or locked) and back.
+
+            In the background only subscriptions allowed there keep running, on BLE
+            alone. --notify makes the subscription one of them and posts a desktop
+            notification (org.freedesktop.Notifications on the session bus, the one of
+            DBUS_SESSION_BUS_ADDRESS, whichever bus nearbyd is on) for each message
+            found while in the background: summary 'Nearby message', body the type and
+            the content. Without a notification daemon it warns once and goes on
+            printing messages.
+
+            EXAMPLES
+              nearbyctl subscribe --api-key KEY --type chat
+              nearbyctl subscribe --api-key KEY --type chat --notify --background
             """
     )
 
@@ -180,18 +212,45 @@ struct Subscribe: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Exit after printing this many found/lost events.", valueName: "n"))
     var count: Int?
 
+    @Flag(help: "Keep running in the background and post a desktop notification for each message found there.")
+    var notify = false
+
+    @Flag(help: "Start in the background, where only subscriptions allowed there run (see --notify).")
+    var background = false
+
     func run() async throws {
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
-            let messages = try await manager.open(on: bus)
+            let inBackground = Mutex(false)
+            let backgroundChanged: @Sendable (Bool) -> Void = { now in
+                guard inBackground.withLock({ before in
+                    defer { before = now }
+                    return before != now
+                }) else { return }
+                output.event(["event": now ? "background" : "foreground"], human: now ? "background" : "foreground")
+            }
+            let messages = try await manager.open(on: bus, backgroundChanged: backgroundChanged)
+            if background { try await messages.setBackground(true) }
+            // Changes come to backgroundChanged from the start; this is where the manager started.
+            backgroundChanged(try await messages.background)
+            let notifier = notify ? await DesktopNotifier(output: output) : nil
+            var strategy = try strategy.strategy()
+            if notify {
+                strategy = strategy ?? Strategy()
+                strategy?.allowInBackground = true
+            }
             let limit = EventLimit(count)
             let report: @Sendable (String, Message, MessageInfo) -> Void = { event, message, info in
                 output.message(event, message, info)
                 limit.count()
             }
+            let found: @Sendable (Message, MessageInfo) -> Void = { message, info in
+                report("found", message, info)
+                if let notifier, inBackground.withLock({ $0 }) { notifier.post(message) }
+            }
             let subscription = try await messages.subscription(
-                namespace: namespace, type: type, strategy: try strategy.strategy(),
-                messageFound: { report("found", $0, $1) }, messageLost: { report("lost", $0, $1) },
+                namespace: namespace, type: type, strategy: strategy,
+                messageFound: found, messageLost: { report("lost", $0, $1) },
                 expired: { limit.end() })
             output.event(["event": "subscribed", "path": subscription.path.rawValue], human: "subscribed \(subscription.path)")
             await untilInterrupted(or: limit.ended)
@@ -238,7 +297,13 @@ func reportingFailures(_ output: Output, _ body: () async throws -> Void) async 
     do {
         try await body()
     } catch let error as NearbyMessagesError {
-        output.failure(error.kind == .daemonUnavailable ? "nearbyd is not reachable: \(error.message)" : error.message)
+        let message = error.message.replacingOccurrences(of: "\n", with: " ")
+        switch error.kind {
+        case .daemonUnavailable: output.failure("nearbyd is not reachable: \(message)")
+        case .accessDenied: output.failure("access denied: \(message)")
+        case .notPermitted: output.failure("not permitted: \(message)")
+        default: output.failure(message)
+        }
         throw ExitCode.failure
     }
 }
