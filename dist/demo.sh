@@ -70,10 +70,18 @@ echo "project 'demo', API key $key"
 say "nearby-air, and a nearbyd per device: A at (0, 0), B at (2, 0)"
 start air "$bin/nearby-air" serve --socket "$work/air.sock"
 await_line "$work/air.log" 'listening on'
-start nearbyd-A "$bin/nearbyd" --bus "unix:path=$work/bus-A" --server "$url" --state-dir "$work/state-A" \
-    --ble sim --air-socket "$work/air.sock" --device-name A --position 0,0
-start nearbyd-B "$bin/nearbyd" --bus "unix:path=$work/bus-B" --server "$url" --state-dir "$work/state-B" \
-    --ble sim --air-socket "$work/air.sock" --device-name B --position 2,0
+# Nobody sits at these devices to answer a permission dialog: apps are granted
+# (the kiosk setting), and the host's logind is not theirs to follow.
+cat >"$work/nearbyd.conf" <<CONF
+[daemon]
+logind-bus = "none"
+[permissions]
+default-policy = "grant"
+CONF
+start nearbyd-A "$bin/nearbyd" --bus "unix:path=$work/bus-A" --config "$work/nearbyd.conf" --server "$url" \
+    --state-dir "$work/state-A" --ble sim --air-socket "$work/air.sock" --device-name A --position 0,0
+start nearbyd-B "$bin/nearbyd" --bus "unix:path=$work/bus-B" --config "$work/nearbyd.conf" --server "$url" \
+    --state-dir "$work/state-B" --ble sim --air-socket "$work/air.sock" --device-name B --position 2,0
 await_line "$work/nearbyd-A.log" 'nearbyd: ready'
 await_line "$work/nearbyd-B.log" 'nearbyd: ready'
 

@@ -13,6 +13,8 @@ public enum NearbyError: Error, Equatable, Sendable, CustomStringConvertible {
     case accessDenied(String)
     /// The object no longer exists (released, expired, or its owner left).
     case doesNotExist(String)
+    /// The daemon could not carry the request out (its state directory refused a write).
+    case failed(String)
 
     /// The last component of the D-Bus error name.
     public var name: String {
@@ -23,13 +25,14 @@ public enum NearbyError: Error, Equatable, Sendable, CustomStringConvertible {
         case .notSupported: "NotSupported"
         case .accessDenied: "AccessDenied"
         case .doesNotExist: "DoesNotExist"
+        case .failed: "Failed"
         }
     }
 
     public var message: String {
         switch self {
         case .invalidArguments(let m), .notPermitted(let m), .limitExceeded(let m), .notSupported(let m),
-             .accessDenied(let m), .doesNotExist(let m):
+             .accessDenied(let m), .doesNotExist(let m), .failed(let m):
             m
         }
     }

@@ -33,6 +33,32 @@ public struct DaemonConfiguration: Sendable {
     public var stateDirectory = "/var/lib/nearbyd"
     /// `[daemon] log-level`.
     public var logLevel: Logger.Level = .info
+    /// `[daemon] logind-bus`: where logind is (the system bus but in tests); nil
+    /// (`"none"`) when login sessions are not followed.
+    public var logindBus: BusConnection.Address? = .system
+
+    /// What answers a permission request that nobody can be asked about.
+    public enum PermissionPolicy: String, Sendable, CaseIterable {
+        /// Refuse the call (NotPermitted) without recording a decision: the next call asks again.
+        case ask
+        /// Grant, and record it as the policy's decision.
+        case grant
+        /// Deny, and record it as the policy's decision.
+        case deny
+    }
+
+    /// `[permissions] default-policy`.
+    public var permissionPolicy = PermissionPolicy.ask
+    /// `[permissions] request-timeout`, seconds: how long an agent or an app's
+    /// handler has to answer; no answer is a deny.
+    public var permissionTimeout = 60.0
+    /// `[permissions] max-decisions-per-user`.
+    public var maxDecisionsPerUser = 1000
+
+    /// `[publications] directory`: static publications, published from start-up.
+    public var staticPublicationsDirectory = "/etc/nearbyd/publications.d"
+    /// `[publications] max-files`.
+    public var maxStaticPublications = 64
 
     /// `[server] url`: base URL of nearby-server.
     public var serverURL = "http://127.0.0.1:8080"
@@ -124,10 +150,11 @@ public struct DaemonConfiguration: Sendable {
     /// These settings overridden by what `file` sets.
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> DaemonConfiguration {
         var result = self
-        try file.checkSections(["daemon", "server", "discovery", "limits", "ble", "audio", "beacons", "upstream", "sim"])
+        try file.checkSections(["daemon", "permissions", "publications", "server", "discovery", "limits", "ble", "audio", "beacons", "upstream", "sim"])
 
-        let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level"])
+        let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level", "logind-bus"])
         if let bus = try daemon.string("bus") { result.bus = Self.busAddress(bus) }
+        if let bus = try daemon.string("logind-bus") { result.logindBus = bus == "none" ? nil : Self.busAddress(bus) }
         if let directory = try daemon.string("state-directory") { result.stateDirectory = directory }
         if let level = try daemon.string("log-level") {
             guard let parsed = Logger.Level(rawValue: level) else {
@@ -135,6 +162,20 @@ public struct DaemonConfiguration: Sendable {
             }
             result.logLevel = parsed
         }
+
+        let permissions = try file.section("permissions", keys: ["default-policy", "request-timeout", "max-decisions-per-user"])
+        if let policy = try permissions.string("default-policy") {
+            guard let parsed = PermissionPolicy(rawValue: policy) else {
+                throw permissions.invalid("default-policy", "must be one of \(PermissionPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            result.permissionPolicy = parsed
+        }
+        if let timeout = try permissions.number("request-timeout") { result.permissionTimeout = timeout }
+        if let count = try permissions.integer("max-decisions-per-user") { result.maxDecisionsPerUser = count }
+
+        let publications = try file.section("publications", keys: ["directory", "max-files"])
+        if let directory = try publications.string("directory") { result.staticPublicationsDirectory = directory }
+        if let count = try publications.integer("max-files") { result.maxStaticPublications = count }
 
         let server = try file.section("server", keys: ["url", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout",
                                                        "batch-delay"])
@@ -211,6 +252,9 @@ public struct DaemonConfiguration: Sendable {
         guard let url = URL(string: serverURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
             throw ConfigurationError("[server] url '\(serverURL)' must be an http:// or https:// URL")
         }
+        try Self.check(permissionTimeout, in: 0.1...3600, "[permissions] request-timeout")
+        try Self.check(Double(maxDecisionsPerUser), in: 1...1_000_000, "[permissions] max-decisions-per-user")
+        try Self.check(Double(maxStaticPublications), in: 0...10_000, "[publications] max-files")
         try Self.check(reconnectInitialDelay, in: 0.01...60, "[server] reconnect-initial-delay")
         try Self.check(reconnectMaxDelay, in: reconnectInitialDelay...3600, "[server] reconnect-max-delay")
         try Self.check(requestTimeout, in: 0.1...300, "[server] request-timeout")

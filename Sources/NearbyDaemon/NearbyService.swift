@@ -31,11 +31,19 @@ final class NearbyService {
     private(set) var debugLogging = false
     private var root: RootObject?
     private var watches: [String: PeerWatch] = [:]
-    private var agents: [String: ObjectPath] = [:]
+    /// Who each connection of a client or agent is.
+    private var callers: [String: PermissionBroker.Caller] = [:]
+    let permissions: PermissionBroker
     private var links: [String: LinkState] = [:]
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
+    /// The publications and subscriptions that run now (their link and the
+    /// mediums count them), by id: true in the foreground, false in the
+    /// background (BLE only). The others wait for permission or the foreground.
+    private var running: [String: Bool] = [:]
+    /// The beacon subscriptions that run now.
+    private var beaconsRunning: Set<String> = []
     private var sightings: SightingTracker
     private let beacons: BeaconWatch
     /// Upstream messages: `org.nearbyd.Upstream1` of every manager.
@@ -68,6 +76,7 @@ final class NearbyService {
         defaultStrategies = defaults
         self.connection = connection
         self.logger = logger
+        permissions = PermissionBroker(configuration: configuration, connection: connection, logger: logger)
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
         let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
@@ -91,6 +100,7 @@ final class NearbyService {
         let root = RootObject(service: self)
         root.exported = try connection.export([RootObject.interface.bind(root)], at: RootObject.path)
         self.root = root
+        permissions.decisionChanged = { [weak self] key in self?.permissionChanged(key) }
         upstream.start { [weak self] in
             self.map { Array($0.managers.values) } ?? []
         }
@@ -158,6 +168,7 @@ final class NearbyService {
                                               debugLogging: request.debugLogging)
         let path = ObjectPath.nearbyd(client: client.number, manager: manager.number)
         let object = ManagerObject(manager: manager, path: path, service: self)
+        object.usageDescriptions = request.usageDescriptions
         object.exported = try exportOwned([ManagerObject.interface.bind(object), ManagerObject.upstreamInterface.bind(object)],
                                           at: path, owner: busName) {
             registry.removeManager(manager)
@@ -196,6 +207,20 @@ final class NearbyService {
                 throw .accessDenied("cannot watch the caller on the bus: \(error.message)")
             }
         }
+        let caller = try await self.caller(busName)
+        // The caller may have left, or made a client meanwhile, while the bus answered.
+        guard watches[busName] != nil else { throw .doesNotExist("the caller left the bus") }
+        do {
+            return try registry.addClient(busName: busName, uid: caller.uid)
+        } catch {
+            clientLeft(busName)
+            throw error
+        }
+    }
+
+    /// Who is behind `busName`, asked of the bus daemon once per connection.
+    private func caller(_ busName: String) async throws(NearbyError) -> PermissionBroker.Caller {
+        if let known = callers[busName] { return known }
         let uid: UInt32
         do {
             uid = try await connection.unixUser(of: busName)
@@ -203,20 +228,16 @@ final class NearbyService {
             clientLeft(busName)
             throw .accessDenied("cannot tell who the caller is: \(error.message)")
         }
-        // The caller may have left, or made a client meanwhile, while the bus answered.
-        guard watches[busName] != nil else { throw .doesNotExist("the caller left the bus") }
-        do {
-            return try registry.addClient(busName: busName, uid: uid)
-        } catch {
-            clientLeft(busName)
-            throw error
-        }
+        let caller = PermissionBroker.Caller(busName: busName, uid: uid, pid: nil, session: nil)
+        if watches[busName] != nil { callers[busName] = caller }
+        return caller
     }
 
     /// A client left the bus: everything it made goes.
     private func clientLeft(_ busName: String) {
         watches.removeValue(forKey: busName)?.cancel()
-        agents.removeValue(forKey: busName)
+        callers.removeValue(forKey: busName)
+        permissions.connectionLeft(busName)
         guard let client = registry.removeClient(busName: busName) else { return }
         for manager in client.managers.values {
             if let object = managers[ObjectIdentifier(manager)] { tearDown(object) }
@@ -244,16 +265,61 @@ final class NearbyService {
         if state.managers == 0 { retire(state) }
     }
 
-    // MARK: Permission agents (recorded; consulted once permissions are wired)
+    // MARK: Permissions
 
-    func registerAgent(_ path: ObjectPath, for busName: String) throws(NearbyError) {
-        guard agents[busName] == nil else { throw .invalidArguments("this connection already registered an agent") }
-        agents[busName] = path
+    /// The connection's agent; it goes when the connection leaves the bus.
+    func registerAgent(_ path: ObjectPath, for busName: String) async throws(NearbyError) {
+        _ = try await client(for: busName)
+        guard let caller = callers[busName] else { throw .doesNotExist("the caller left the bus") }
+        try permissions.registerAgent(path, for: caller)
     }
 
-    func unregisterAgent(_ path: ObjectPath, for busName: String) throws(NearbyError) {
-        guard agents[busName] == path else { throw .doesNotExist("no agent \(path) is registered by this connection") }
-        agents.removeValue(forKey: busName)
+    /// The uid whose decisions a caller asks about: its own, or, for root, any.
+    func permissionUser(_ requested: UInt32?, for busName: String) async throws(NearbyError) -> UInt32? {
+        let uid = try await caller(busName).uid
+        guard let requested else { return uid == 0 ? nil : uid }
+        guard requested == uid || uid == 0 else {
+            throw .accessDenied("only root may see or change the permission decisions of another user")
+        }
+        return requested
+    }
+
+    func isPermitted(_ object: ManagerObject) -> Bool {
+        object.exempt || permissions.isGranted(object.permissionKey)
+    }
+
+    /// Publish and Subscribe: `body` runs once the app may use Nearby, at once
+    /// when that is decided; otherwise the call waits for the answer.
+    func whenPermitted(_ owner: ManagerObject, mediums: Set<Medium>, handler: ObjectPath?, call: MethodCall,
+                       _ body: @escaping @BusActor @Sendable () throws(NearbyError) -> ObjectPath) throws(DBusError) {
+        if isPermitted(owner) {
+            let path = try checked(body)
+            return call.reply { writer throws(DBusError) in try writer.append(path) }
+        }
+        let request = PermissionBroker.Request(
+            key: owner.permissionKey, mediums: mediums, handler: handler,
+            caller: callers[owner.manager.client.busName]
+                ?? PermissionBroker.Caller(busName: owner.manager.client.busName, uid: owner.manager.client.uid, pid: nil, session: nil),
+            descriptions: owner.usageDescriptions)
+        let reply = call.deferReply()
+        Task { @BusActor in
+            do throws(NearbyError) {
+                try await self.permissions.authorize(request)
+                guard owner.exported != nil else { throw .doesNotExist("the manager was released while permission was asked") }
+                let path = try body()
+                reply.reply { writer throws(DBusError) in try writer.append(path) }
+            } catch {
+                reply.fail(error.dbusError)
+            }
+        }
+    }
+
+    /// A decision changed: the app's managers say so, and their objects stop or resume.
+    private func permissionChanged(_ key: PermissionKey) {
+        for object in managers.values where object.permissionKey == key {
+            object.changed(["PermissionGranted"])
+            reconcile(object)
+        }
     }
 
     /// Root only: turning on verbose logging for everyone.
@@ -281,7 +347,7 @@ final class NearbyService {
     }
 
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
-        let expiresAt = Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
+        let expiresAt = owner.exempt ? UInt64.max : Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
         let publication = try registry.addPublication(to: owner.manager, message: message, strategy: strategy,
                                                       expiresAt: expiresAt)
         let path = owner.path.child("publication\(publication.number)")
@@ -289,10 +355,8 @@ final class NearbyService {
         object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
-        scheduleExpiry(of: .publication(object), at: expiresAt)
-        let state = link(for: owner.manager.apiKey)
-        counted(strategy, by: 1, in: state, owner: owner)
-        state.link.send(.publish(publication))
+        if expiresAt != .max { scheduleExpiry(of: .publication(object), at: expiresAt) }
+        reconcile(object, owner: owner)
         record("published", by: owner.manager, ["publication": "\(path)", "type": "\(message.type)"])
         return path
     }
@@ -311,37 +375,118 @@ final class NearbyService {
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
         if expiresAt > 0 { scheduleExpiry(of: .subscription(object), at: expiresAt) }
-        if deviceTypes.nearby {
-            let state = link(for: owner.manager.apiKey)
-            counted(strategy, by: 1, in: state, owner: owner)
-            state.link.send(.subscribe(subscription))
-        }
-        if let strategy = deviceTypes.beacons {
-            beacons.add(object, strategy: strategy)
-            countedBeaconUser(by: 1, owner: owner)
-            refreshStatus(of: object)
-        }
+        reconcile(object, owner: owner)
         record("subscribed", by: owner.manager, ["subscription": "\(path)", "type": "\(filter.type)",
                                                  "beacons": "\(deviceTypes.beacons != nil)"])
         return path
     }
 
-    /// A manager going to or from the background: while it is there its
-    /// objects listen with low power (on BLE, a passive advertisement monitor
-    /// where the adapter has one), unless another manager needs full listening.
-    func setBackground(_ object: ManagerObject, _ background: Bool) {
+    /// A manager going to or from the background. While it is there only its
+    /// objects with `AllowInBackground` run, on BLE alone, listening with low
+    /// power (a passive advertisement monitor where the adapter has one) unless
+    /// another manager needs full listening; the others wait for the foreground.
+    /// `requested` is the client's wish; `sessionAway` its login session's state.
+    func setBackground(_ object: ManagerObject, requested: Bool? = nil, sessionAway: Bool? = nil) {
+        if let requested { object.backgroundRequested = requested }
+        if let sessionAway { object.sessionAway = sessionAway }
+        let background = object.backgroundRequested || object.sessionAway
         guard object.background != background else { return }
         object.background = background
         object.changed(["Background"])
         if object.directChannel { upstream.managersChanged(apiKey: object.manager.apiKey) }
+        reconcile(object)
         if beacons.isWatching { updateMediums() }
-        guard let state = links[object.manager.apiKey] else { return }
-        let strategies = object.manager.publications.values.map(\.strategy)
-            + object.manager.subscriptions.values.filter(\.deviceTypes.nearby).map(\.strategy)
-        var changed = false
-        for strategy in strategies where state.move(strategy, toForeground: !background) { changed = true }
-        if changed { updateMediums() }
         record(background ? "in the background" : "in the foreground", by: object.manager, [:])
+    }
+
+    // MARK: Running and waiting
+
+    /// Starts, stops or moves every object of a manager as its permission and
+    /// background say.
+    private func reconcile(_ owner: ManagerObject) {
+        for publication in owner.manager.publications.values {
+            if let object = publications[publication.id] { reconcile(object, owner: owner) }
+        }
+        for subscription in owner.manager.subscriptions.values {
+            if let object = subscriptions[subscription.id] { reconcile(object, owner: owner) }
+        }
+    }
+
+    /// How an object of `owner` should run: nil waiting, true in the
+    /// foreground, false in the background (BLE only).
+    private func runMode(allowInBackground: Bool, owner: ManagerObject) -> Bool? {
+        guard isPermitted(owner) else { return nil }
+        guard owner.background else { return true }
+        return allowInBackground ? false : nil
+    }
+
+    private func reconcile(_ object: PublicationObject, owner: ManagerObject) {
+        let publication = object.publication
+        let state = link(for: publication.manager.apiKey)
+        let mode = runMode(allowInBackground: publication.strategy.allowInBackground, owner: owner)
+        if move(publication.id, publication.strategy, to: mode, in: state, owner: owner) {
+            if mode != nil {
+                state.link.send(.publish(publication))
+            } else {
+                state.registered.remove(publication.id)
+                state.link.send(.unpublish(publication.id))
+            }
+        }
+        refreshStatus(of: object, state)
+    }
+
+    private func reconcile(_ object: SubscriptionObject, owner: ManagerObject) {
+        let subscription = object.subscription
+        var stopped = false
+        if subscription.deviceTypes.nearby {
+            let state = link(for: subscription.manager.apiKey)
+            let mode = runMode(allowInBackground: subscription.strategy.allowInBackground, owner: owner)
+            if move(subscription.id, subscription.strategy, to: mode, in: state, owner: owner) {
+                if running[subscription.id] != nil {
+                    state.link.send(.subscribe(subscription))
+                } else {
+                    state.registered.remove(subscription.id)
+                    state.link.send(.unsubscribe(subscription.id))
+                    _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
+                    stopped = true
+                }
+            }
+        }
+        if let strategy = subscription.deviceTypes.beacons {
+            let runs = runMode(allowInBackground: strategy.allowInBackground, owner: owner) != nil
+            if runs, beaconsRunning.insert(subscription.id).inserted {
+                beacons.add(object, strategy: strategy)
+                countedBeaconUser(by: 1, owner: owner)
+            } else if !runs, beaconsRunning.remove(subscription.id) != nil {
+                beacons.remove(object)
+                countedBeaconUser(by: -1, owner: owner)
+                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !BeaconWatch.isBeaconSource($0) })
+                stopped = true
+            }
+        }
+        if stopped { record("subscription waiting", by: subscription.manager, ["subscription": "\(object.path)"]) }
+        refreshStatus(of: object)
+    }
+
+    /// Moves an object's use of the mediums from how it runs now to `mode`.
+    /// Says whether it started or stopped (a move between foreground and
+    /// background changes only the mediums).
+    private func move(_ id: String, _ strategy: Strategy, to mode: Bool?, in state: LinkState, owner: ManagerObject) -> Bool {
+        let current = running[id]
+        guard current != mode else { return false }
+        running[id] = mode
+        switch (current, mode) {
+        case (let foreground?, let target?):
+            if foreground != target, state.move(strategy, toForeground: target) { updateMediums() }
+            return false
+        case (let foreground?, nil):
+            counted(strategy, by: -1, in: state, owner: owner, foreground: foreground)
+        case (nil, let foreground?):
+            counted(strategy, by: 1, in: state, owner: owner, foreground: foreground)
+        case (nil, nil):
+            return false
+        }
+        return true
     }
 
     func unpublish(_ object: PublicationObject) {
@@ -368,7 +513,10 @@ final class NearbyService {
         expiries.dropEnded(live: publications.count + subscriptions.count)
         record("publication ended", by: publication.manager, ["publication": "\(object.path)"])
         if let state = links[publication.manager.apiKey] {
-            counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)])
+            if let foreground = running.removeValue(forKey: publication.id) {
+                counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)],
+                        foreground: foreground)
+            }
             state.registered.remove(publication.id)
             state.link.send(.unpublish(publication.id))
         }
@@ -382,12 +530,15 @@ final class NearbyService {
         subscriptions.removeValue(forKey: subscription.id)
         expiries.dropEnded(live: publications.count + subscriptions.count)
         record("subscription ended", by: subscription.manager, ["subscription": "\(object.path)"])
-        if subscription.deviceTypes.beacons != nil {
+        if beaconsRunning.remove(subscription.id) != nil {
             beacons.remove(object)
             countedBeaconUser(by: -1, owner: managers[ObjectIdentifier(subscription.manager)])
         }
         if subscription.deviceTypes.nearby, let state = links[subscription.manager.apiKey] {
-            counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)])
+            if let foreground = running.removeValue(forKey: subscription.id) {
+                counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)],
+                        foreground: foreground)
+            }
             state.registered.remove(subscription.id)
             state.link.send(.unsubscribe(subscription.id))
         }
@@ -551,17 +702,21 @@ final class NearbyService {
         }
     }
 
-    private func refreshStatus(of object: some LiveObject, _ state: LinkState) {
-        set(self.status(object.entry.id, object.entry.strategy, state), of: object)
+    private func refreshStatus(of object: PublicationObject, _ state: LinkState) {
+        let id = object.publication.id
+        set(running[id] == nil ? .inactive : status(id, object.publication.strategy, state), of: object)
     }
 
     /// A subscription is active once each of its kinds works: beacons once
     /// BLE does, nearby devices as for publications.
     private func refreshStatus(of object: SubscriptionObject) {
         let subscription = object.subscription
+        let nearbyRuns = running[subscription.id] != nil
+        let beaconsRun = beaconsRunning.contains(subscription.id)
+        guard nearbyRuns || beaconsRun else { return set(.inactive, of: object) }
         var status = ObjectStatus.active
-        if subscription.deviceTypes.beacons != nil, !availableMediums.contains(.ble) { status = .starting }
-        if subscription.deviceTypes.nearby {
+        if beaconsRun, !availableMediums.contains(.ble) { status = .starting }
+        if nearbyRuns {
             guard let state = links[subscription.manager.apiKey] else { return set(.starting, of: object) }
             if self.status(subscription.id, subscription.strategy, state) == .starting { status = .starting }
         }
@@ -675,8 +830,8 @@ final class NearbyService {
     /// Counts an object in (`delta` 1) or out (-1) of its link's and manager's
     /// use of the mediums; the mediums and error properties are revisited only
     /// when a count starts or stops being zero.
-    private func counted(_ strategy: Strategy, by delta: Int, in state: LinkState, owner: ManagerObject?) {
-        let change = state.use(strategy, by: delta, inForeground: !(owner?.background ?? false))
+    private func counted(_ strategy: Strategy, by delta: Int, in state: LinkState, owner: ManagerObject?, foreground: Bool) {
+        let change = state.use(strategy, by: delta, inForeground: foreground)
         startListening(state, on: change.startedListening)
         if change.changed { updateMediums() }
         guard let owner else { return }

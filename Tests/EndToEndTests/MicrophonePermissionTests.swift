@@ -24,6 +24,10 @@ struct MicrophonePermissionTests {
                 pcm.speaker { type file slave.pcm null file "/dev/null" format raw }
                 """)
             let configuration = try directory.write("nearbyd.conf", """
+                [daemon]
+                logind-bus = "none"
+                [permissions]
+                default-policy = "grant"
                 [server]
                 url = "\(cluster.serverURL)"
                 [ble]

@@ -28,15 +28,27 @@ public final class Cluster: Sendable {
         /// Whether the server runs its XMPP endpoint for application servers
         /// (with a self-signed certificate made by `nearby-server certificate`).
         public var xmpp = false
+        /// The daemons' `[permissions] default-policy`: grant, so that tests about
+        /// something else need no agent; permission tests choose `ask` or `deny`.
+        public var permissionPolicy = "grant"
+        /// `[permissions] request-timeout`, seconds.
+        public var permissionTimeout = 20.0
+        /// `[daemon] logind-bus`: none (the host's logind is not the test's), or a
+        /// private bus where python-dbusmock stands in for logind.
+        public var logindBus = "none"
 
         public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
-                    serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false) {
+                    serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false,
+                    permissionPolicy: String = "grant", permissionTimeout: Double = 20.0, logindBus: String = "none") {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
             self.serverConfiguration = serverConfiguration
             self.daemonLogLevel = daemonLogLevel
             self.xmpp = xmpp
+            self.permissionPolicy = permissionPolicy
+            self.permissionTimeout = permissionTimeout
+            self.logindBus = logindBus
         }
     }
 
@@ -126,6 +138,16 @@ public final class Cluster: Sendable {
                           ble: String = "backend = \"sim\"") async throws -> Device {
         let bus = try await PrivateBus()
         let configuration = try directory.write("\(name).conf", """
+            [daemon]
+            logind-bus = "\(options.logindBus)"
+
+            [permissions]
+            default-policy = "\(options.permissionPolicy)"
+            request-timeout = \(options.permissionTimeout)
+
+            [publications]
+            directory = "\(directory.file("publications-\(name)"))"
+
             [server]
             url = "\(serverURL)"
             reconnect-initial-delay = 0.05

@@ -14,8 +14,17 @@ final class ManagerObject {
     /// How many live publications and subscriptions of this manager use each medium.
     var mediumUsers: [Medium: Int] = [:]
 
-    /// Kept as set: permissions (issue 7) are not enforced yet.
-    var permissionGranted = true
+    /// Whose permission decision the manager follows.
+    let permissionKey: PermissionKey
+    /// The daemon's own manager (static publications): needs no permission and is never in the background.
+    let exempt: Bool
+    /// Why the app uses each medium, as `PermissionAgent1` details (`MicrophoneUsageDescription`…).
+    var usageDescriptions: [String: String] = [:]
+    /// `Background` as the client set it, and whether its login session is inactive or locked:
+    /// the manager is in the background while either holds.
+    var backgroundRequested = false
+    var sessionAway = false
+    /// Kept by ``NearbyService/setBackground(_:requested:sessionAway:)``.
     var background = false
     /// `DirectChannel` of `org.nearbyd.Upstream1`: the app wants its API key's direct channel.
     var directChannel = false
@@ -24,10 +33,12 @@ final class ManagerObject {
     var bluetoothPermissionError = false
     var bluetoothPowerError = false
 
-    init(manager: Manager, path: ObjectPath, service: NearbyService) {
+    init(manager: Manager, path: ObjectPath, service: NearbyService, exempt: Bool = false) {
         self.manager = manager
         self.path = path
         self.service = service
+        self.exempt = exempt
+        permissionKey = PermissionKey(uid: manager.client.uid, appId: manager.appId)
     }
 
     static let publishOptions: [String: Signature] = ["Namespace": "s", "Strategy": "a{sv}", "PermissionRequestHandler": "o"]
@@ -43,53 +54,67 @@ final class ManagerObject {
         interfaceName,
         methods: [
             Method("Publish", inputs: [Argument("content", "ay"), Argument("type", "s"), Argument("params", "a{sv}")],
-                   outputs: [Argument("publication", "o")]) { object, call throws(DBusError) in
-                let content = try call.arguments.read([UInt8].self)
-                let type = try call.arguments.read(String.self)
-                let raw = try call.arguments.read([String: Variant].self)
-                let path = try checked { () throws(NearbyError) in
-                    let params = try Options(raw, allowed: publishOptions, context: "Publish params")
-                    try MessageRules.checkContent(content)
-                    try MessageRules.checkType(type)
-                    let namespace = params.string("Namespace") ?? ""
-                    try MessageRules.checkNamespace(namespace)
-                    let strategy = try object.service.strategy(params, for: .publication)
-                    return try object.service.publish(Message(namespace: namespace, type: type, content: content),
-                                                      strategy: strategy, in: object)
-                }
-                call.reply { writer throws(DBusError) in try writer.append(path) }
-            },
+                   outputs: [Argument("publication", "o")]) { object, call throws(DBusError) in try object.publish(call) },
             Method("Subscribe", inputs: [Argument("params", "a{sv}")],
-                   outputs: [Argument("subscription", "o")]) { object, call throws(DBusError) in
-                let raw = try call.arguments.read([String: Variant].self)
-                let path = try checked { () throws(NearbyError) in
-                    let params = try Options(raw, allowed: subscribeOptions, context: "Subscribe params")
-                    let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
-                    try MessageRules.checkNamespace(filter.namespace)
-                    try MessageRules.checkType(filter.type)
-                    let deviceTypes = try deviceTypes(params)
-                    let strategy = try object.service.strategy(params, for: .subscription)
-                    return try object.service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: object)
-                }
-                call.reply { writer throws(DBusError) in try writer.append(path) }
-            },
+                   outputs: [Argument("subscription", "o")]) { object, call throws(DBusError) in try object.subscribe(call) },
             Method("Release") { object, _ in
                 object.service.release(object)
             },
         ],
         properties: [
-            Property("PermissionGranted", "b", get: { object, _ in .bool(object.permissionGranted) },
+            Property("PermissionGranted", "b", get: { object, _ in .bool(object.service.isPermitted(object)) },
                      set: { object, value, _ throws(DBusError) in
-                         object.permissionGranted = value.bool ?? true
-                         try object.exported?.emitPropertiesChanged(interface: interfaceName, ["PermissionGranted"])
+                         // Only the manager's owner reaches this: the same uid as the decision's.
+                         try checked { () throws(NearbyError) in
+                             try object.service.permissions.decide(object.permissionKey, granted: value.bool ?? false, by: .user)
+                         }
                      }),
             Property("MicrophonePermissionError", "b") { object, _ in .bool(object.microphonePermissionError) },
             Property("BluetoothPowerError", "b") { object, _ in .bool(object.bluetoothPowerError) },
             Property("BluetoothPermissionError", "b") { object, _ in .bool(object.bluetoothPermissionError) },
             Property("Background", "b", get: { object, _ in .bool(object.background) },
-                     set: { object, value, _ in object.service.setBackground(object, value.bool ?? false) }),
+                     set: { object, value, _ in object.service.setBackground(object, requested: value.bool ?? false) }),
         ]
     )
+
+    /// Publish: checked at once; made once the app may use Nearby.
+    private func publish(_ call: MethodCall) throws(DBusError) {
+        let content = try call.arguments.read([UInt8].self)
+        let type = try call.arguments.read(String.self)
+        let raw = try call.arguments.read([String: Variant].self)
+        let (message, strategy, handler) = try checked { () throws(NearbyError) in
+            let params = try Options(raw, allowed: Self.publishOptions, context: "Publish params")
+            try MessageRules.checkContent(content)
+            try MessageRules.checkType(type)
+            let namespace = params.string("Namespace") ?? ""
+            try MessageRules.checkNamespace(namespace)
+            let strategy = try service.strategy(params, for: .publication)
+            return (Message(namespace: namespace, type: type, content: content), strategy,
+                    params.objectPath("PermissionRequestHandler"))
+        }
+        try service.whenPermitted(self, mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+            try service.publish(message, strategy: strategy, in: self)
+        }
+    }
+
+    /// Subscribe: checked at once; made once the app may use Nearby.
+    private func subscribe(_ call: MethodCall) throws(DBusError) {
+        let raw = try call.arguments.read([String: Variant].self)
+        let (filter, strategy, deviceTypes, handler) = try checked { () throws(NearbyError) in
+            let params = try Options(raw, allowed: Self.subscribeOptions, context: "Subscribe params")
+            let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
+            try MessageRules.checkNamespace(filter.namespace)
+            try MessageRules.checkType(filter.type)
+            let deviceTypes = try Self.deviceTypes(params)
+            let strategy = try service.strategy(params, for: .subscription)
+            return (filter, strategy, deviceTypes, params.objectPath("PermissionRequestHandler"))
+        }
+        var mediums: Set<Medium> = deviceTypes.nearby ? strategy.mediums : []
+        if deviceTypes.beacons != nil { mediums.insert(.ble) }
+        try service.whenPermitted(self, mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+            try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
+        }
+    }
 
     /// `DeviceTypes` and `BeaconStrategy`, checked.
     private static func deviceTypes(_ params: Options) throws(NearbyError) -> DeviceTypes {

@@ -14,7 +14,10 @@ final class RootObject {
         self.service = service
     }
 
-    static let createManagerOptions: [String: Signature] = ["AppId": "s", "DebugLogging": "b"]
+    static let createManagerOptions: [String: Signature] = [
+        "AppId": "s", "DebugLogging": "b", "MicrophoneUsageDescription": "s", "BluetoothUsageDescription": "s",
+    ]
+    static let permissionOptions: [String: Signature] = ["User": "u"]
 
     static let interface = Interface<RootObject>(
         interfaceName,
@@ -28,25 +31,72 @@ final class RootObject {
                                                                           context: "CreateManager params"))
                 }
                 // Finding the caller's uid is a round trip to the bus daemon: answer later.
-                let reply = call.deferReply()
                 let service = root.service
                 let caller = call.caller.uniqueName
-                Task { @BusActor in
-                    do throws(NearbyError) {
-                        let path = try await service.createManager(for: caller, request)
-                        reply.reply { writer throws(DBusError) in try writer.append(path) }
-                    } catch {
-                        reply.fail(error.dbusError)
-                    }
-                }
+                later(call) { () async throws(NearbyError) in .objectPath(try await service.createManager(for: caller, request)) }
             },
             Method("RegisterPermissionAgent", inputs: [Argument("agent", "o")]) { root, call throws(DBusError) in
                 let agent = try call.arguments.read(ObjectPath.self)
-                try checked { () throws(NearbyError) in try root.service.registerAgent(agent, for: call.caller.uniqueName) }
+                let service = root.service
+                let caller = call.caller.uniqueName
+                later(call) { () async throws(NearbyError) in
+                    try await service.registerAgent(agent, for: caller)
+                    return nil
+                }
             },
             Method("UnregisterPermissionAgent", inputs: [Argument("agent", "o")]) { root, call throws(DBusError) in
                 let agent = try call.arguments.read(ObjectPath.self)
-                try checked { () throws(NearbyError) in try root.service.unregisterAgent(agent, for: call.caller.uniqueName) }
+                try checked { () throws(NearbyError) in
+                    try root.service.permissions.unregisterAgent(agent, for: call.caller.uniqueName)
+                }
+            },
+            Method("GetPermission", inputs: [Argument("app_id", "s"), Argument("params", "a{sv}")],
+                   outputs: [Argument("permission", "a{sv}")]) { root, call throws(DBusError) in
+                let appId = try call.arguments.read(String.self)
+                let raw = try call.arguments.read([String: Variant].self)
+                let user = try checked { () throws(NearbyError) in
+                    try ManagerRequest.checkAppId(appId)
+                    return try Options(raw, allowed: permissionOptions, context: "GetPermission params").uint32("User")
+                }
+                let service = root.service
+                let caller = call.caller.uniqueName
+                later(call) { () async throws(NearbyError) in
+                    let uid = try await service.permissionUser(user, for: caller) ?? 0
+                    let key = PermissionKey(uid: uid, appId: appId)
+                    return DBusValue.vardict(permissionEntry(key, service.permissions.decision(for: key)))
+                }
+            },
+            Method("SetPermission", inputs: [Argument("app_id", "s"), Argument("granted", "b"), Argument("params", "a{sv}")]) {
+                root, call throws(DBusError) in
+                let appId = try call.arguments.read(String.self)
+                let granted = try call.arguments.read(Bool.self)
+                let raw = try call.arguments.read([String: Variant].self)
+                let user = try checked { () throws(NearbyError) in
+                    try ManagerRequest.checkAppId(appId)
+                    return try Options(raw, allowed: permissionOptions, context: "SetPermission params").uint32("User")
+                }
+                let service = root.service
+                let caller = call.caller.uniqueName
+                later(call) { () async throws(NearbyError) in
+                    let uid = try await service.permissionUser(user, for: caller) ?? 0
+                    try service.permissions.decide(PermissionKey(uid: uid, appId: appId), granted: granted, by: .user)
+                    return nil
+                }
+            },
+            Method("ListPermissions", inputs: [Argument("params", "a{sv}")],
+                   outputs: [Argument("permissions", "aa{sv}")]) { root, call throws(DBusError) in
+                let raw = try call.arguments.read([String: Variant].self)
+                let user = try checked { () throws(NearbyError) in
+                    try Options(raw, allowed: permissionOptions, context: "ListPermissions params").uint32("User")
+                }
+                let service = root.service
+                let caller = call.caller.uniqueName
+                later(call) { () async throws(NearbyError) in
+                    let uid = try await service.permissionUser(user, for: caller)
+                    return DBusValue.array(element: "a{sv}", service.permissions.decisions(of: uid).map {
+                        DBusValue.vardict(permissionEntry($0.key, $0.decision))
+                    })
+                }
             },
         ],
         properties: [
@@ -62,12 +112,47 @@ final class RootObject {
     )
 }
 
+/// Answers `call` once `body` is done: for methods that wait on the bus
+/// daemon (who the caller is) or on a person. `body` returns the one value of
+/// the reply, or nil for an empty reply.
+@BusActor
+private func later(_ call: MethodCall, _ body: @escaping @BusActor @Sendable () async throws(NearbyError) -> DBusValue?) {
+    let reply = call.deferReply()
+    Task { @BusActor in
+        do throws(NearbyError) {
+            let value = try await body()
+            reply.reply { writer throws(DBusError) in if let value { try writer.append(value) } }
+        } catch {
+            reply.fail(error.dbusError)
+        }
+    }
+}
+
+/// A decision as `GetPermission` and `ListPermissions` show it.
+@BusActor
+private func permissionEntry(_ key: PermissionKey, _ decision: PermissionDecision?) -> [String: DBusValue] {
+    var entry: [String: DBusValue] = [
+        "User": .uint32(key.uid), "AppId": .string(key.appId),
+        "Decision": .string(decision.map { $0.granted ? "granted" : "denied" } ?? "undecided"),
+    ]
+    if let decision {
+        entry["DecidedBy"] = .string(decision.decidedBy.rawValue)
+        entry["DecidedAt"] = .uint64(decision.decidedAt)
+    }
+    return entry
+}
+
 /// CreateManager's arguments, checked.
 struct ManagerRequest: Sendable {
     let apiKey: String
     /// Nil: derived from the caller's uid and the API key.
     let appId: String?
     let debugLogging: Bool
+    /// `MicrophoneUsageDescription` and `BluetoothUsageDescription`, by name.
+    let usageDescriptions: [String: String]
+
+    /// The usage descriptions CreateManager takes.
+    static let usageDescriptionKeys = ["MicrophoneUsageDescription", "BluetoothUsageDescription"]
 
     init(apiKey: String, options: Options) throws(NearbyError) {
         // The key travels in an HTTP header: printable ASCII without spaces only.
@@ -77,14 +162,28 @@ struct ManagerRequest: Sendable {
         }
         self.apiKey = apiKey
         if let appId = options.string("AppId") {
-            guard (1...255).contains(appId.utf8.count),
-                  !appId.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-                throw .invalidArguments("AppId must be 1..255 bytes without control characters")
-            }
+            try Self.checkAppId(appId)
             self.appId = appId
         } else {
             appId = nil
         }
         debugLogging = options.bool("DebugLogging") ?? false
+        var descriptions: [String: String] = [:]
+        for key in Self.usageDescriptionKeys {
+            guard let text = options.string(key) else { continue }
+            guard (1...1024).contains(text.utf8.count),
+                  !text.unicodeScalars.contains(where: { $0 != "\n" && $0.properties.generalCategory == .control }) else {
+                throw .invalidArguments("\(key) must be 1..1024 bytes without control characters other than newline")
+            }
+            descriptions[key] = text
+        }
+        usageDescriptions = descriptions
+    }
+
+    static func checkAppId(_ appId: String) throws(NearbyError) {
+        guard (1...255).contains(appId.utf8.count),
+              !appId.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw .invalidArguments("AppId must be 1..255 bytes without control characters")
+        }
     }
 }

@@ -29,7 +29,7 @@ actor CredentialStore {
     func store(_ registration: DeviceRegistration?, server: String, apiKey: String) throws {
         entries[Self.key(server: server, apiKey: apiKey)] = registration
         let data = try JSONEncoder().encode(entries)
-        try Self.replace(path, with: data)
+        try StateFile.replace(path, with: data)
     }
 
     /// The device registration for `apiKey` with `client`'s server: the one
@@ -58,25 +58,6 @@ actor CredentialStore {
     func forget(_ registration: DeviceRegistration, server: String, apiKey: String) {
         guard entries[Self.key(server: server, apiKey: apiKey)] == registration else { return }
         try? store(nil, server: server, apiKey: apiKey)
-    }
-
-    /// Writes `data` to a fresh file that is the owner's alone from its creation
-    /// (secrets are never readable by others, whatever the umask or the
-    /// directory), makes it durable, then renames it over `path`: a crash leaves
-    /// the old file or the new one.
-    private static func replace(_ path: String, with data: Data) throws {
-        let temporary = path + ".tmp"
-        unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        let written = data.withUnsafeBytes { bytes in write(fd, bytes.baseAddress, bytes.count) }
-        let synced = fsync(fd)
-        close(fd)
-        guard written == data.count, synced == 0, rename(temporary, path) == 0 else {
-            let code = POSIXErrorCode(rawValue: errno) ?? .EIO
-            unlink(temporary)
-            throw POSIXError(code)
-        }
     }
 
     private static func key(server: String, apiKey: String) -> String {

@@ -164,7 +164,8 @@ class World:
         await bus_daemon.wait_for("unix:")
         config = os.path.join(self.scratch, f"{name}.conf")
         with open(config, "w") as f:
-            f.write(f"[ble]\n{ble}\n[discovery]\nlost-timeout = 2\nrefresh-interval = 1\n{extra}\n")
+            f.write(f"[ble]\n{ble}\n[discovery]\nlost-timeout = 2\nrefresh-interval = 1\n"
+                    f"[permissions]\ndefault-policy = \"grant\"\n[daemon]\nlogind-bus = \"none\"\n{extra}\n")
         daemon = self.start(f"nearbyd-{name}", [f"{self.bin}/nearbyd", "--bus", address, "--config", config,
                                                 "--server", self.server_url, "--state-dir",
                                                 os.path.join(self.scratch, f"state-{name}"), "--log-level", "debug"])

@@ -1,0 +1,195 @@
+import DBus
+import Foundation
+import Logging
+import NearbyCore
+
+/// Whether an app may use Nearby, and asking when nobody has decided: the
+/// app's own dialog (`PermissionRequest1`) if the request names one, else the
+/// permission agent of the caller's login session (`PermissionAgent1`), else
+/// the configured default policy. Decisions are kept per (uid, AppId).
+@BusActor
+final class PermissionBroker {
+    /// Who is asking, and what to show the person who decides.
+    struct Request {
+        let key: PermissionKey
+        let mediums: Set<Medium>
+        /// The app's own dialog, an object on its connection.
+        let handler: ObjectPath?
+        let caller: Caller
+        /// The app's usage descriptions, by details key (`MicrophoneUsageDescription`…).
+        let descriptions: [String: String]
+    }
+
+    /// A connection on the bus, as far as the daemon knows it.
+    struct Caller: Sendable {
+        let busName: String
+        let uid: UInt32
+        let pid: UInt32?
+        /// The logind session object path, where logind knows one.
+        let session: ObjectPath?
+    }
+
+    private struct Agent {
+        let path: ObjectPath
+        let caller: Caller
+        /// Registration order: the latest of several candidates is asked.
+        let number: UInt64
+    }
+
+    private var store: PermissionStore
+    private let connection: BusConnection
+    private let policy: DaemonConfiguration.PermissionPolicy
+    private let timeout: Duration
+    private let logger: Logger
+    /// Registered agents, by the bus name that registered them.
+    private var agents: [String: Agent] = [:]
+    private var agentsRegistered: UInt64 = 0
+    /// Questions on their way: later requests for the same app wait for the same answer.
+    private var asking: [PermissionKey: Task<Void, any Error>] = [:]
+    /// Called after a decision changes, so the app's managers hear of it.
+    var decisionChanged: (PermissionKey) -> Void = { _ in }
+
+    init(configuration: DaemonConfiguration, connection: BusConnection, logger: Logger) {
+        store = PermissionStore(stateDirectory: configuration.stateDirectory,
+                                maxDecisionsPerUser: configuration.maxDecisionsPerUser, logger: logger)
+        self.connection = connection
+        policy = configuration.permissionPolicy
+        timeout = .milliseconds(Int64(configuration.permissionTimeout * 1000))
+        self.logger = logger
+    }
+
+    func decision(for key: PermissionKey) -> PermissionDecision? {
+        store.decision(for: key)
+    }
+
+    func isGranted(_ key: PermissionKey) -> Bool {
+        store.decision(for: key)?.granted ?? false
+    }
+
+    /// Every decision of `uid`, or of everyone for nil, by user and app.
+    func decisions(of uid: UInt32?) -> [(key: PermissionKey, decision: PermissionDecision)] {
+        store.decisions.filter { uid == nil || $0.key.uid == uid }
+            .map { (key: $0.key, decision: $0.value) }
+            .sorted { ($0.key.uid, $0.key.appId) < ($1.key.uid, $1.key.appId) }
+    }
+
+    /// Records a decision; the app's managers hear of it when it changes whether the app may run.
+    func decide(_ key: PermissionKey, granted: Bool, by source: DecisionSource) throws(NearbyError) {
+        let before = isGranted(key)
+        let hadDecision = store.decision(for: key) != nil
+        try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: NearbyService.nowMicroseconds),
+                         for: key)
+        logger.notice("permission \(granted ? "granted" : "denied")",
+                      metadata: ["user": "\(key.uid)", "app": "\(key.appId)", "by": "\(source.rawValue)"])
+        if before != granted || !hadDecision { decisionChanged(key) }
+    }
+
+    /// Returns when the app may use Nearby; asks when nobody has decided.
+    /// NotPermitted when it is denied, now or by an earlier decision, or when
+    /// nobody answers in time (a timeout is not recorded: the next call asks again).
+    func authorize(_ request: Request) async throws(NearbyError) {
+        if let decision = store.decision(for: request.key) {
+            guard decision.granted else { throw Self.denied(request.key, decision) }
+            return
+        }
+        let task: Task<Void, any Error>
+        if let running = asking[request.key] {
+            task = running
+        } else {
+            task = Task { @BusActor in try await self.ask(request) }
+            asking[request.key] = task
+        }
+        do {
+            try await task.value
+        } catch let error as NearbyError {
+            throw error
+        } catch {
+            throw .failed("\(error)")
+        }
+    }
+
+    private func ask(_ request: Request) async throws(NearbyError) {
+        defer { asking[request.key] = nil }
+        let mediums = request.mediums.map(\.rawValue).sorted()
+        let answer: Bool
+        let source: DecisionSource
+        if let handler = request.handler {
+            source = .app
+            answer = try await call(request.caller.busName, handler, "org.nearbyd.PermissionRequest1", "Request",
+                                    what: "the app's permission dialog") { writer throws(DBusError) in
+                try writer.append(mediums)
+            }
+        } else if let agent = agent(for: request.caller) {
+            source = .agent
+            var details: [String: DBusValue] = ["User": .uint32(request.caller.uid), "Client": .string(request.caller.busName)]
+            if let pid = request.caller.pid { details["ProcessId"] = .uint32(pid) }
+            for (key, text) in request.descriptions { details[key] = .string(text) }
+            answer = try await call(agent.caller.busName, agent.path, "org.nearbyd.PermissionAgent1", "RequestPermission",
+                                    what: "the permission agent") { writer throws(DBusError) in
+                try writer.append(request.key.appId)
+                try writer.append(mediums)
+                try writer.append(DBusValue.vardict(details))
+            }
+        } else {
+            switch policy {
+            case .ask:
+                throw .notPermitted("nobody to ask whether app '\(request.key.appId)' may use Nearby: no permission agent is "
+                    + "registered for the caller's session; run one (nearbyctl agent) or grant it (nearbyctl permission grant)")
+            case .grant:
+                (answer, source) = (true, .policy)
+            case .deny:
+                (answer, source) = (false, .policy)
+            }
+        }
+        try decide(request.key, granted: answer, by: source)
+        if !answer, let decision = store.decision(for: request.key) { throw Self.denied(request.key, decision) }
+    }
+
+    /// Calls a dialog and reads its yes or no. An error or no answer within the
+    /// timeout is NotPermitted for this request.
+    private func call(_ destination: String, _ path: ObjectPath, _ interface: String, _ member: String, what: String,
+                      arguments: @BusActor (MessageWriter) throws(DBusError) -> Void) async throws(NearbyError) -> Bool {
+        do {
+            return try await connection.call(destination: destination, path: path, interface: interface, member: member,
+                                             timeoutMicroseconds: UInt64(timeout / .microseconds(1)),
+                                             arguments: arguments) { reader throws(DBusError) in try reader.read(Bool.self) }
+        } catch {
+            let timedOut = ["org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"].contains(error.name)
+            logger.warning("\(what) did not answer", metadata: ["path": "\(path)", "error": "\(error.name)"])
+            throw .notPermitted(timedOut ? "\(what) did not answer within \(timeout); counted as a deny"
+                : "\(what) failed (\(error.name): \(error.message)); counted as a deny")
+        }
+    }
+
+    private static func denied(_ key: PermissionKey, _ decision: PermissionDecision) -> NearbyError {
+        .notPermitted("user \(key.uid) has not allowed app '\(key.appId)' to use Nearby (decided by \(decision.decidedBy.rawValue))")
+    }
+
+    // MARK: Agents
+
+    func registerAgent(_ path: ObjectPath, for caller: Caller) throws(NearbyError) {
+        guard agents[caller.busName] == nil else { throw .invalidArguments("this connection already registered an agent") }
+        agentsRegistered += 1
+        agents[caller.busName] = Agent(path: path, caller: caller, number: agentsRegistered)
+        logger.info("permission agent registered", metadata: ["client": "\(caller.busName)", "user": "\(caller.uid)"])
+    }
+
+    func unregisterAgent(_ path: ObjectPath, for busName: String) throws(NearbyError) {
+        guard agents[busName]?.path == path else { throw .doesNotExist("no agent \(path) is registered by this connection") }
+        agents.removeValue(forKey: busName)
+    }
+
+    /// The connection left the bus: its agent goes with it.
+    func connectionLeft(_ busName: String) {
+        agents.removeValue(forKey: busName)
+    }
+
+    /// The agent of the caller's login session; where logind knows no session
+    /// for either, one of the caller's user. The latest registered wins.
+    private func agent(for caller: Caller) -> Agent? {
+        agents.values.filter { agent in
+            if let session = caller.session, let agentSession = agent.caller.session { return session == agentSession }
+            return agent.caller.uid == caller.uid
+        }.max { $0.number < $1.number }
+    }
+}
