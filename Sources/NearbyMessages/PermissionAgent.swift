@@ -52,9 +52,12 @@ public final class PermissionAgent: Sendable {
     /// gets one request at a time, in the order nearbyd sent them, and returns
     /// true to allow the app. nearbyd waits a limited time: a request answered
     /// after that counts as denied for that one request (and is not kept).
-    public init(bus address: BusAddress = .system, answer: @escaping @Sendable (Request) async -> Bool) async throws {
+    /// `registeredAgain` runs (on the bus thread) each time the agent is
+    /// registered with a restarted nearbyd.
+    public init(bus address: BusAddress = .system, registeredAgain: @escaping @Sendable () -> Void = {},
+                answer: @escaping @Sendable (Request) async -> Bool) async throws {
         let bus = try await NearbyBus.shared(address)
-        registration = try await AgentRegistration.start(on: bus, answer: answer)
+        registration = try await AgentRegistration.start(on: bus, registeredAgain: registeredAgain, answer: answer)
     }
 
     deinit {
@@ -82,7 +85,8 @@ private final class AgentRegistration {
         self.callee = callee
     }
 
-    static func start(on bus: NearbyBus, answer: @escaping @Sendable (PermissionAgent.Request) async -> Bool) async throws -> AgentRegistration {
+    static func start(on bus: NearbyBus, registeredAgain: @escaping @Sendable () -> Void,
+                      answer: @escaping @Sendable (PermissionAgent.Request) async -> Bool) async throws -> AgentRegistration {
         let registration = AgentRegistration(bus: bus, callee: DaemonCallee(bus: bus, kind: "permission_agent", answer: answer))
         do {
             try registration.callee.export(CalleeInterfaces.agent)
@@ -92,7 +96,11 @@ private final class AgentRegistration {
                 guard (try? signal.arguments.read(String.self)) != nil, (try? signal.arguments.read(String.self)) != nil,
                       let newOwner = try? signal.arguments.read(String.self), !newOwner.isEmpty,
                       let registration else { return }
-                Task { try? await registration.register() }
+                Task {
+                    // A failure leaves nothing to do: a later nearbyd brings a later try.
+                    guard (try? await registration.register()) != nil else { return }
+                    registeredAgain()
+                }
             }
             try await registration.register()
         } catch let error as DBusError {

@@ -32,7 +32,8 @@ struct Agent: AsyncParsableCommand {
 
             The agent runs until interrupted (Ctrl-C, SIGTERM) or, with --count N,
             until it has answered N requests, then unregisters. It registers again by
-            itself when nearbyd restarts.
+            itself when nearbyd restarts, and says so ({"event": "registered"} with
+            --json, as when it starts).
 
             EXAMPLES
               nearbyctl agent
@@ -61,7 +62,10 @@ struct Agent: AsyncParsableCommand {
         let fixed = answer
         try await reportingFailures(output) {
             let limit = EventLimit(count)
-            let agent = try await PermissionAgent(bus: bus.address) { request in
+            let registeredAgain: @Sendable () -> Void = {
+                output.event(["event": "registered"], human: "nearbyd restarted; permission agent registered again")
+            }
+            let agent = try await PermissionAgent(bus: bus.address, registeredAgain: registeredAgain) { request in
                 let granted = if let fixed { fixed == .grant } else { await TerminalQuestion.ask(request, json: output.json) }
                 output.answered(request, granted: granted)
                 limit.count()

@@ -59,6 +59,23 @@ import TestSupport
         } }
     }
 
+    @Test func theAgentRegistersAgainWhenNearbydRestarts() async throws {
+        try await withCluster(Self.ask) { cluster in try await withProcesses { processes in
+            let key = try await cluster.createProject("restart")
+            let device = try await cluster.addDevice("A")
+            let agent = try await processes.nearbyctl(["agent", "--bus", device.busAddress, "--answer", "grant", "--json"])
+            try await agent.waitForLine(containing: #""event":"registered""#)
+            agent.lines.clear()
+            let restarted = try await cluster.restartDaemon("A")
+            try await agent.waitForLine(containing: #""event":"registered""#)
+
+            let app = try await MessageManager(apiKey: key, appId: "org.example.Chat", bus: .address(restarted.busAddress))
+            let publication = try await app.publish("hello again")
+            try await agent.waitForLine(containing: #""event":"granted""#)
+            withExtendedLifetime(publication) {}
+        } }
+    }
+
     @Test func theAgentAsksOnItsInputOneRequestAtATimeAndDeniesAtItsEnd() async throws {
         try await withCluster(Self.ask) { cluster in try await withProcesses { processes in
             let key = try await cluster.createProject("ask")
@@ -116,16 +133,16 @@ import TestSupport
             let after = try object(revoked.output.trimmingCharacters(in: .whitespacesAndNewlines))
             #expect(after["decision"] as? String == "denied")
             #expect(after["decidedBy"] as? String == "user")
-            try await changes.first(within: 15, "PermissionGranted false") { $0 == false }
-            try await statuses.first(within: 15, "the publication to stop") { $0 == "inactive" }
+            _ = try await changes.first(within: 15, "PermissionGranted false") { $0 == false }
+            _ = try await statuses.first(within: 15, "the publication to stop") { $0 == "inactive" }
             #expect(try await app.permissionGranted == false)
             let refused = await #expect(throws: NearbyMessagesError.self) { try await app.publish("another") }
             #expect(refused?.kind == .notPermitted)
 
             statuses.clear()
             #expect(try await runNearbyctl(["permission", "grant", "org.example.Notes"] + bus).status == 0)
-            try await changes.first(within: 15, "PermissionGranted true again") { $0 == true }
-            try await statuses.first(within: 15, "the publication to resume") { $0 == "active" }
+            _ = try await changes.first(within: 15, "PermissionGranted true again") { $0 == true }
+            _ = try await statuses.first(within: 15, "the publication to resume") { $0 == "active" }
 
             // Root may see and set another user's decisions; the list has them all.
             let other = try await runNearbyctl(["permission", "revoke", "org.example.Notes", "--user", "4242", "--json"] + bus)
@@ -197,7 +214,7 @@ import TestSupport
             try await withProcesses(stopping: session, bare) { processes in
                 _ = try await processes.start("dbusmock", "/usr/bin/python3", ["-m", "dbusmock", "--template", "notification_daemon"],
                                               environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-                try await notifications.started.first(within: 20, "the notification daemon to start") { _ in true }
+                _ = try await notifications.started.first(within: 20, "the notification daemon to start") { _ in true }
                 let arguments = ["subscribe", "--bus", a.busAddress, "--api-key", key, "--type", "chat", "--notify", "--background", "--json"]
                 let notifier = try await processes.nearbyctl(arguments, environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
                 let unnotified = try await processes.nearbyctl(arguments, environment: ["DBUS_SESSION_BUS_ADDRESS": bare.address])
