@@ -656,7 +656,8 @@ final class NearbyService {
     }
 
     private func found(_ match: Match, from state: LinkState) {
-        guard let object = subscription(match.subscription, of: state) else { return }
+        // A waiting subscription hears nothing, even what the server sent before it heard of the wait.
+        guard let object = subscription(match.subscription, of: state), running[match.subscription] != nil else { return }
         let message = Message(namespace: match.namespace, type: match.type, content: Array(match.content))
         let info = SightingInfo(medium: match.medium, rssi: match.rssi, distanceMeters: match.distance)
         if object.subscription.found.add(source: match.source, message: message, info: info) {
