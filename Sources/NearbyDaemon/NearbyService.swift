@@ -357,7 +357,8 @@ final class NearbyService {
         publications[publication.id] = object
         if expiresAt != .max { scheduleExpiry(of: .publication(object), at: expiresAt) }
         reconcile(object, owner: owner)
-        record("published", by: owner.manager, ["publication": "\(path)", "type": "\(message.type)"])
+        record("published", by: owner.manager, ["object": "\(path)", "type": "\(message.type)",
+                                                "medium": "\(Self.names(strategy.mediums))"])
         return path
     }
 
@@ -376,7 +377,8 @@ final class NearbyService {
         subscriptions[subscription.id] = object
         if expiresAt > 0 { scheduleExpiry(of: .subscription(object), at: expiresAt) }
         reconcile(object, owner: owner)
-        record("subscribed", by: owner.manager, ["subscription": "\(path)", "type": "\(filter.type)",
+        record("subscribed", by: owner.manager, ["object": "\(path)", "type": "\(filter.type)",
+                                                 "medium": "\(Self.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
                                                  "beacons": "\(deviceTypes.beacons != nil)"])
         return path
     }
@@ -430,6 +432,7 @@ final class NearbyService {
             } else {
                 state.registered.remove(publication.id)
                 state.link.send(.unpublish(publication.id))
+                record("publication waiting", by: publication.manager, ["object": "\(object.path)"])
             }
         }
         refreshStatus(of: object, state)
@@ -464,7 +467,7 @@ final class NearbyService {
                 stopped = true
             }
         }
-        if stopped { record("subscription waiting", by: subscription.manager, ["subscription": "\(object.path)"]) }
+        if stopped { record("subscription waiting", by: subscription.manager, ["object": "\(object.path)"]) }
         refreshStatus(of: object)
     }
 
@@ -511,7 +514,7 @@ final class NearbyService {
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
         expiries.dropEnded(live: publications.count + subscriptions.count)
-        record("publication ended", by: publication.manager, ["publication": "\(object.path)"])
+        record("publication ended", by: publication.manager, ["object": "\(object.path)"])
         if let state = links[publication.manager.apiKey] {
             if let foreground = running.removeValue(forKey: publication.id) {
                 counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)],
@@ -529,7 +532,7 @@ final class NearbyService {
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
         expiries.dropEnded(live: publications.count + subscriptions.count)
-        record("subscription ended", by: subscription.manager, ["subscription": "\(object.path)"])
+        record("subscription ended", by: subscription.manager, ["object": "\(object.path)"])
         if beaconsRunning.remove(subscription.id) != nil {
             beacons.remove(object)
             countedBeaconUser(by: -1, owner: managers[ObjectIdentifier(subscription.manager)])
@@ -638,7 +641,7 @@ final class NearbyService {
             guard let object = subscription(id, of: state),
                   let (message, info) = object.subscription.found.remove(source: source) else { return }
             object.emitLost(message, info)
-            record("message lost", by: object.subscription.manager, ["subscription": "\(object.path)", "source": "\(source)"])
+            record("message lost", by: object.subscription.manager, ["object": "\(object.path)", "source": "\(source)"])
         case .snapshot(let matches):
             let sources = Dictionary(grouping: matches, by: \.subscription).mapValues { Set($0.map(\.source)) }
             for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
@@ -653,13 +656,14 @@ final class NearbyService {
     }
 
     private func found(_ match: Match, from state: LinkState) {
-        guard let object = subscription(match.subscription, of: state) else { return }
+        // A waiting subscription hears nothing, even what the server sent before it heard of the wait.
+        guard let object = subscription(match.subscription, of: state), running[match.subscription] != nil else { return }
         let message = Message(namespace: match.namespace, type: match.type, content: Array(match.content))
         let info = SightingInfo(medium: match.medium, rssi: match.rssi, distanceMeters: match.distance)
         if object.subscription.found.add(source: match.source, message: message, info: info) {
             object.emitFound(message, info)
             record("message found", by: object.subscription.manager,
-                   ["subscription": "\(object.path)", "source": "\(match.source)", "medium": "\(match.medium)"])
+                   ["object": "\(object.path)", "source": "\(match.source)", "medium": "\(match.medium)"])
         }
     }
 
@@ -673,6 +677,7 @@ final class NearbyService {
         guard logger.logLevel <= level else { return }
         var metadata = metadata()
         metadata["client"] = "\(manager.client.busName)"
+        metadata["manager"] = "\(ObjectPath.nearbyd(client: manager.client.number, manager: manager.number))"
         metadata["app"] = "\(manager.appId)"
         logger.log(level: level, message, metadata: metadata)
     }
@@ -879,6 +884,11 @@ final class NearbyService {
     // MARK: Helpers
 
     static var nowMicroseconds: UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
+
+    /// Medium names for records: `ble,audio`.
+    private static func names(_ mediums: Set<Medium>) -> String {
+        mediums.map(\.rawValue).sorted().joined(separator: ",")
+    }
 
     /// Distinguishes this run's publication ids from an earlier run's.
     private static func instanceID() -> String {

@@ -265,7 +265,7 @@ import TestSupport
             let key = try await cluster.createProject("background")
             let device = try await cluster.addDevice("A", ble: bluez.configuration())
             let manager = try await MessageManager(device, apiKey: key)
-            let subscription = try await manager.record()
+            let subscription = try await manager.record(strategy: Strategy(allowInBackground: true))
             try await bluez.call("StartDiscovery") { $0.outcome == "ok" }
 
             try await manager.setBackground(true)
@@ -288,7 +288,7 @@ import TestSupport
             // An adapter without monitors keeps discovering in the background, and says so.
             let other = try await cluster.addDevice("B", ble: bluez.configuration("adapter = \"hci1\""))
             let backgrounded = try await MessageManager(other, apiKey: key)
-            let quiet = try await backgrounded.record()
+            let quiet = try await backgrounded.record(strategy: Strategy(allowInBackground: true))
             try await bluez.call("StartDiscovery") { $0.path == "/org/bluez/hci1" && $0.outcome == "ok" }
             try await backgrounded.setBackground(true)
             try await other.daemon.waitForLine(containing: "hci1 has no advertisement monitor")

@@ -78,6 +78,14 @@ import TestSupport
         let client = try RawClient(bus.address)
         let quiet = try await client.createManager("key")
         let verbose = try await client.createManager("key", ["DebugLogging": .bool(true)])
+        // Nobody is there to ask (the default policy is ask): the app allows itself, as GNSPermission lets it.
+        try await client.connection.call(
+            destination: "org.nearbyd", path: quiet, interface: "org.freedesktop.DBus.Properties",
+            member: "Set") { writer throws(DBusError) in
+            try writer.append("org.nearbyd.Manager1")
+            try writer.append("PermissionGranted")
+            try writer.append(Variant(.bool(true)))
+        }
 
         _ = try await client.publish(quiet, [1], "quiet-one")
         _ = try await client.publish(verbose, [1], "loud-one")

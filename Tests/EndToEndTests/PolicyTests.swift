@@ -60,4 +60,43 @@ struct PolicyTests {
         await bus.stop()
         directory.remove()
     }
+
+    /// Decisions are per user: another user may neither see nor change root's;
+    /// root may set anyone's. (A manager's own PermissionGranted answers only its
+    /// connection, as every client object does: BadInputTests.)
+    @Test func onlyTheSameUserOrRootMaySeeOrChangeADecision() async throws {
+        let bus = try await PrivateBus(policy: .system(including: [Self.policyFile]))
+        let directory = try TemporaryDirectory()
+        let daemon = try await ChildProcess(name: "nearbyd", executable: Programs.path("nearbyd"), arguments: [
+            "--bus", bus.address, "--server", "http://127.0.0.1:9", "--air-socket", directory.file("none.sock"),
+            "--state-dir", directory.file("state"),
+        ])
+        try await daemon.waitForLine(containing: "nearbyd: ready")
+        let address = "--address=\(bus.address)"
+        func call(_ method: String, _ signature: String, _ arguments: [String], asNobody: Bool = false) async throws -> ProgramResult {
+            let command = ["/usr/bin/busctl", address, "call", "org.nearbyd", "/org/nearbyd", "org.nearbyd.Nearby1", method,
+                           signature] + arguments
+            return asNobody ? try await self.asNobody(command) : try await runProgram(command[0], Array(command.dropFirst()))
+        }
+
+        let granted = try await call("SetPermission", "sba{sv}", ["org.example.App", "true", "0"])
+        #expect(granted.status == 0, "\(granted.output)")
+        let theft = try await call("SetPermission", "sba{sv}", ["org.example.App", "false", "1", "User", "u", "0"], asNobody: true)
+        #expect(theft.output.contains("org.nearbyd.Error.AccessDenied") || theft.output.contains("only root"), "\(theft.output)")
+        let peek = try await call("GetPermission", "sa{sv}", ["org.example.App", "1", "User", "u", "0"], asNobody: true)
+        #expect(peek.status != 0, "\(peek.output)")
+        // Nobody's own decision about the same app is a different one.
+        let own = try await call("GetPermission", "sa{sv}", ["org.example.App", "0"], asNobody: true)
+        #expect(own.output.contains("undecided"), "\(own.output)")
+        let forNobody = try await call("SetPermission", "sba{sv}", ["org.example.App", "false", "1", "User", "u", "65534"])
+        #expect(forNobody.status == 0, "\(forNobody.output)")
+        let seen = try await call("GetPermission", "sa{sv}", ["org.example.App", "0"], asNobody: true)
+        #expect(seen.output.contains("denied") && seen.output.contains("user"), "\(seen.output)")
+        let rootStill = try await call("GetPermission", "sa{sv}", ["org.example.App", "0"])
+        #expect(rootStill.output.contains("granted"), "\(rootStill.output)")
+
+        await daemon.stop()
+        await bus.stop()
+        directory.remove()
+    }
 }

@@ -91,6 +91,10 @@ final class ServerLink {
     /// The publication and subscription ids the server holds: removing one it
     /// never had costs no request.
     private var onServer: Set<String> = []
+    /// Held by the server, removed and then added again before the removal
+    /// went out (an object paused and resumed): the server must see both, so
+    /// that it reports the object's matches afresh.
+    private var restarted: Set<String> = []
     /// An operation is on its way to the server.
     private var performing = false
     private var token: IssuedToken?
@@ -114,13 +118,13 @@ final class ServerLink {
             publications[publication.id] = publication
             enqueue(.publication(publication.id))
         case .unpublish(let id):
-            publications.removeValue(forKey: id)
+            if publications.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
             enqueue(.publication(id))
         case .subscribe(let subscription):
             subscriptions[subscription.id] = subscription
             enqueue(.subscription(subscription.id))
         case .unsubscribe(let id):
-            subscriptions.removeValue(forKey: id)
+            if subscriptions.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
             enqueue(.subscription(id))
         case .seen(let sightings):
             for sighting in sightings {
@@ -192,6 +196,8 @@ final class ServerLink {
             }
             let registered = try await synchronize(device)
             onServer = registered
+            // The snapshot below reports every match afresh.
+            restarted.removeAll()
             connected = true
             logger.info("connected to nearby-server", metadata: ["server": "\(client.baseURL)", "device": "\(device.device)"])
             notify(.connected(namespace: device.namespace, registered: registered))
@@ -352,23 +358,32 @@ final class ServerLink {
     private func takeChanges(madeBy cutoff: ContinuousClock.Instant) -> [ChangeBatch.Change] {
         var changes: [ChangeBatch.Change] = []
         var bytes = 0
-        while let (operation, queuedAt) = operations.first, queuedAt <= cutoff, changes.count < ClientBatchLimits.maxChangesPerBatch {
-            let change: ChangeBatch.Change?
+        while let (operation, queuedAt) = operations.first, queuedAt <= cutoff, changes.count < ClientBatchLimits.maxChangesPerBatch - 1 {
+            var taken: [ChangeBatch.Change] = []
             switch operation {
             case .publication(let id):
-                change = publications[id].map { .putPublication(id: id, Self.spec(of: $0)) }
-                    ?? (onServer.contains(id) ? .deletePublication(id: id) : nil)
+                if let publication = publications[id] {
+                    if restarted.contains(id) { taken.append(.deletePublication(id: id)) }
+                    taken.append(.putPublication(id: id, Self.spec(of: publication)))
+                } else if onServer.contains(id) {
+                    taken.append(.deletePublication(id: id))
+                }
             case .subscription(let id):
-                change = subscriptions[id].map { .putSubscription(id: id, Self.spec(of: $0)) }
-                    ?? (onServer.contains(id) ? .deleteSubscription(id: id) : nil)
+                if let subscription = subscriptions[id] {
+                    if restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
+                    taken.append(.putSubscription(id: id, Self.spec(of: subscription)))
+                } else if onServer.contains(id) {
+                    taken.append(.deleteSubscription(id: id))
+                }
             case .sightings, .refreshToken:
                 return changes
             }
-            if let change {
-                bytes += Self.estimatedBytes(change)
+            if !taken.isEmpty {
+                bytes += taken.reduce(0) { $0 + Self.estimatedBytes($1) }
                 if !changes.isEmpty, bytes > ClientBatchLimits.maxChangeBatchBytes { break }
-                if !change.isPut { onServer.remove(change.id) }
-                changes.append(change)
+                for change in taken where !change.isPut { onServer.remove(change.id) }
+                restarted.remove(taken[0].id)
+                changes += taken
             }
             operations.removeFirst()
             queued.remove(operation)
