@@ -184,6 +184,7 @@ let package = Package(
             name: "nearbyctl",
             dependencies: [
                 "NearbyMessages",
+                "DBus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
