@@ -1,4 +1,3 @@
-// DBus comes with NearbyMessages, whose public API is made of its types.
 import DBus
 import Foundation
 import NearbyMessages
