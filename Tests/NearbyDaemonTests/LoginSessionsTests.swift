@@ -308,6 +308,9 @@ struct LoginSessionsTests {
         #expect(sessions.status == .unavailable("disabled in the configuration"))
         #expect(sessions.status.description == "unavailable: disabled in the configuration")
         #expect(try await sessions.session(of: client.uniqueName) == nil)
+        let unreachable = LoginSessions(logind: nil, clients: client, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
+                                        whyNoBus: "cannot connect to the system bus")
+        #expect(unreachable.status == .unavailable("cannot connect to the system bus"))
         client.close()
         await bus.stop()
     }

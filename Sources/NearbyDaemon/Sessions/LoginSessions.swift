@@ -93,14 +93,16 @@ final class LoginSessions {
     /// Runs when ``status`` changes.
     var onStatusChange: (@BusActor (LogindStatus) -> Void)?
 
-    /// `logind` is the bus logind is on (the system bus in production; nil when
-    /// the configuration turns sessions off); `clients` is the bus nearbyd's
-    /// clients call it on, which knows their process ids.
-    init(logind: BusConnection?, clients: BusConnection, logger: Logger) {
+    /// `logind` is the bus logind is on (the system bus in production), nil
+    /// when there is none for `whyNoBus` (turned off, or it could not be
+    /// reached); `clients` is the bus nearbyd's clients call it on, which knows
+    /// their process ids.
+    init(logind: BusConnection?, clients: BusConnection, logger: Logger,
+         whyNoBus: String = "disabled in the configuration") {
         self.logind = logind
         self.clients = clients
         self.logger = logger
-        status = logind == nil ? .unavailable("disabled in the configuration") : .unavailable("not checked yet")
+        status = .unavailable(logind == nil ? whyNoBus : "not checked yet")
     }
 
     /// Follows logind coming and going on its bus and checks whether it answers
