@@ -241,7 +241,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "NearbyDaemonTests", dependencies: [
-            "NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI",
+            "NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore"]),

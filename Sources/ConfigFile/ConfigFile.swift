@@ -61,6 +61,24 @@ public struct ConfigFile {
         }
     }
 
+    /// The keys outside any section, for files that are one record rather than
+    /// sections (keys in the sections are for ``section(_:keys:)``), after
+    /// checking the file holds only `keys` and the sections `sections`.
+    public func topLevel(keys: [String], sections: [String]) throws(ConfigurationError) -> Section {
+        let known = (keys + sections.map { "[\($0)]" }).joined(separator: ", ")
+        for name in table.keys {
+            if sections.contains(name) {
+                guard table[name]?.table != nil else {
+                    throw ConfigurationError("\(source): '\(name)' must be a section [\(name)]")
+                }
+            } else if !keys.contains(name) {
+                let entry = table[name]?.table != nil ? "section [\(name)]" : "key '\(name)'"
+                throw ConfigurationError("\(source): unknown \(entry); known: \(known)")
+            }
+        }
+        return Section(source: source, name: "", table: table)
+    }
+
     /// The section `name` (empty if absent), after checking it holds only `keys`.
     public func section(_ name: String, keys: [String]) throws(ConfigurationError) -> Section {
         let body = table[name]?.table ?? TOMLTable()
@@ -105,6 +123,17 @@ public struct Section {
         return flag
     }
 
+    public func strings(_ key: String) throws(ConfigurationError) -> [String]? {
+        guard let value = table[key] else { return nil }
+        guard let array = value.array else { throw wrongType(key, "an array of strings") }
+        var result: [String] = []
+        for element in array {
+            guard let text = element.string else { throw wrongType(key, "an array of strings") }
+            result.append(text)
+        }
+        return result
+    }
+
     public func numbers(_ key: String) throws(ConfigurationError) -> [Double]? {
         guard let value = table[key] else { return nil }
         guard let array = value.array else { throw wrongType(key, "an array of numbers") }
@@ -121,7 +150,8 @@ public struct Section {
 
     /// An error about `key`'s value, for checks the getters cannot make.
     public func invalid(_ key: String, _ problem: String) -> ConfigurationError {
-        ConfigurationError("\(source): [\(name)] \(key) \(problem)")
+        // The top level (``ConfigFile/topLevel(keys:sections:)``) has no section name.
+        ConfigurationError(name.isEmpty ? "\(source): \(key) \(problem)" : "\(source): [\(name)] \(key) \(problem)")
     }
 
     private func wrongType(_ key: String, _ expected: String) -> ConfigurationError {

@@ -190,6 +190,14 @@ public final class BusConnection {
         return try MessageReader(reply!).read(UInt32.self)
     }
 
+    /// The process id behind a connection, asked of the bus daemon.
+    public func unixProcessID(of name: String) async throws(DBusError) -> UInt32 {
+        try await call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                       interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID",
+                       arguments: { writer throws(DBusError) in try writer.append(name) }
+        ) { reader throws(DBusError) in try reader.read(UInt32.self) }
+    }
+
     // MARK: Signals
 
     /// Emits a signal; with a `destination` it goes to that connection only.
