@@ -76,7 +76,7 @@ public final class Publication: RegisteredObject {
     public let message: Message
     public let strategy: Strategy
     /// Wall-clock expiry in microseconds since the epoch.
-    public let expiresAt: UInt64
+    public var expiresAt: UInt64
     public var status: ObjectStatus = .starting
 
     init(number: UInt64, manager: Manager, id: String, message: Message, strategy: Strategy, expiresAt: UInt64) {

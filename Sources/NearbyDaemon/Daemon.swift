@@ -77,11 +77,25 @@ public struct Daemon: Service {
             throw DaemonError.outbox("\(error)")
         }
         let service = NearbyService(configuration: configuration, connection: connection, backends: makeBackends(),
-                                    outbox: outbox, logger: logger)
+                                    outbox: outbox, sessions: loginSessions(clients: connection), logger: logger)
         try service.start()
         // The name last: whoever finds it on the bus finds the API ready.
         try connection.requestName(Self.busName)
         return service
+    }
+
+    /// logind where `[daemon] logind-bus` says: the clients' bus itself when it is the
+    /// same, a connection of its own otherwise, or none.
+    @BusActor
+    private func loginSessions(clients: BusConnection) -> LoginSessions {
+        guard let address = configuration.logindBus else { return LoginSessions(logind: nil, clients: clients, logger: logger) }
+        if address == configuration.bus { return LoginSessions(logind: clients, clients: clients, logger: logger) }
+        do {
+            return LoginSessions(logind: try BusConnection(address), clients: clients, logger: logger)
+        } catch {
+            return LoginSessions(logind: nil, clients: clients, logger: logger,
+                                 whyNoBus: "cannot connect to the \(address): \(error.message)")
+        }
     }
 
     @BusActor

@@ -33,11 +33,16 @@ final class NearbyService {
     private var watches: [String: PeerWatch] = [:]
     /// Who each connection of a client or agent is.
     private var callers: [String: PermissionBroker.Caller] = [:]
+    /// The clients' login sessions: their managers are in the background while it is away.
+    let sessions: LoginSessions
+    private var sessionWatches: [String: SessionWatch] = [:]
     let permissions: PermissionBroker
     private var links: [String: LinkState] = [:]
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
+    /// What came of each static publication file: its publication, or why it has none.
+    private(set) var staticPublications: [(file: String, result: Result<PublicationObject, NearbyError>)] = []
     /// The publications and subscriptions that run now (their link and the
     /// mediums count them), by id: true in the foreground, false in the
     /// background (BLE only). The others wait for permission or the foreground.
@@ -66,7 +71,8 @@ final class NearbyService {
     private let defaultStrategies: [Strategy.Owner: Strategy]
 
     init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], outbox: Outbox,
-         logger: Logger) {
+         sessions: LoginSessions, logger: Logger) {
+        self.sessions = sessions
         self.configuration = configuration
         enabledMediums = configuration.enabledMediums
         var defaults: [Strategy.Owner: Strategy] = [:]
@@ -101,6 +107,11 @@ final class NearbyService {
         root.exported = try connection.export([RootObject.interface.bind(root)], at: RootObject.path)
         self.root = root
         permissions.decisionChanged = { [weak self] key in self?.permissionChanged(key) }
+        sessions.onStatusChange = { [weak self] status in
+            self?.logger.notice("login sessions: \(status)")
+            try? self?.root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["LoginSessions"])
+        }
+        tasks.append(Task { [sessions] in await sessions.start() })
         upstream.start { [weak self] in
             self.map { Array($0.managers.values) } ?? []
         }
@@ -127,6 +138,7 @@ final class NearbyService {
             }
         }
         expireSightingsSoon()
+        publishStaticPublications()
     }
 
     /// Tokens not heard for the lost timeout are gone; checked ten times a second.
@@ -177,6 +189,7 @@ final class NearbyService {
         link(for: request.apiKey).managers += 1
         refreshErrors(of: object)
         upstream.managerCreated(object)
+        await followSession(of: busName, for: object)
         logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(path)", "app": "\(appId)"])
         return path
     }
@@ -228,14 +241,42 @@ final class NearbyService {
             clientLeft(busName)
             throw .accessDenied("cannot tell who the caller is: \(error.message)")
         }
-        let caller = PermissionBroker.Caller(busName: busName, uid: uid, pid: nil, session: nil)
+        let pid = try? await connection.unixProcessID(of: busName)
+        let session: LoginSession?
+        do {
+            session = try await sessions.session(of: busName)
+        } catch {
+            logger.warning("cannot tell the caller's login session", metadata: ["client": "\(busName)", "error": "\(error)"])
+            session = nil
+        }
+        let caller = PermissionBroker.Caller(busName: busName, uid: uid, pid: pid, session: session?.path)
         if watches[busName] != nil { callers[busName] = caller }
         return caller
+    }
+
+    /// A client's managers go to the background while its login session is
+    /// inactive or locked: watched from its first manager on.
+    private func followSession(of busName: String, for object: ManagerObject) async {
+        guard let session = callers[busName]?.session else { return }
+        if sessionWatches[busName] == nil {
+            let watch = await sessions.watch(session) { [weak self] state in self?.session(of: busName, is: state) }
+            // The client may have left while logind answered.
+            guard watches[busName] != nil else { return watch.cancel() }
+            sessionWatches[busName] = watch
+        }
+        if let state = sessions.state(of: session) { setBackground(object, sessionAway: state.away) }
+    }
+
+    private func session(of busName: String, is state: SessionState) {
+        for object in managers.values where object.manager.client.busName == busName {
+            setBackground(object, sessionAway: state.away)
+        }
     }
 
     /// A client left the bus: everything it made goes.
     private func clientLeft(_ busName: String) {
         watches.removeValue(forKey: busName)?.cancel()
+        sessionWatches.removeValue(forKey: busName)?.cancel()
         callers.removeValue(forKey: busName)
         permissions.connectionLeft(busName)
         guard let client = registry.removeClient(busName: busName) else { return }
@@ -346,8 +387,9 @@ final class NearbyService {
         return try StrategyOptions.parse(options, for: owner, enabled: enabledMediums)
     }
 
-    func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
-        let expiresAt = owner.exempt ? UInt64.max : Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
+    @discardableResult
+    func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> PublicationObject {
+        let expiresAt = Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
         let publication = try registry.addPublication(to: owner.manager, message: message, strategy: strategy,
                                                       expiresAt: expiresAt)
         let path = owner.path.child("publication\(publication.number)")
@@ -355,11 +397,11 @@ final class NearbyService {
         object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
-        if expiresAt != .max { scheduleExpiry(of: .publication(object), at: expiresAt) }
+        scheduleExpiry(of: .publication(object), at: owner.exempt ? expiresAt - Self.renewalMargin : expiresAt)
         reconcile(object, owner: owner)
         record("published", by: owner.manager, ["object": "\(path)", "type": "\(message.type)",
                                                 "medium": "\(Self.names(strategy.mediums))"])
-        return path
+        return object
     }
 
     func subscribe(_ filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes,
@@ -567,6 +609,8 @@ final class NearbyService {
         expiryTimerDeadline = .max
         for entry in expiries.popDue(now: Self.nowMicroseconds) {
             switch entry {
+            case .publication(let object) where managers[ObjectIdentifier(object.publication.manager)]?.exempt == true:
+                renew(object)
             case .publication(let object):
                 object.emitExpired()
                 remove(object)
@@ -576,6 +620,64 @@ final class NearbyService {
             }
         }
         if let next = expiries.nextExpiry { armExpiryTimer(for: next) }
+    }
+
+    // MARK: Static publications
+
+    /// How long before its expiry a static publication is renewed: the server
+    /// holds a publication a day at most.
+    private static let renewalMargin: UInt64 = 3_600 * 1_000_000
+
+    /// Publishes the files of `[publications] directory` as the daemon's own
+    /// client, one manager per API key and AppId; a bad file is logged and
+    /// shown in `StaticPublications`, and the others still load.
+    private func publishStaticPublications() {
+        let entries = StaticPublicationFile.loadAll(directory: configuration.staticPublicationsDirectory,
+                                                    enabled: enabledMediums, maxFiles: configuration.maxStaticPublications)
+        guard !entries.isEmpty else { return }
+        var owners: [[String]: ManagerObject] = [:]
+        for entry in entries {
+            let result = Result { () throws(NearbyError) -> PublicationObject in
+                let file = try entry.result.mapError { NearbyError.invalidArguments($0.message) }.get()
+                let key = [file.apiKey, file.appID]
+                let owner: ManagerObject
+                if let known = owners[key] {
+                    owner = known
+                } else {
+                    owner = try staticManager(apiKey: file.apiKey, appId: file.appID)
+                    owners[key] = owner
+                }
+                var strategy = file.strategy
+                strategy.ttlSeconds = Strategy.maximumTTL
+                return try publish(file.message, strategy: strategy, in: owner)
+            }
+            switch result {
+            case .success(let object):
+                logger.info("static publication", metadata: ["file": "\(entry.path)", "object": "\(object.path)"])
+            case .failure(let error):
+                logger.error("static publication skipped: \(error.message)", metadata: ["file": "\(entry.path)"])
+            }
+            staticPublications.append((entry.path, result))
+        }
+    }
+
+    /// A manager of the daemon's own client: needs no permission, never in the background.
+    private func staticManager(apiKey: String, appId: String) throws(NearbyError) -> ManagerObject {
+        let client = try registry.addClient(busName: connection.uniqueName, uid: 0)
+        let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: false)
+        let object = ManagerObject(manager: manager, path: .nearbyd(client: client.number, manager: manager.number),
+                                   service: self, exempt: true)
+        managers[ObjectIdentifier(manager)] = object
+        link(for: apiKey).managers += 1
+        return object
+    }
+
+    /// A static publication's day is nearly over: the server is given another.
+    private func renew(_ object: PublicationObject) {
+        let publication = object.publication
+        publication.expiresAt = Self.nowMicroseconds + UInt64(publication.strategy.ttlSeconds) * 1_000_000
+        scheduleExpiry(of: .publication(object), at: publication.expiresAt - Self.renewalMargin)
+        if running[publication.id] != nil { links[publication.manager.apiKey]?.link.send(.publish(publication)) }
     }
 
     // MARK: Server links
@@ -732,6 +834,9 @@ final class NearbyService {
         guard status != object.entry.status else { return }
         object.entry.status = status
         object.changed(["Status"])
+        if managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
+            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
+        }
     }
 
     /// Active once the server holds it and one of its mediums works; starting until then.

@@ -8,6 +8,12 @@ public struct DaemonStatus: Sendable {
     public let availableMediums: [String]
     /// Whether the whole daemon logs at debug level.
     public let debugLogging: Bool
+    /// Whether the daemon follows login sessions: `logind`, or `unavailable: WHY`
+    /// (then `Background` is only what apps set).
+    public let loginSessions: String
+    /// The static publications: each file, and its status (`starting`,
+    /// `active`) and object path, or `error` and why.
+    public let staticPublications: [(file: String, status: String, detail: String)]
 
     /// Asks the daemon on `address`.
     @BusActor public static func read(from address: BusAddress) async throws -> DaemonStatus {
@@ -18,9 +24,21 @@ public struct DaemonStatus: Sendable {
                 destination: "org.nearbyd", path: "/org/nearbyd", interface: "org.freedesktop.DBus.Properties",
                 member: "GetAll", arguments: { writer throws(DBusError) in try writer.append("org.nearbyd.Nearby1") }
             ) { reader throws(DBusError) in try reader.read([String: Variant].self) }
+            let statics: [(file: String, status: String, detail: String)]
+            if case .array(_, let entries)? = properties["StaticPublications"]?.value {
+                statics = entries.compactMap { entry in
+                    guard case .structure(let fields) = entry, fields.count == 3,
+                          let file = fields[0].string, let status = fields[1].string, let detail = fields[2].string else { return nil }
+                    return (file, status, detail)
+                }
+            } else {
+                statics = []
+            }
             return DaemonStatus(version: properties["Version"]?.value.string ?? "",
                                 availableMediums: properties["AvailableMediums"]?.value.strings ?? [],
-                                debugLogging: properties["DebugLogging"]?.value.bool ?? false)
+                                debugLogging: properties["DebugLogging"]?.value.bool ?? false,
+                                loginSessions: properties["LoginSessions"]?.value.string ?? "",
+                                staticPublications: statics)
         } catch {
             throw NearbyMessagesError(error)
         }

@@ -261,7 +261,14 @@ struct Subscribe: AsyncParsableCommand {
 
 struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show the daemon's version and the mediums it can use now."
+        abstract: "Show the daemon's version, the mediums it can use now, and its login sessions and static publications.",
+        discussion: """
+            'login sessions' is 'logind' when nearbyd follows its clients' login
+            sessions (a manager is in the background while its session is inactive or
+            locked), or 'unavailable: WHY' (then only apps set Background). Each static
+            publication file of /etc/nearbyd/publications.d is listed with its status
+            (starting, active) and object, or 'error' and why it was skipped.
+            """
     )
 
     @OptionGroup var bus: BusOptions
@@ -270,13 +277,19 @@ struct Status: AsyncParsableCommand {
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
             let status = try await DaemonStatus.read(from: bus.address)
+            let statics = status.staticPublications.map { ["file": $0.file, "status": $0.status, "detail": $0.detail] }
+            var human = """
+                version:             \(status.version)
+                available mediums:   \(status.availableMediums.isEmpty ? "none" : status.availableMediums.joined(separator: ", "))
+                debug logging:       \(status.debugLogging ? "on" : "off")
+                login sessions:      \(status.loginSessions)
+                static publications: \(statics.isEmpty ? "none" : "")
+                """
+            for entry in status.staticPublications { human += "\n  \(entry.file): \(entry.status) \(entry.detail)" }
             output.event(["version": status.version, "availableMediums": status.availableMediums,
-                          "debugLogging": status.debugLogging],
-                         human: """
-                             version:           \(status.version)
-                             available mediums: \(status.availableMediums.isEmpty ? "none" : status.availableMediums.joined(separator: ", "))
-                             debug logging:     \(status.debugLogging ? "on" : "off")
-                             """)
+                          "debugLogging": status.debugLogging, "loginSessions": status.loginSessions,
+                          "staticPublications": statics],
+                         human: human)
         }
     }
 }

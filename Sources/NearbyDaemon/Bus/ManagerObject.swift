@@ -93,7 +93,7 @@ final class ManagerObject {
                     params.objectPath("PermissionRequestHandler"))
         }
         try service.whenPermitted(self, mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
-            try service.publish(message, strategy: strategy, in: self)
+            try service.publish(message, strategy: strategy, in: self).path
         }
     }
 

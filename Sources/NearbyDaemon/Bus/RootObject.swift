@@ -102,6 +102,17 @@ final class RootObject {
         properties: [
             Property("Version", "s", emitsChange: false) { root, _ in .string(root.service.version) },
             Property("AvailableMediums", "as") { root, _ in .strings(root.service.availableMediums.map(\.rawValue).sorted()) },
+            Property("LoginSessions", "s") { root, _ in .string(root.service.sessions.status.description) },
+            Property("StaticPublications", "a(sss)") { root, _ in
+                .array(element: "(sss)", root.service.staticPublications.map { entry in
+                    switch entry.result {
+                    case .success(let object):
+                        .structure([.string(entry.file), .string(object.publication.status.rawValue), .string(object.path.rawValue)])
+                    case .failure(let error):
+                        .structure([.string(entry.file), .string("error"), .string(error.message)])
+                    }
+                })
+            },
             Property("DebugLogging", "b", get: { root, _ in .bool(root.service.debugLogging) },
                      set: { root, value, caller throws(DBusError) in
                          try checked { () throws(NearbyError) in
