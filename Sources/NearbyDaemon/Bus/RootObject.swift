@@ -53,11 +53,7 @@ final class RootObject {
             Method("GetPermission", inputs: [Argument("app_id", "s"), Argument("params", "a{sv}")],
                    outputs: [Argument("permission", "a{sv}")]) { root, call throws(DBusError) in
                 let appId = try call.arguments.read(String.self)
-                let raw = try call.arguments.read([String: Variant].self)
-                let user = try checked { () throws(NearbyError) in
-                    try ManagerRequest.checkAppId(appId)
-                    return try Options(raw, allowed: permissionOptions, context: "GetPermission params").uint32("User")
-                }
+                let user = try permissionUser(appId, call, method: "GetPermission")
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -70,11 +66,7 @@ final class RootObject {
                 root, call throws(DBusError) in
                 let appId = try call.arguments.read(String.self)
                 let granted = try call.arguments.read(Bool.self)
-                let raw = try call.arguments.read([String: Variant].self)
-                let user = try checked { () throws(NearbyError) in
-                    try ManagerRequest.checkAppId(appId)
-                    return try Options(raw, allowed: permissionOptions, context: "SetPermission params").uint32("User")
-                }
+                let user = try permissionUser(appId, call, method: "SetPermission")
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -136,6 +128,17 @@ private func later(_ call: MethodCall, _ body: @escaping @BusActor @Sendable () 
         } catch {
             reply.fail(error.dbusError)
         }
+    }
+}
+
+/// The `User` of a permission method's params (the last argument), after
+/// checking `appId` and the params.
+@BusActor
+private func permissionUser(_ appId: String, _ call: MethodCall, method: String) throws(DBusError) -> UInt32? {
+    let raw = try call.arguments.read([String: Variant].self)
+    return try checked { () throws(NearbyError) in
+        try ManagerRequest.checkAppId(appId)
+        return try Options(raw, allowed: RootObject.permissionOptions, context: "\(method) params").uint32("User")
     }
 }
 
