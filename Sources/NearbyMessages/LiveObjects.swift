@@ -50,7 +50,8 @@ public final class Publication: Sendable {
     }
 
     /// `starting` (waiting for the server or a medium), `active`, or
-    /// `inactive` (the app's permission was revoked).
+    /// `inactive` (the app's permission was revoked, or its manager is in the
+    /// background and it may not run there).
     public var status: String {
         get async throws { try await object.status }
     }
@@ -76,7 +77,8 @@ public final class Subscription: Sendable {
     }
 
     /// `starting` (waiting for the server or a medium), `active`, or
-    /// `inactive` (the app's permission was revoked).
+    /// `inactive` (the app's permission was revoked, or its manager is in the
+    /// background and it may not run there).
     public var status: String {
         get async throws { try await object.status }
     }
