@@ -9,6 +9,7 @@ import Mediums
 import NearbyCore
 import ServiceLifecycle
 import SystemdService
+import UnixSignals
 import Upstream
 
 /// nearbyd as a service of its process: connects to the bus, exports the API,
@@ -30,10 +31,22 @@ public struct Daemon: Service {
                                                 attributes: [.posixPermissions: 0o700])
         let (busLost, busLostSignal) = AsyncStream.makeStream(of: Void.self)
         let service = try await start(onBusLost: { busLostSignal.yield() })
+        // SIGHUP (systemctl reload) reads the static publications again; trapped
+        // before the daemon says it is ready, as its default action is to end it.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
         let uniqueName = await service.connection.uniqueName
         logger.info("nearbyd \(NearbyService.version) ready", metadata: ["bus": "\(configuration.bus)", "name": "\(uniqueName)"])
         FileHandle.standardOutput.write(Data("nearbyd: ready on \(configuration.bus) as \(uniqueName)\n".utf8))
-        ServiceNotifier.ready(status: "serving \(Self.busName) on the \(configuration.bus)")
+        let status = "serving \(Self.busName) on the \(configuration.bus)"
+        ServiceNotifier.ready(status: status)
+        let reloads = Task {
+            for await _ in hangups {
+                ServiceNotifier.reloading()
+                await service.reloadStaticPublications()
+                ServiceNotifier.ready(status: status)
+            }
+        }
+        defer { reloads.cancel() }
 
         // Until SIGTERM/SIGINT (the service group's graceful shutdown) or the bus goes away.
         let lostTheBus = await withGracefulShutdownHandler {

@@ -43,6 +43,9 @@ final class NearbyService {
     private var subscriptions: [String: SubscriptionObject] = [:]
     /// What came of each static publication file: its publication, or why it has none.
     private(set) var staticPublications: [(file: String, result: Result<PublicationObject, NearbyError>)] = []
+    /// The published ones by file, with what the file said.
+    private var staticSources: [String: (source: StaticPublication, object: PublicationObject)] = [:]
+    private var staticOwners: [[String]: ManagerObject] = [:]
     /// The publications and subscriptions that run now (their link and the
     /// mediums count them), by id: true in the foreground, false in the
     /// background (BLE only). The others wait for permission or the foreground.
@@ -138,7 +141,7 @@ final class NearbyService {
             }
         }
         expireSightingsSoon()
-        publishStaticPublications()
+        reloadStaticPublications()
     }
 
     /// Tokens not heard for the lost timeout are gone; checked ten times a second.
@@ -630,26 +633,30 @@ final class NearbyService {
 
     /// Publishes the files of `[publications] directory` as the daemon's own
     /// client, one manager per API key and AppId; a bad file is logged and
-    /// shown in `StaticPublications`, and the others still load.
-    private func publishStaticPublications() {
+    /// shown in `StaticPublications`, and the others still load. Read again
+    /// (SIGHUP), a file whose publication is unchanged keeps it, so
+    /// subscribers elsewhere notice nothing; the others end or begin.
+    func reloadStaticPublications() {
         let entries = StaticPublicationFile.loadAll(directory: configuration.staticPublicationsDirectory,
                                                     enabled: enabledMediums, maxFiles: configuration.maxStaticPublications)
-        guard !entries.isEmpty else { return }
-        var owners: [[String]: ManagerObject] = [:]
+        var previous = staticSources
+        staticSources = [:]
         for entry in entries {
+            if case .success(let source) = entry.result, let (kept, object) = previous[entry.path], kept == source {
+                previous[entry.path] = nil
+                staticSources[entry.path] = (source, object)
+            }
+        }
+        for (_, object) in previous.values { remove(object) }
+        staticPublications = entries.map { entry in
+            if let (_, object) = staticSources[entry.path] { return (entry.path, .success(object)) }
             let result = Result { () throws(NearbyError) -> PublicationObject in
-                let file = try entry.result.mapError { NearbyError.invalidArguments($0.message) }.get()
-                let key = [file.apiKey, file.appID]
-                let owner: ManagerObject
-                if let known = owners[key] {
-                    owner = known
-                } else {
-                    owner = try staticManager(apiKey: file.apiKey, appId: file.appID)
-                    owners[key] = owner
-                }
-                var strategy = file.strategy
+                let source = try entry.result.mapError { NearbyError.invalidArguments($0.message) }.get()
+                var strategy = source.strategy
                 strategy.ttlSeconds = Strategy.maximumTTL
-                return try publish(file.message, strategy: strategy, in: owner)
+                let object = try publish(source.message, strategy: strategy, in: staticManager(apiKey: source.apiKey, appId: source.appID))
+                staticSources[entry.path] = (source, object)
+                return object
             }
             switch result {
             case .success(let object):
@@ -657,18 +664,27 @@ final class NearbyService {
             case .failure(let error):
                 logger.error("static publication skipped: \(error.message)", metadata: ["file": "\(entry.path)"])
             }
-            staticPublications.append((entry.path, result))
+            return (entry.path, result)
         }
+        // Managers left with nothing to publish go.
+        for (key, owner) in staticOwners where owner.manager.publications.isEmpty {
+            staticOwners[key] = nil
+            release(owner)
+        }
+        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
     }
 
-    /// A manager of the daemon's own client: needs no permission, never in the background.
+    /// The manager of the daemon's own client for an API key and AppId: needs
+    /// no permission, never in the background.
     private func staticManager(apiKey: String, appId: String) throws(NearbyError) -> ManagerObject {
+        if let known = staticOwners[[apiKey, appId]] { return known }
         let client = try registry.addClient(busName: connection.uniqueName, uid: 0)
         let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: false)
         let object = ManagerObject(manager: manager, path: .nearbyd(client: client.number, manager: manager.number),
                                    service: self, exempt: true)
         managers[ObjectIdentifier(manager)] = object
         link(for: apiKey).managers += 1
+        staticOwners[[apiKey, appId]] = object
         return object
     }
 

@@ -39,8 +39,9 @@ struct NearbydCommand: AsyncParsableCommand {
             Settings come from the configuration file (TOML, see doc/configuration.md),
             then from these options, which override it. The daemon logs to the systemd
             journal when started by systemd and to standard error otherwise, tells
-            systemd when it is ready (Type=notify), and exits cleanly on SIGTERM or
-            SIGINT after ending every client's objects.
+            systemd when it is ready (Type=notify), reads the static publications of
+            [publications] directory again on SIGHUP (systemctl reload), and exits
+            cleanly on SIGTERM or SIGINT after ending every client's objects.
 
             EXIT STATUS
               0 after a clean shutdown; 1 when the configuration is invalid or the bus

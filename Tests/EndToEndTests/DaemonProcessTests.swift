@@ -18,7 +18,7 @@ import TestSupport
         return daemon
     }
 
-    @Test func itTellsSystemdWhenReadyAndStopsCleanlyOnSIGTERM() async throws {
+    @Test func itTellsSystemdWhenReadyReloadsOnSIGHUPAndStopsCleanlyOnSIGTERM() async throws {
         let bus = try await PrivateBus()
         let directory = try TemporaryDirectory()
         let notify = try DatagramSocket(path: directory.file("notify.sock"))
@@ -27,6 +27,12 @@ import TestSupport
             environment: ["NOTIFY_SOCKET": notify.path])
         let ready = try await notify.messages.first(within: 20, "READY=1") { $0.contains("READY=1") }
         #expect(ready.contains("STATUS="))
+        // systemctl reload: reloading, then ready again.
+        notify.messages.clear()
+        daemon.signal(SIGHUP)
+        let reloading = try await notify.messages.first(within: 20, "RELOADING=1") { $0.contains("RELOADING=1") }
+        #expect(reloading.contains("MONOTONIC_USEC="))
+        _ = try await notify.messages.first(within: 20, "READY=1 after the reload") { $0.contains("READY=1") }
         daemon.signal(SIGTERM)
         _ = try await notify.messages.first(within: 20, "STOPPING=1") { $0.contains("STOPPING=1") }
         #expect(try await daemon.waitForExit() == 0)

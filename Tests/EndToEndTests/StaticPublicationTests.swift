@@ -45,4 +45,35 @@ import TestSupport
             #expect(unpublish.status != 0, "\(unpublish.output)")
         }
     }
+
+    /// SIGHUP (systemctl reload): files read again; an unchanged publication
+    /// stays, a removed file's ends, a new file's begins.
+    @Test func aReloadPublishesWhatChangedAndKeepsTheRest() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("kiosk")
+            let directory = cluster.directory.file("publications-A")
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            func write(_ name: String, _ text: String) {
+                _ = FileManager.default.createFile(atPath: "\(directory)/\(name)",
+                                                   contents: Data("api-key = \"\(key)\"\ntype = \"kiosk\"\ncontent = \"\(text)\"\n".utf8))
+            }
+            write("a.toml", "stays")
+            write("b.toml", "goes")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let b = try await cluster.addDevice("B", at: (2, 0))
+            let subscriber = try await MessageManager(b, apiKey: key).record(type: "kiosk")
+            try await subscriber.wait(.found, "stays")
+            try await subscriber.wait(.found, "goes")
+
+            try FileManager.default.removeItem(atPath: "\(directory)/b.toml")
+            write("c.toml", "comes")
+            a.daemon.signal(SIGHUP)
+            try await subscriber.wait(.found, "comes")
+            try await subscriber.wait(.lost, "goes")
+            #expect(!subscriber.kinds.contains("lost /kiosk 'stays'"), "\(subscriber.kinds)")
+            let status = try await DaemonStatus.read(from: .address(a.busAddress))
+            #expect(status.staticPublications.map { URL(fileURLWithPath: $0.file).lastPathComponent } == ["a.toml", "c.toml"])
+            #expect(a.daemon.isRunning)
+        }
+    }
 }
