@@ -138,11 +138,7 @@ final class LoginSessions {
         let pid = try await clients.unixProcessID(of: busName)
         let path: ObjectPath
         do {
-            path = try await logind.call(
-                destination: Self.service, path: Self.managerPath, interface: Self.managerInterface,
-                member: "GetSessionByPID", timeoutMicroseconds: Self.callTimeoutMicroseconds,
-                arguments: { writer throws(DBusError) in try writer.append(pid) }
-            ) { reader throws(DBusError) in try reader.read(ObjectPath.self) }
+            path = try await managerObject("GetSessionByPID", pid, on: logind)
         } catch where error.name == "org.freedesktop.login1.NoSessionForPID" {
             guard let display = try await displaySession(of: busName, on: logind) else { return nil }
             path = display
@@ -291,17 +287,22 @@ final class LoginSessions {
         entry.tell()
     }
 
+    /// A method of logind's Manager that takes a pid or uid and answers an object.
+    private func managerObject(_ member: String, _ id: UInt32, on logind: BusConnection) async throws(DBusError) -> ObjectPath {
+        try await logind.call(
+            destination: Self.service, path: Self.managerPath, interface: Self.managerInterface,
+            member: member, timeoutMicroseconds: Self.callTimeoutMicroseconds,
+            arguments: { writer throws(DBusError) in try writer.append(id) }
+        ) { reader throws(DBusError) in try reader.read(ObjectPath.self) }
+    }
+
     /// A process outside any session (desktops start apps as systemd user units)
     /// belongs, as sd-login's callers take it, to its user's display session.
     private func displaySession(of busName: String, on logind: BusConnection) async throws(DBusError) -> ObjectPath? {
         let uid = try await clients.unixUser(of: busName)
         let user: ObjectPath
         do {
-            user = try await logind.call(
-                destination: Self.service, path: Self.managerPath, interface: Self.managerInterface,
-                member: "GetUser", timeoutMicroseconds: Self.callTimeoutMicroseconds,
-                arguments: { writer throws(DBusError) in try writer.append(uid) }
-            ) { reader throws(DBusError) in try reader.read(ObjectPath.self) }
+            user = try await managerObject("GetUser", uid, on: logind)
         } catch where error.name == "org.freedesktop.login1.NoSuchUser" {
             return nil
         }
