@@ -41,6 +41,8 @@ let package = Package(
             linkerSettings: [.linkedLibrary("systemd")]
         ),
         .target(name: "DBus", dependencies: ["CSystemd"]),
+        // C: glibc's <malloc.h> (mallopt), so nearbyd gives back what a large message took.
+        .target(name: "CMalloc"),
         .target(
             name: "SystemdService",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
@@ -125,7 +127,7 @@ let package = Package(
             name: "NearbyDaemon",
             dependencies: [
                 "Beacons", "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "Upstream", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
-                "SystemdService", "ConfigFile",
+                "SystemdService", "ConfigFile", "CMalloc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
@@ -245,7 +247,7 @@ let package = Package(
             "NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore"]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(
             name: "XMPPTests",
             dependencies: [

@@ -83,6 +83,115 @@ public struct MessageReader {
         return try inContainer(UInt8(ascii: "r"), signature.rawValue, body)
     }
 
+    // MARK: - Bounded reading of untrusted arguments
+
+    /// Reads a string (`s`) of at most `maxBytes` bytes. sd-bus hands out a
+    /// pointer into the message, so a longer one is refused before anything
+    /// is copied; `what` names the argument in the error.
+    public func readString(maxBytes: Int, _ what: @autoclosure () -> String) throws(DBusError) -> String {
+        try expect("s")
+        return try readBoundedString(UInt8(ascii: "s"), maxBytes: maxBytes, what())
+    }
+
+    /// Reads an object path (`o`) of at most `maxBytes` bytes, refused before it is copied.
+    public func readObjectPath(maxBytes: Int, _ what: @autoclosure () -> String) throws(DBusError) -> ObjectPath {
+        try expect("o")
+        return ObjectPath(trusted: try readBoundedString(UInt8(ascii: "o"), maxBytes: maxBytes, what()))
+    }
+
+    /// Reads a byte array (`ay`) of at most `maxCount` bytes: sd-bus hands out
+    /// the bytes in place, so a longer one is refused before it is copied.
+    public func readBytes(maxCount: Int, _ what: @autoclosure () -> String) throws(DBusError) -> [UInt8] {
+        try expect("ay")
+        var pointer: UnsafeRawPointer?
+        var size = 0
+        try check(sd_bus_message_read_array(message, CChar(bitPattern: UInt8(ascii: "y")), &pointer, &size), "reading an array")
+        guard size <= maxCount else { throw .invalidArgs("\(what()) is \(size) bytes; at most \(maxCount) are allowed") }
+        guard let pointer, size > 0 else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: size))
+    }
+
+    /// Reads a dictionary with string keys (`a{s…}`, the value type `value`)
+    /// one entry at a time, without building it: `body` gets each key and
+    /// must read exactly one value of type `value`, or throw to refuse the
+    /// whole call at that entry (nothing after it is read). At most
+    /// `maxEntries` entries, keys of at most `maxKeyBytes` bytes; a repeated
+    /// key is refused.
+    public func readEntries(value: Signature, maxEntries: Int, maxKeyBytes: Int, _ what: @autoclosure () -> String,
+                            _ body: (String) throws(DBusError) -> Void) throws(DBusError) {
+        let entry = "s" + value.rawValue
+        try expect(Signature(trusted: "a{\(entry)}"))
+        try inContainer(UInt8(ascii: "a"), "{\(entry)}") { () throws(DBusError) in
+            var seen: Set<String> = []
+            while !isAtEnd {
+                guard seen.count < maxEntries else { throw .invalidArgs("\(what()) has more than \(maxEntries) entries") }
+                try inContainer(UInt8(ascii: "e"), entry) { () throws(DBusError) in
+                    let key = try readBoundedString(UInt8(ascii: "s"), maxBytes: maxKeyBytes, "a key of \(what())")
+                    guard seen.insert(key).inserted else { throw .invalidArgs("\(what()) has the key '\(key)' twice") }
+                    try body(key)
+                }
+            }
+        }
+    }
+
+    /// The type of the value inside the next variant (`v`), without reading it.
+    public func peekVariantContents() throws(DBusError) -> Signature {
+        let (code, contents) = try peek()
+        guard code == UInt8(ascii: "v") else { throw .invalidArgs("expected a variant, found '\(Unicode.Scalar(code))'") }
+        return Signature(trusted: contents)
+    }
+
+    /// Reads the next value, whatever its type, within `budget`: each value
+    /// costs one, each string and byte array its bytes too, and nesting is
+    /// bounded. A message over budget is refused as soon as it is found to
+    /// be, so a hostile argument costs its bytes in the message and no more.
+    public func readValue(within budget: inout ReadBudget) throws(DBusError) -> DBusValue {
+        guard budget.depth > 0 else { throw .invalidArgs("\(budget.what) is nested too deeply") }
+        try budget.charge(values: 1, bytes: 0)
+        let (code, contents) = try peek()
+        switch code {
+        case UInt8(ascii: "s"), UInt8(ascii: "o"), UInt8(ascii: "g"):
+            let text = try readBoundedString(code, maxBytes: budget.bytes, budget.what)
+            try budget.charge(values: 0, bytes: text.utf8.count)
+            return code == UInt8(ascii: "s") ? .string(text)
+                : code == UInt8(ascii: "o") ? .objectPath(ObjectPath(trusted: text)) : .signature(Signature(trusted: text))
+        case UInt8(ascii: "v"), UInt8(ascii: "r"), UInt8(ascii: "a"):
+            budget.depth -= 1
+            defer { budget.depth += 1 }
+            if code == UInt8(ascii: "v") {
+                return .variant(try inContainer(code, contents) { () throws(DBusError) in try readValue(within: &budget) })
+            }
+            if code == UInt8(ascii: "a"), contents == "y" {
+                let bytes = try readBytes(maxCount: budget.bytes, budget.what)
+                try budget.charge(values: bytes.count, bytes: bytes.count)
+                return .bytes(bytes)
+            }
+            if code == UInt8(ascii: "a"), contents.first == "{" {
+                let inner = String(contents.dropFirst().dropLast())
+                let types = Signature(trusted: inner).completeTypes
+                let entries = try inContainer(code, contents) { () throws(DBusError) -> [DictEntry] in
+                    var entries: [DictEntry] = []
+                    while !isAtEnd {
+                        entries.append(try inContainer(UInt8(ascii: "e"), inner) { () throws(DBusError) in
+                            DictEntry(try readValue(within: &budget), try readValue(within: &budget))
+                        })
+                    }
+                    return entries
+                }
+                return .dictionary(key: types[0], value: types[1], entries)
+            }
+            let values = try inContainer(code, contents) { () throws(DBusError) -> [DBusValue] in
+                var values: [DBusValue] = []
+                while !isAtEnd { values.append(try readValue(within: &budget)) }
+                return values
+            }
+            return code == UInt8(ascii: "r") ? .structure(values) : .array(element: Signature(trusted: contents), values)
+        default:
+            // Fixed-size basic types and file descriptors: no more than their size.
+            return try readValue()
+        }
+    }
+
     // MARK: - Building blocks for DBusDecodable conformances
 
     /// The next value's type code and, for containers, its contents signature.
@@ -140,6 +249,17 @@ public struct MessageReader {
         return pointer.map { String(cString: $0) } ?? ""
     }
 
+    /// A string-like value (`s`, `o`, `g`) of at most `maxBytes` bytes, measured
+    /// in the message before it is copied.
+    func readBoundedString(_ code: UInt8, maxBytes: Int, _ what: @autoclosure () -> String) throws(DBusError) -> String {
+        var pointer: UnsafePointer<CChar>?
+        try check(sd_bus_message_read_basic(message, CChar(bitPattern: code), &pointer), "reading a string")
+        guard let pointer else { return "" }
+        let length = strnlen(pointer, maxBytes + 1)
+        guard length <= maxBytes else { throw .invalidArgs("\(what()) is longer than \(maxBytes) bytes") }
+        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
+    }
+
     func readFixedArray<T: BitwiseCopyable>(_ code: UInt8, of _: T.Type) throws(DBusError) -> [T] {
         try expect(Signature(trusted: "a" + String(Unicode.Scalar(code))))
         var pointer: UnsafeRawPointer?
@@ -155,5 +275,32 @@ public struct MessageReader {
         let value = try body()
         try check(sd_bus_message_exit_container(message), "leaving '\(contents)'")
         return value
+    }
+}
+
+/// What a decoder may still build of an untrusted argument (see
+/// ``MessageReader/readValue(within:)``).
+public struct ReadBudget: Sendable {
+    /// Values left: every value counts one, every byte of a byte array too.
+    public var values: Int
+    /// Bytes of strings and byte arrays left.
+    public var bytes: Int
+    /// Containers that may still be entered.
+    public var depth: Int
+    /// The argument, for error messages.
+    public let what: String
+
+    public init(values: Int, bytes: Int, depth: Int, what: String) {
+        self.values = values
+        self.bytes = bytes
+        self.depth = depth
+        self.what = what
+    }
+
+    mutating func charge(values: Int, bytes: Int) throws(DBusError) {
+        self.values -= values
+        self.bytes -= bytes
+        guard self.values >= 0 else { throw .invalidArgs("\(what) holds too many values") }
+        guard self.bytes >= 0 else { throw .invalidArgs("\(what) is too large") }
     }
 }

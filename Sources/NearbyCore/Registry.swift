@@ -1,13 +1,32 @@
-/// Limits on what clients may create, each answered with `LimitExceeded`.
+/// Limits on what clients may create, each answered with `LimitExceeded`:
+/// per user first, so that one user cannot take what all share, then for
+/// the whole daemon.
 public struct RegistryLimits: Equatable, Sendable {
+    /// Connections of one user (uid) with objects in the daemon.
+    public var maxClientsPerUser: Int
     public var maxClients: Int
     public var maxManagersPerClient: Int
+    /// Managers of all of one user's connections.
+    public var maxManagersPerUser: Int
+    /// API keys one user's managers may use at once: each is a registration
+    /// with nearby-server, a connection to it and a token on the air.
+    public var maxAPIKeysPerUser: Int
     public var maxObjectsPerManager: Int
+    /// Publications and subscriptions of all of one user's managers.
+    public var maxObjectsPerUser: Int
+    public var maxObjects: Int
 
-    public init(maxClients: Int = 256, maxManagersPerClient: Int = 16, maxObjectsPerManager: Int = 256) {
+    public init(maxClientsPerUser: Int = 64, maxClients: Int = 1024, maxManagersPerClient: Int = 16,
+                maxManagersPerUser: Int = 256, maxAPIKeysPerUser: Int = 8, maxObjectsPerManager: Int = 256,
+                maxObjectsPerUser: Int = 1024, maxObjects: Int = 16_384) {
+        self.maxClientsPerUser = maxClientsPerUser
         self.maxClients = maxClients
         self.maxManagersPerClient = maxManagersPerClient
+        self.maxManagersPerUser = maxManagersPerUser
+        self.maxAPIKeysPerUser = maxAPIKeysPerUser
         self.maxObjectsPerManager = maxObjectsPerManager
+        self.maxObjectsPerUser = maxObjectsPerUser
+        self.maxObjects = maxObjects
     }
 }
 
@@ -36,12 +55,31 @@ public final class Client {
     }
 }
 
+/// Whose registration with nearby-server an app's traffic goes through: one
+/// per user and API key. The API key is public (it ships inside every app)
+/// and an AppId is whatever the caller says, so the uid is what keeps one
+/// user's messages, verdicts, message ids and server quotas from another's.
+public struct Account: Hashable, Sendable, CustomStringConvertible {
+    public let uid: UInt32
+    public let apiKey: String
+
+    public init(uid: UInt32, apiKey: String) {
+        self.uid = uid
+        self.apiKey = apiKey
+    }
+
+    /// For logs: the uid and the start of the key (the whole key is a secret of sorts).
+    public var description: String { "uid \(uid), key \(apiKey.prefix(4))…" }
+}
+
 /// A message manager: one app's access to Nearby under one API key.
 public final class Manager {
     public let number: UInt64
     public unowned let client: Client
     public let apiKey: String
     public let appId: String
+    /// The user's registration the manager's traffic goes through.
+    public let account: Account
     public var debugLogging: Bool
     public fileprivate(set) var publications: [UInt64: Publication] = [:]
     public fileprivate(set) var subscriptions: [UInt64: Subscription] = [:]
@@ -52,6 +90,7 @@ public final class Manager {
         self.client = client
         self.apiKey = apiKey
         self.appId = appId
+        account = Account(uid: client.uid, apiKey: apiKey)
         self.debugLogging = debugLogging
     }
 
@@ -65,6 +104,8 @@ public protocol RegisteredObject: AnyObject {
     var id: String { get }
     var strategy: Strategy { get }
     var status: ObjectStatus { get set }
+    /// Why it is not active, in a sentence for people; empty when it is.
+    var statusReason: String { get set }
 }
 
 /// A live publication.
@@ -78,6 +119,7 @@ public final class Publication: RegisteredObject {
     /// Wall-clock expiry in microseconds since the epoch.
     public var expiresAt: UInt64
     public var status: ObjectStatus = .starting
+    public var statusReason = ""
 
     init(number: UInt64, manager: Manager, id: String, message: Message, strategy: Strategy, expiresAt: UInt64) {
         self.number = number
@@ -100,6 +142,7 @@ public final class Subscription: RegisteredObject {
     /// Wall-clock expiry in microseconds since the epoch; 0 = never.
     public let expiresAt: UInt64
     public var status: ObjectStatus = .starting
+    public var statusReason = ""
     public var found = FoundTracker()
 
     init(number: UInt64, manager: Manager, id: String, filter: MessageFilter, strategy: Strategy,
@@ -120,10 +163,23 @@ public final class Subscription: RegisteredObject {
 public final class Registry {
     public let limits: RegistryLimits
     public private(set) var clients: [String: Client] = [:]
+    /// What each user (uid) holds, for the per-user limits.
+    private var users: [UInt32: Usage] = [:]
+    /// Publications and subscriptions of everyone.
+    public private(set) var objectCount = 0
     private var nextClient: UInt64 = 1
     private var idCounter: UInt64 = 0
     /// `<prefix>-`, ready for the counter.
     private let idPrefix: String
+
+    private struct Usage {
+        var clients = 0
+        var managers = 0
+        var objects = 0
+        /// Managers per API key.
+        var apiKeys: [String: Int] = [:]
+        var isEmpty: Bool { clients == 0 }
+    }
 
     /// `idPrefix` makes server ids unique across daemon restarts (ids are
     /// `<prefix>-<counter>`).
@@ -139,34 +195,62 @@ public final class Registry {
     /// The client for `busName`, created if new.
     public func addClient(busName: String, uid: UInt32) throws(NearbyError) -> Client {
         if let existing = clients[busName] { return existing }
+        guard users[uid, default: Usage()].clients < limits.maxClientsPerUser else {
+            throw .limitExceeded("a user may have at most \(limits.maxClientsPerUser) clients ([limits] max-clients-per-user)")
+        }
         guard clients.count < limits.maxClients else {
-            throw .limitExceeded("the daemon serves at most \(limits.maxClients) clients")
+            throw .limitExceeded("the daemon serves at most \(limits.maxClients) clients ([limits] max-clients)")
         }
         let client = Client(number: nextClient, busName: busName, uid: uid)
         nextClient += 1
         clients[busName] = client
+        users[uid, default: Usage()].clients += 1
         return client
     }
 
     /// Forgets a client and everything it made; returns it so the caller can clean up.
     @discardableResult
     public func removeClient(busName: String) -> Client? {
-        clients.removeValue(forKey: busName)
+        guard let client = clients.removeValue(forKey: busName) else { return nil }
+        for manager in client.managers.values { forgetManager(manager) }
+        users[client.uid]?.clients -= 1
+        if users[client.uid]?.isEmpty == true { users[client.uid] = nil }
+        return client
     }
 
     public func addManager(to client: Client, apiKey: String, appId: String, debugLogging: Bool) throws(NearbyError) -> Manager {
         guard client.managers.count < limits.maxManagersPerClient else {
-            throw .limitExceeded("a client may have at most \(limits.maxManagersPerClient) managers")
+            throw .limitExceeded("a client may have at most \(limits.maxManagersPerClient) managers ([limits] max-managers-per-client)")
+        }
+        let usage = users[client.uid, default: Usage()]
+        guard usage.managers < limits.maxManagersPerUser else {
+            throw .limitExceeded("a user may have at most \(limits.maxManagersPerUser) managers ([limits] max-managers-per-user)")
+        }
+        guard usage.apiKeys[apiKey] != nil || usage.apiKeys.count < limits.maxAPIKeysPerUser else {
+            throw .limitExceeded("a user's managers may use at most \(limits.maxAPIKeysPerUser) API keys at once ([limits] max-api-keys-per-user)")
         }
         let manager = Manager(number: client.nextManager, client: client, apiKey: apiKey, appId: appId,
                               debugLogging: debugLogging)
         client.nextManager += 1
         client.managers[manager.number] = manager
+        users[client.uid, default: Usage()].managers += 1
+        users[client.uid, default: Usage()].apiKeys[apiKey, default: 0] += 1
         return manager
     }
 
     public func removeManager(_ manager: Manager) {
-        manager.client.managers.removeValue(forKey: manager.number)
+        guard manager.client.managers.removeValue(forKey: manager.number) != nil else { return }
+        forgetManager(manager)
+    }
+
+    /// Takes a manager and its objects out of its user's usage.
+    private func forgetManager(_ manager: Manager) {
+        let uid = manager.client.uid
+        users[uid]?.managers -= 1
+        users[uid]?.objects -= manager.objectCount
+        objectCount -= manager.objectCount
+        let left = (users[uid]?.apiKeys[manager.apiKey] ?? 1) - 1
+        users[uid]?.apiKeys[manager.apiKey] = left > 0 ? left : nil
     }
 
     public func addPublication(to manager: Manager, message: Message, strategy: Strategy,
@@ -176,6 +260,7 @@ public final class Registry {
                                       message: message, strategy: strategy, expiresAt: expiresAt)
         manager.nextObject += 1
         manager.publications[publication.number] = publication
+        counted(manager, 1)
         return publication
     }
 
@@ -186,23 +271,42 @@ public final class Registry {
                                         filter: filter, strategy: strategy, deviceTypes: deviceTypes, expiresAt: expiresAt)
         manager.nextObject += 1
         manager.subscriptions[subscription.number] = subscription
+        counted(manager, 1)
         return subscription
     }
 
     /// Removes a publication; false if it was already gone.
     @discardableResult
     public func remove(_ publication: Publication) -> Bool {
-        publication.manager.publications.removeValue(forKey: publication.number) != nil
+        guard publication.manager.publications.removeValue(forKey: publication.number) != nil else { return false }
+        counted(publication.manager, -1)
+        return true
     }
 
     @discardableResult
     public func remove(_ subscription: Subscription) -> Bool {
-        subscription.manager.subscriptions.removeValue(forKey: subscription.number) != nil
+        guard subscription.manager.subscriptions.removeValue(forKey: subscription.number) != nil else { return false }
+        counted(subscription.manager, -1)
+        return true
+    }
+
+    /// Counts an object of a manager still in the registry (its client's
+    /// managers): objects of a manager already forgotten count no more.
+    private func counted(_ manager: Manager, _ delta: Int) {
+        guard manager.client.managers[manager.number] === manager, clients[manager.client.busName] === manager.client else { return }
+        users[manager.client.uid]?.objects += delta
+        objectCount += delta
     }
 
     private func checkRoom(in manager: Manager) throws(NearbyError) {
         guard manager.objectCount < limits.maxObjectsPerManager else {
-            throw .limitExceeded("a manager may have at most \(limits.maxObjectsPerManager) publications and subscriptions")
+            throw .limitExceeded("a manager may have at most \(limits.maxObjectsPerManager) publications and subscriptions ([limits] max-objects-per-manager)")
+        }
+        guard users[manager.client.uid, default: Usage()].objects < limits.maxObjectsPerUser else {
+            throw .limitExceeded("a user may have at most \(limits.maxObjectsPerUser) publications and subscriptions ([limits] max-objects-per-user)")
+        }
+        guard objectCount < limits.maxObjects else {
+            throw .limitExceeded("the daemon holds at most \(limits.maxObjects) publications and subscriptions ([limits] max-objects)")
         }
     }
 

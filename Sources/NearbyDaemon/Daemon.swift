@@ -2,6 +2,7 @@ import ALSA
 import AudioMedium
 import BlueZ
 import BluetoothHCI
+import CMalloc
 import DBus
 import Foundation
 import Logging
@@ -27,6 +28,7 @@ public struct Daemon: Service {
     }
 
     public func run() async throws {
+        Self.returnFreedMemory()
         try FileManager.default.createDirectory(atPath: configuration.stateDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         let (busLost, busLostSignal) = AsyncStream.makeStream(of: Void.self)
@@ -62,6 +64,16 @@ public struct Daemon: Service {
         if lostTheBus { throw DaemonError.busLost }
     }
 
+    /// glibc raises its mmap and trim thresholds after a large block is freed,
+    /// up to 32 and 64 MiB, and then keeps freed memory of that size: one
+    /// client's large message (sd-bus reads each whole) would stay resident
+    /// for good. Fixed thresholds turn that off, so what a call took is given
+    /// back when its message goes.
+    private static func returnFreedMemory() {
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+        mallopt(M_TRIM_THRESHOLD, 1024 * 1024)
+    }
+
     /// Why the daemon stopped other than by request.
     enum DaemonError: Error, CustomStringConvertible {
         case busLost
@@ -84,8 +96,7 @@ public struct Daemon: Service {
         }
         let outbox: Outbox
         do {
-            outbox = try UpstreamService.openOutbox(stateDirectory: configuration.stateDirectory,
-                                                    maxPendingPerApp: configuration.maxPendingUpstream)
+            outbox = try UpstreamService.openOutbox(stateDirectory: configuration.stateDirectory, limits: configuration.outboxLimits)
         } catch {
             throw DaemonError.outbox("\(error)")
         }

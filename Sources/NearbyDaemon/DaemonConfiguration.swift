@@ -7,6 +7,7 @@ import Logging
 import Mediums
 import NearbyAir
 import NearbyCore
+import Upstream
 
 /// Everything nearbyd can be told, from /etc/nearbyd/nearbyd.conf and then its
 /// command line. doc/configuration.md describes each key.
@@ -68,6 +69,13 @@ public struct DaemonConfiguration: Sendable {
     public var reconnectMaxDelay = 30.0
     /// `[server] request-timeout`, seconds.
     public var requestTimeout = 10.0
+    /// `[server] refused-key-retry`, seconds: how long an API key the server
+    /// refused is not offered to it again.
+    public var refusedKeyRetry = 600.0
+    /// `[server] refused-change-retry`, seconds: how long a publication or
+    /// subscription the server refused (its limits were reached) waits before
+    /// it is offered again.
+    public var refusedChangeRetry = 30.0
     /// `[server] batch-delay`, seconds: how long publication and subscription
     /// changes wait for more before going to the server together. What is made
     /// and ended within it never reaches the server at all.
@@ -126,6 +134,12 @@ public struct DaemonConfiguration: Sendable {
 
     /// `[upstream] max-pending`: upstream messages one app may have waiting.
     public var maxPendingUpstream = 1000
+    /// `[upstream] max-per-user`: messages and untold verdicts one user's apps may keep in all.
+    public var maxUpstreamPerUser = 5000
+    /// `[upstream] max-total`: messages and untold verdicts of every user.
+    public var maxUpstreamTotal = 50_000
+    /// `[upstream] verdict-retention-days`: how long a verdict waits for its app to come back.
+    public var verdictRetentionDays = 7.0
 
     /// `[sim] air-socket`, `device`, `position`: how the daemon appears in nearby-air.
     public var airSocket = "/run/nearby-air.sock"
@@ -133,6 +147,12 @@ public struct DaemonConfiguration: Sendable {
     public var simPosition = Position(x: 0, y: 0)
 
     public init() {}
+
+    /// What the upstream outbox keeps, per app, per user and in all, and for how long.
+    public var outboxLimits: Outbox.Limits {
+        Outbox.Limits(pendingPerApp: maxPendingUpstream, rowsPerUser: maxUpstreamPerUser, rows: maxUpstreamTotal,
+                      retentionMs: UInt64(verdictRetentionDays * 86_400_000))
+    }
 
     /// The mediums whose backend is not `off`.
     public var enabledMediums: Set<Medium> {
@@ -178,7 +198,9 @@ public struct DaemonConfiguration: Sendable {
         if let count = try publications.integer("max-files") { result.maxStaticPublications = count }
 
         let server = try file.section("server", keys: ["url", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout",
-                                                       "batch-delay"])
+                                                       "batch-delay", "refused-key-retry", "refused-change-retry"])
+        if let delay = try server.number("refused-key-retry") { result.refusedKeyRetry = delay }
+        if let delay = try server.number("refused-change-retry") { result.refusedChangeRetry = delay }
         if let url = try server.string("url") { result.serverURL = url }
         if let delay = try server.number("reconnect-initial-delay") { result.reconnectInitialDelay = delay }
         if let delay = try server.number("reconnect-max-delay") { result.reconnectMaxDelay = delay }
@@ -189,10 +211,31 @@ public struct DaemonConfiguration: Sendable {
         if let timeout = try discovery.number("lost-timeout") { result.lostTimeout = timeout }
         if let interval = try discovery.number("refresh-interval") { result.refreshInterval = interval }
 
-        let limits = try file.section("limits", keys: ["max-clients", "max-managers-per-client", "max-objects-per-manager"])
+        let limits = try file.section("limits", keys: [
+            "max-clients-per-user", "max-clients", "max-managers-per-client", "max-managers-per-user", "max-api-keys-per-user",
+            "max-objects-per-manager", "max-objects-per-user", "max-objects",
+        ])
+        if let value = try limits.integer("max-clients-per-user") { result.limits.maxClientsPerUser = value }
         if let value = try limits.integer("max-clients") { result.limits.maxClients = value }
         if let value = try limits.integer("max-managers-per-client") { result.limits.maxManagersPerClient = value }
+        if let value = try limits.integer("max-managers-per-user") { result.limits.maxManagersPerUser = value }
+        if let value = try limits.integer("max-api-keys-per-user") { result.limits.maxAPIKeysPerUser = value }
         if let value = try limits.integer("max-objects-per-manager") { result.limits.maxObjectsPerManager = value }
+        if let value = try limits.integer("max-objects-per-user") { result.limits.maxObjectsPerUser = value }
+        if let value = try limits.integer("max-objects") { result.limits.maxObjects = value }
+        // A per-user limit left out follows the daemon-wide one it must fit in.
+        if try limits.integer("max-clients-per-user") == nil {
+            result.limits.maxClientsPerUser = min(result.limits.maxClientsPerUser, result.limits.maxClients)
+        }
+        if try limits.integer("max-managers-per-user") == nil {
+            result.limits.maxManagersPerUser = max(result.limits.maxManagersPerUser, result.limits.maxManagersPerClient)
+        }
+        if try limits.integer("max-objects-per-user") == nil {
+            result.limits.maxObjectsPerUser = min(result.limits.maxObjectsPerUser, result.limits.maxObjects)
+        }
+        if try limits.integer("max-objects-per-manager") == nil {
+            result.limits.maxObjectsPerManager = min(result.limits.maxObjectsPerManager, result.limits.maxObjectsPerUser)
+        }
 
         let ble = try file.section("ble", keys: ["backend", "tx-power", "adapter", "bluez-bus", "hci-channel"])
         if let backend = try ble.string("backend") { result.ble = try Self.backend(backend, of: [.off, .sim, .bluez, .hci], in: ble) }
@@ -227,8 +270,17 @@ public struct DaemonConfiguration: Sendable {
         if let interval = try beacons.number("signal-interval") { result.beaconSignalInterval = interval }
         if let count = try beacons.integer("max-beacons") { result.maxBeacons = count }
 
-        let upstream = try file.section("upstream", keys: ["max-pending"])
+        let upstream = try file.section("upstream", keys: ["max-pending", "max-per-user", "max-total", "verdict-retention-days"])
         if let count = try upstream.integer("max-pending") { result.maxPendingUpstream = count }
+        if let count = try upstream.integer("max-per-user") { result.maxUpstreamPerUser = count }
+        if let count = try upstream.integer("max-total") { result.maxUpstreamTotal = count }
+        if let days = try upstream.number("verdict-retention-days") { result.verdictRetentionDays = days }
+        if try upstream.integer("max-per-user") == nil {
+            result.maxUpstreamPerUser = min(result.maxUpstreamPerUser, result.maxUpstreamTotal)
+        }
+        if try upstream.integer("max-pending") == nil {
+            result.maxPendingUpstream = min(result.maxPendingUpstream, result.maxUpstreamPerUser)
+        }
 
         let sim = try file.section("sim", keys: ["air-socket", "device", "position"])
         if let socket = try sim.string("air-socket") { result.airSocket = socket }
@@ -259,11 +311,19 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(reconnectMaxDelay, in: reconnectInitialDelay...3600, "[server] reconnect-max-delay")
         try Self.check(requestTimeout, in: 0.1...300, "[server] request-timeout")
         try Self.check(batchDelay, in: 0...1, "[server] batch-delay")
+        try Self.check(refusedKeyRetry, in: 1...86_400, "[server] refused-key-retry")
+        try Self.check(refusedChangeRetry, in: 0.1...3600, "[server] refused-change-retry")
         try Self.check(lostTimeout, in: 0.2...600, "[discovery] lost-timeout")
         try Self.check(refreshInterval, in: 0.1...25, "[discovery] refresh-interval")
         try Self.check(Double(limits.maxClients), in: 1...100_000, "[limits] max-clients")
+        try Self.check(Double(limits.maxClientsPerUser), in: 1...Double(limits.maxClients), "[limits] max-clients-per-user")
         try Self.check(Double(limits.maxManagersPerClient), in: 1...10_000, "[limits] max-managers-per-client")
-        try Self.check(Double(limits.maxObjectsPerManager), in: 1...1_000_000, "[limits] max-objects-per-manager")
+        try Self.check(Double(limits.maxManagersPerUser), in: Double(limits.maxManagersPerClient)...1_000_000,
+                       "[limits] max-managers-per-user")
+        try Self.check(Double(limits.maxAPIKeysPerUser), in: 1...1000, "[limits] max-api-keys-per-user")
+        try Self.check(Double(limits.maxObjects), in: 1...10_000_000, "[limits] max-objects")
+        try Self.check(Double(limits.maxObjectsPerUser), in: 1...Double(limits.maxObjects), "[limits] max-objects-per-user")
+        try Self.check(Double(limits.maxObjectsPerManager), in: 1...Double(limits.maxObjectsPerUser), "[limits] max-objects-per-manager")
         try Self.check(Double(bleTxPower), in: -127...20, "[ble] tx-power")
         guard !capturePCM.isEmpty, !playbackPCM.isEmpty else { throw ConfigurationError("[audio] PCM names must not be empty") }
         try Self.check(audioVolume, in: -60...0, "[audio] volume")
@@ -276,6 +336,9 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(beaconSignalInterval, in: 0.1...60, "[beacons] signal-interval")
         try Self.check(Double(maxBeacons), in: 1...100_000, "[beacons] max-beacons")
         try Self.check(Double(maxPendingUpstream), in: 1...100_000, "[upstream] max-pending")
+        try Self.check(Double(maxUpstreamPerUser), in: Double(maxPendingUpstream)...1_000_000, "[upstream] max-per-user")
+        try Self.check(Double(maxUpstreamTotal), in: Double(maxUpstreamPerUser)...10_000_000, "[upstream] max-total")
+        try Self.check(verdictRetentionDays, in: 0.01...365, "[upstream] verdict-retention-days")
         guard !simDevice.isEmpty, simDevice.utf8.count <= 64 else {
             throw ConfigurationError("[sim] device must be 1..64 bytes")
         }

@@ -37,7 +37,8 @@ final class NearbyService {
     let sessions: LoginSessions
     private var sessionWatches: [String: SessionWatch] = [:]
     let permissions: PermissionBroker
-    private var links: [String: LinkState] = [:]
+    /// One per user and API key.
+    private var links: [Account: LinkState] = [:]
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
@@ -45,7 +46,7 @@ final class NearbyService {
     private(set) var staticPublications: [(file: String, result: Result<PublicationObject, NearbyError>)] = []
     /// The published ones by file, with what the file said.
     private var staticSources: [String: (source: StaticPublication, object: PublicationObject)] = [:]
-    private var staticOwners: [[String]: ManagerObject] = [:]
+    private var staticOwners: [StaticOwner: ManagerObject] = [:]
     /// The publications and subscriptions that run now (their link and the
     /// mediums count them), by id: true in the foreground, false in the
     /// background (BLE only). The others wait for permission or the foreground.
@@ -89,7 +90,8 @@ final class NearbyService {
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
         let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
-        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory)
+        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory,
+                                          refusedKeyRetry: .milliseconds(Int64(configuration.refusedKeyRetry * 1000)))
         serverClient = client
         self.credentials = credentials
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
@@ -97,9 +99,9 @@ final class NearbyService {
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
         beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: serverClient, logger: logger)
         let backoff = Backoff(configuration)
-        upstream = UpstreamService(outbox: outbox, logger: logger) { apiKey in
-            DirectChannel(apiKey: apiKey,
-                          connect: DirectChannel.connector(apiKey: apiKey, client: client, credentials: credentials, logger: logger),
+        upstream = UpstreamService(outbox: outbox, logger: logger) { account in
+            DirectChannel(account: account,
+                          connect: DirectChannel.connector(account: account, client: client, credentials: credentials, logger: logger),
                           backoff: backoff, logger: logger)
         }
     }
@@ -169,7 +171,7 @@ final class NearbyService {
         for task in tasks { task.cancel() }
         sightingsTimer?.cancel()
         expiryTimer?.cancel()
-        upstream.stop()
+        await upstream.stop()
         for timer in shrinkTimers.values { timer.cancel() }
         shrinkTimers.removeAll()
     }
@@ -189,7 +191,7 @@ final class NearbyService {
             registry.removeManager(manager)
         }
         managers[ObjectIdentifier(manager)] = object
-        link(for: request.apiKey).managers += 1
+        link(for: manager.account).managers += 1
         refreshErrors(of: object)
         upstream.managerCreated(object)
         await followSession(of: busName, for: object)
@@ -213,8 +215,9 @@ final class NearbyService {
     /// objects go the moment it leaves the bus.
     private func client(for busName: String) async throws(NearbyError) -> Client {
         if let client = registry.client(busName: busName) { return client }
+        // Before the round trips below; the per-user limit needs the uid they bring.
         guard registry.clients.count < configuration.limits.maxClients else {
-            throw .limitExceeded("the daemon serves at most \(configuration.limits.maxClients) clients")
+            throw .limitExceeded("the daemon serves at most \(configuration.limits.maxClients) clients ([limits] max-clients)")
         }
         if watches[busName] == nil {
             do {
@@ -303,8 +306,8 @@ final class NearbyService {
         }
         object.exported?.unregister()
         managers.removeValue(forKey: ObjectIdentifier(object.manager))
-        if object.directChannel { upstream.managersChanged(apiKey: object.manager.apiKey) }
-        guard let state = links[object.manager.apiKey] else { return }
+        if object.directChannel { upstream.managersChanged(object.manager.account) }
+        guard let state = links[object.manager.account] else { return }
         state.managers -= 1
         if state.managers == 0 { retire(state) }
     }
@@ -440,7 +443,7 @@ final class NearbyService {
         guard object.background != background else { return }
         object.background = background
         object.changed(["Background"])
-        if object.directChannel { upstream.managersChanged(apiKey: object.manager.apiKey) }
+        if object.directChannel { upstream.managersChanged(object.manager.account) }
         reconcile(object)
         if beacons.isWatching { updateMediums() }
         record(background ? "in the background" : "in the foreground", by: object.manager, [:])
@@ -469,7 +472,7 @@ final class NearbyService {
 
     private func reconcile(_ object: PublicationObject, owner: ManagerObject) {
         let publication = object.publication
-        let state = link(for: publication.manager.apiKey)
+        let state = link(for: publication.manager.account)
         let mode = runMode(allowInBackground: publication.strategy.allowInBackground, owner: owner)
         if move(publication.id, publication.strategy, to: mode, in: state, owner: owner) {
             if mode != nil {
@@ -487,7 +490,7 @@ final class NearbyService {
         let subscription = object.subscription
         var stopped = false
         if subscription.deviceTypes.nearby {
-            let state = link(for: subscription.manager.apiKey)
+            let state = link(for: subscription.manager.account)
             let mode = runMode(allowInBackground: subscription.strategy.allowInBackground, owner: owner)
             if move(subscription.id, subscription.strategy, to: mode, in: state, owner: owner) {
                 if running[subscription.id] != nil {
@@ -549,7 +552,7 @@ final class NearbyService {
     func resolvedNamespace(of object: PublicationObject) -> String {
         let namespace = object.publication.message.namespace
         guard namespace.isEmpty else { return namespace }
-        return links[object.publication.manager.apiKey]?.namespace ?? ""
+        return links[object.publication.manager.account]?.namespace ?? ""
     }
 
     private func remove(_ object: PublicationObject) {
@@ -560,12 +563,13 @@ final class NearbyService {
         publications.removeValue(forKey: publication.id)
         expiries.dropEnded(live: publications.count + subscriptions.count)
         record("publication ended", by: publication.manager, ["object": "\(object.path)"])
-        if let state = links[publication.manager.apiKey] {
+        if let state = links[publication.manager.account] {
             if let foreground = running.removeValue(forKey: publication.id) {
                 counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)],
                         foreground: foreground)
             }
             state.registered.remove(publication.id)
+            state.refused[publication.id] = nil
             state.link.send(.unpublish(publication.id))
         }
     }
@@ -582,12 +586,13 @@ final class NearbyService {
             beacons.remove(object)
             countedBeaconUser(by: -1, owner: managers[ObjectIdentifier(subscription.manager)])
         }
-        if subscription.deviceTypes.nearby, let state = links[subscription.manager.apiKey] {
+        if subscription.deviceTypes.nearby, let state = links[subscription.manager.account] {
             if let foreground = running.removeValue(forKey: subscription.id) {
                 counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)],
                         foreground: foreground)
             }
             state.registered.remove(subscription.id)
+            state.refused[subscription.id] = nil
             state.link.send(.unsubscribe(subscription.id))
         }
     }
@@ -674,17 +679,24 @@ final class NearbyService {
         try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
     }
 
+    private struct StaticOwner: Hashable {
+        let apiKey: String
+        let appId: String
+    }
+
     /// The manager of the daemon's own client for an API key and AppId: needs
-    /// no permission, never in the background.
+    /// no permission, never in the background. Its client is the daemon's own
+    /// user, so its registration is nobody else's.
     private func staticManager(apiKey: String, appId: String) throws(NearbyError) -> ManagerObject {
-        if let known = staticOwners[[apiKey, appId]] { return known }
-        let client = try registry.addClient(busName: connection.uniqueName, uid: 0)
+        let owner = StaticOwner(apiKey: apiKey, appId: appId)
+        if let known = staticOwners[owner] { return known }
+        let client = try registry.addClient(busName: connection.uniqueName, uid: getuid())
         let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: false)
         let object = ManagerObject(manager: manager, path: .nearbyd(client: client.number, manager: manager.number),
                                    service: self, exempt: true)
         managers[ObjectIdentifier(manager)] = object
-        link(for: apiKey).managers += 1
-        staticOwners[[apiKey, appId]] = object
+        link(for: manager.account).managers += 1
+        staticOwners[owner] = object
         return object
     }
 
@@ -693,27 +705,28 @@ final class NearbyService {
         let publication = object.publication
         publication.expiresAt = Self.nowMicroseconds + UInt64(publication.strategy.ttlSeconds) * 1_000_000
         scheduleExpiry(of: .publication(object), at: publication.expiresAt - Self.renewalMargin)
-        if running[publication.id] != nil { links[publication.manager.apiKey]?.link.send(.publish(publication)) }
+        if running[publication.id] != nil { links[publication.manager.account]?.link.send(.publish(publication)) }
     }
 
     // MARK: Server links
 
-    private func link(for apiKey: String) -> LinkState {
-        if let state = links[apiKey] { return state }
-        let link = ServerLink(apiKey: apiKey, client: serverClient, credentials: credentials, backoff: Backoff(configuration),
-                              batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)), logger: logger)
+    private func link(for account: Account) -> LinkState {
+        if let state = links[account] { return state }
+        let link = ServerLink(account: account, client: serverClient, credentials: credentials, backoff: Backoff(configuration),
+                              batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
+                              refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
         link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }
             self.handle(event, from: state)
         }
-        links[apiKey] = state
+        links[account] = state
         return state
     }
 
-    /// No manager uses this API key any more: let its removals reach the server, then stop it.
+    /// No manager uses this account any more: let its removals reach the server, then stop it.
     private func retire(_ state: LinkState) {
-        links.removeValue(forKey: state.link.apiKey)
+        links.removeValue(forKey: state.link.account)
         let link = state.link
         let task = state.task
         Task {
@@ -726,6 +739,7 @@ final class NearbyService {
         switch event {
         case .connected(let namespace, let registered):
             state.connected = true
+            state.waiting = nil
             let namespaceChanged = state.namespace != namespace
             state.namespace = namespace
             state.registered = registered
@@ -735,8 +749,18 @@ final class NearbyService {
             state.connected = false
             state.registered = []
             refreshStatuses(of: state)
+        case .waiting(let reason):
+            state.waiting = reason
+            refreshStatuses(of: state)
         case .registered(let id):
             state.registered.insert(id)
+            state.refused[id] = nil
+            if let object = publications[id] { refreshStatus(of: object, state) }
+            if let object = subscriptions[id] { refreshStatus(of: object) }
+        case .refused(let id, let error, let retried):
+            state.refused[id] = retried
+                ? "nearby-server refused it (\(error)); offered again every \(Self.seconds(configuration.refusedChangeRetry))"
+                : "nearby-server refused it (\(error))"
             if let object = publications[id] { refreshStatus(of: object, state) }
             if let object = subscriptions[id] { refreshStatus(of: object) }
         case .token(let token):
@@ -762,7 +786,7 @@ final class NearbyService {
             record("message lost", by: object.subscription.manager, ["object": "\(object.path)", "source": "\(source)"])
         case .snapshot(let matches):
             let sources = Dictionary(grouping: matches, by: \.subscription).mapValues { Set($0.map(\.source)) }
-            for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
+            for object in subscriptions.values where object.subscription.manager.account == state.link.account {
                 // Beacon sources are the watch's, not the server's.
                 let kept = (sources[object.subscription.id] ?? []).union(
                     object.subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
@@ -802,17 +826,17 @@ final class NearbyService {
 
     /// The subscription `id`, if it belongs to the link that names it.
     private func subscription(_ id: String, of state: LinkState) -> SubscriptionObject? {
-        guard let object = subscriptions[id], object.subscription.manager.apiKey == state.link.apiKey else { return nil }
+        guard let object = subscriptions[id], object.subscription.manager.account == state.link.account else { return nil }
         return object
     }
 
     // MARK: Status and errors
 
     private func refreshStatuses(of state: LinkState) {
-        for object in publications.values where object.publication.manager.apiKey == state.link.apiKey {
+        for object in publications.values where object.publication.manager.account == state.link.account {
             refreshStatus(of: object, state)
         }
-        for object in subscriptions.values where object.subscription.manager.apiKey == state.link.apiKey {
+        for object in subscriptions.values where object.subscription.manager.account == state.link.account {
             refreshStatus(of: object)
         }
     }
@@ -820,14 +844,26 @@ final class NearbyService {
     /// Publications in the project's namespace show it once the server has said what it is.
     private func announceResolvedNamespace(of state: LinkState) {
         for object in publications.values
-        where object.publication.manager.apiKey == state.link.apiKey && object.publication.message.namespace.isEmpty {
+        where object.publication.manager.account == state.link.account && object.publication.message.namespace.isEmpty {
             object.changed(["Namespace"])
         }
     }
 
     private func refreshStatus(of object: PublicationObject, _ state: LinkState) {
-        let id = object.publication.id
-        set(running[id] == nil ? .inactive : status(id, object.publication.strategy, state), of: object)
+        let publication = object.publication
+        guard running[publication.id] != nil else {
+            return set(.inactive, waitingReason(publication.manager), of: object)
+        }
+        let (status, reason) = self.status(publication.id, publication.strategy, state)
+        set(status, reason, of: object)
+    }
+
+    /// Why a manager's objects wait (`inactive`): what ``runMode(allowInBackground:owner:)`` decided, in words.
+    private func waitingReason(_ manager: Manager) -> String {
+        guard let owner = managers[ObjectIdentifier(manager)], !isPermitted(owner) else {
+            return "its manager is in the background, and it has no AllowInBackground"
+        }
+        return "the app is not permitted to use Nearby (PermissionGranted)"
     }
 
     /// A subscription is active once each of its kinds works: beacons once
@@ -836,31 +872,45 @@ final class NearbyService {
         let subscription = object.subscription
         let nearbyRuns = running[subscription.id] != nil
         let beaconsRun = beaconsRunning.contains(subscription.id)
-        guard nearbyRuns || beaconsRun else { return set(.inactive, of: object) }
+        guard nearbyRuns || beaconsRun else { return set(.inactive, waitingReason(subscription.manager), of: object) }
         var status = ObjectStatus.active
-        if beaconsRun, !availableMediums.contains(.ble) { status = .starting }
-        if nearbyRuns {
-            guard let state = links[subscription.manager.apiKey] else { return set(.starting, of: object) }
-            if self.status(subscription.id, subscription.strategy, state) == .starting { status = .starting }
+        var reason = ""
+        if beaconsRun, !availableMediums.contains(.ble) { (status, reason) = (.starting, "BLE is not available now") }
+        if nearbyRuns, let state = links[subscription.manager.account] {
+            let nearby = self.status(subscription.id, subscription.strategy, state)
+            if nearby.status == .starting { (status, reason) = nearby }
         }
-        set(status, of: object)
+        set(status, reason, of: object)
     }
 
-    private func set(_ status: ObjectStatus, of object: some LiveObject) {
-        guard status != object.entry.status else { return }
-        object.entry.status = status
-        object.changed(["Status"])
-        if managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
+    private func set(_ status: ObjectStatus, _ reason: String = "", of object: some LiveObject) {
+        var changed: [String] = []
+        if status != object.entry.status {
+            object.entry.status = status
+            changed.append("Status")
+        }
+        if reason != object.entry.statusReason {
+            object.entry.statusReason = reason
+            changed.append("StatusReason")
+        }
+        guard !changed.isEmpty else { return }
+        object.changed(changed)
+        if changed.contains("Status"), managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
             try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
         }
     }
 
-    /// Active once the server holds it and one of its mediums works; starting until then.
-    private func status(_ id: String, _ strategy: Strategy, _ state: LinkState) -> ObjectStatus {
-        guard state.connected, state.registered.contains(id), !strategy.mediums.isDisjoint(with: availableMediums) else {
-            return .starting
+    /// Active once the server holds it and one of its mediums works; starting
+    /// until then, with the reason.
+    private func status(_ id: String, _ strategy: Strategy, _ state: LinkState) -> (status: ObjectStatus, reason: String) {
+        guard state.connected else { return (.starting, state.waiting ?? "connecting to nearby-server") }
+        guard state.registered.contains(id) else {
+            return (.starting, state.refused[id] ?? "being registered with nearby-server")
         }
-        return .active
+        guard !strategy.mediums.isDisjoint(with: availableMediums) else {
+            return (.starting, "none of its mediums (\(Self.names(strategy.mediums))) is available now")
+        }
+        return (.active, "")
     }
 
     /// BluetoothPowerError and BluetoothPermissionError: BLE is configured, some
@@ -1006,6 +1056,11 @@ final class NearbyService {
 
     static var nowMicroseconds: UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
 
+    /// A duration from the configuration, for people: `30 s`.
+    private static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+    }
+
     /// Medium names for records: `ble,audio`.
     private static func names(_ mediums: Set<Medium>) -> String {
         mediums.map(\.rawValue).sorted().joined(separator: ",")
@@ -1045,6 +1100,10 @@ final class LinkState {
     let task: Task<Void, Never>
     var managers = 0
     var connected = false
+    /// Why the link is not connected, as it last said.
+    var waiting: String?
+    /// Why the server refused an object, by id, until it holds it.
+    var refused: [String: String] = [:]
     var namespace: String?
     var token: Token?
     var registered: Set<String> = []

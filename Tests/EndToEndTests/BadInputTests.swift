@@ -236,4 +236,40 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
             watch.cancel()
         }
     }
+
+    /// A hostile program's 30 MiB arguments, from dbus-next (python/big_call.py): each is
+    /// refused with a named error as soon as it is found too large, without a decoded copy
+    /// of it, and what the daemon took to read them is given back.
+    @Test func oversizedArgumentsAreRefusedAndCostNoLastingMemory() async throws {
+        try await withCluster { cluster in
+            let device = try await cluster.addDevice("A", at: (0, 0))
+            let before = try Self.residentMiB(device.daemon.pid)
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("python/big_call.py").path
+            let result = try await runProgram("/usr/bin/python3", [script, device.busAddress, "\(30 << 20)"])
+            var outcomes: [String: (name: String, message: String)] = [:]
+            for line in result.output.split(separator: "\n") {
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String],
+                      let call = object["call"] else { continue }
+                outcomes[call] = (object["outcome"] ?? "", object["message"] ?? "")
+            }
+            #expect(outcomes["done"] != nil, "\(result.output)")
+            let expected = [
+                "create-junk": "unknown key 'Junk'", "create-strings": "unknown key 'Junk'",
+                "publish": "content is 31457280 bytes", "subscribe-deep": "Subscribe params", "send-data": "data",
+            ]
+            for (call, text) in expected {
+                #expect(outcomes[call]?.name == Self.invalid, "\(call): \(String(describing: outcomes[call]))")
+                #expect(outcomes[call]?.message.contains(text) == true, "\(call): \(String(describing: outcomes[call]))")
+            }
+            let after = try Self.residentMiB(device.daemon.pid)
+            #expect(after - before < 24, "resident \(before) MiB before, \(after) MiB after")
+        }
+    }
+
+    /// A process's resident memory (VmRSS), MiB.
+    static func residentMiB(_ pid: Int32) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
+        return (Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0) / 1024
+    }
 }

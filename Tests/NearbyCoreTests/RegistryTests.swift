@@ -14,12 +14,65 @@ import Testing
         #expect(throws: NearbyError.self) { try registry.addManager(to: client, apiKey: "k", appId: "a", debugLogging: false) }
         _ = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
         let subscription = try registry.addSubscription(to: manager, filter: MessageFilter(), strategy: Strategy(), expiresAt: 0)
-        #expect(throws: NearbyError.limitExceeded("a manager may have at most 2 publications and subscriptions")) {
+        #expect(throws: NearbyError.limitExceeded("a manager may have at most 2 publications and subscriptions ([limits] max-objects-per-manager)")) {
             try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
         }
         #expect(registry.remove(subscription))
         #expect(!registry.remove(subscription))
         _ = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
+    }
+
+    @Test func eachUserHasItsOwnShareBeforeTheDaemonsLimit() throws {
+        let registry = Registry(limits: RegistryLimits(maxClientsPerUser: 2, maxClients: 3, maxManagersPerClient: 4,
+                                                       maxManagersPerUser: 3, maxAPIKeysPerUser: 2, maxObjectsPerManager: 5,
+                                                       maxObjectsPerUser: 4, maxObjects: 6),
+                                idPrefix: "t")
+        func limit(_ name: String, _ body: () throws -> Void) {
+            do {
+                try body()
+                Issue.record("no \(name)")
+            } catch {
+                let error = error as? NearbyError
+                #expect(error?.name == "LimitExceeded" && error?.message.contains(name) == true, "\(String(describing: error))")
+            }
+        }
+        // Clients: the user's share, then the daemon's.
+        let first = try registry.addClient(busName: ":1.1", uid: 1000)
+        let second = try registry.addClient(busName: ":1.2", uid: 1000)
+        limit("max-clients-per-user") { _ = try registry.addClient(busName: ":1.3", uid: 1000) }
+        let other = try registry.addClient(busName: ":1.4", uid: 2000)
+        limit("max-clients)") { _ = try registry.addClient(busName: ":1.5", uid: 3000) }
+
+        // Managers over all of a user's clients, and the API keys they use.
+        let a = try registry.addManager(to: first, apiKey: "k1", appId: "a", debugLogging: false)
+        _ = try registry.addManager(to: second, apiKey: "k2", appId: "a", debugLogging: false)
+        limit("max-api-keys-per-user") { _ = try registry.addManager(to: second, apiKey: "k3", appId: "a", debugLogging: false) }
+        let b = try registry.addManager(to: second, apiKey: "k1", appId: "b", debugLogging: false)
+        limit("max-managers-per-user") { _ = try registry.addManager(to: first, apiKey: "k1", appId: "c", debugLogging: false) }
+        let stranger = try registry.addManager(to: other, apiKey: "k9", appId: "a", debugLogging: false)
+
+        // Objects over all of a user's managers, then the daemon's.
+        for _ in 0..<3 { _ = try registry.addPublication(to: a, message: message, strategy: Strategy(), expiresAt: 1) }
+        let last = try registry.addSubscription(to: b, filter: MessageFilter(), strategy: Strategy(), expiresAt: 0)
+        limit("max-objects-per-user") { _ = try registry.addPublication(to: b, message: message, strategy: Strategy(), expiresAt: 1) }
+        _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1)
+        _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1)
+        limit("max-objects)") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1) }
+        #expect(registry.objectCount == 6)
+
+        // What goes gives its share back: an object, a manager with its objects, a client with its managers.
+        registry.remove(last)
+        _ = try registry.addPublication(to: b, message: message, strategy: Strategy(), expiresAt: 1)
+        registry.removeManager(a)
+        #expect(registry.objectCount == 3)
+        _ = try registry.addManager(to: first, apiKey: "k1", appId: "c", debugLogging: false)
+        registry.removeClient(busName: ":1.2")
+        #expect(registry.objectCount == 2)
+        _ = try registry.addManager(to: first, apiKey: "k3", appId: "d", debugLogging: false)
+        limit("max-api-keys-per-user") { _ = try registry.addManager(to: first, apiKey: "k4", appId: "e", debugLogging: false) }
+        _ = try registry.addClient(busName: ":1.6", uid: 1000)
+        for _ in 0..<2 { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1) }
+        limit("max-objects-per-user") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1) }
     }
 
     @Test func numbersAndIdsAreNeverReused() throws {

@@ -1,5 +1,6 @@
 import ConfigFile
 import NearbyAir
+import NearbyCore
 import NearbyDaemon
 import Testing
 
@@ -107,6 +108,16 @@ import Testing
         ("[beacons]\nsignal-interval = 0", "[beacons] signal-interval is 0.0"),
         ("[beacons]\ncache-ttl = 1e9", "[beacons] cache-ttl is"),
         ("[upstream]\nmax-pending = 0", "[upstream] max-pending is 0.0"),
+        ("[limits]\nmax-clients = 10\nmax-clients-per-user = 11", "[limits] max-clients-per-user is 11.0; it must be between 1.0 and 10.0"),
+        ("[limits]\nmax-objects = 100\nmax-objects-per-user = 101", "[limits] max-objects-per-user is 101.0"),
+        ("[limits]\nmax-objects-per-user = 10\nmax-objects-per-manager = 11", "[limits] max-objects-per-manager is 11.0"),
+        ("[limits]\nmax-managers-per-client = 8\nmax-managers-per-user = 7", "[limits] max-managers-per-user is 7.0"),
+        ("[limits]\nmax-api-keys-per-user = 0", "[limits] max-api-keys-per-user is 0.0"),
+        ("[upstream]\nmax-pending = 10\nmax-per-user = 9", "[upstream] max-per-user is 9.0"),
+        ("[upstream]\nmax-pending = 5\nmax-per-user = 10\nmax-total = 9", "[upstream] max-total is 9.0"),
+        ("[upstream]\nverdict-retention-days = 0", "[upstream] verdict-retention-days is 0.0"),
+        ("[server]\nrefused-key-retry = 0", "[server] refused-key-retry is 0.0"),
+        ("[server]\nrefused-change-retry = 0", "[server] refused-change-retry is 0.0"),
     ])
     func mistakesAreNamed(_ text: String, _ complaint: String) {
         #expect {
@@ -114,6 +125,40 @@ import Testing
         } throws: { error in
             "\(error)".contains(complaint) && "\(error)".hasPrefix("test.conf")
         }
+    }
+
+    /// Per-user limits: each at its edge, and one left out follows the daemon-wide limit it must fit in.
+    @Test func perUserLimitsFitTheDaemonsAndFollowThemWhenLeftOut() throws {
+        let defaults = try parse("")
+        #expect(defaults.limits == RegistryLimits())
+        let lowered = try parse("[limits]\nmax-clients = 10\nmax-objects = 100\nmax-managers-per-client = 300")
+        #expect(lowered.limits.maxClientsPerUser == 10 && lowered.limits.maxObjectsPerUser == 100)
+        #expect(lowered.limits.maxObjectsPerManager == 100 && lowered.limits.maxManagersPerUser == 300)
+        let smallOutbox = try parse("[upstream]\nmax-total = 50")
+        #expect(smallOutbox.maxUpstreamPerUser == 50 && smallOutbox.maxPendingUpstream == 50)
+        let edges = try parse("""
+            [limits]
+            max-clients = 10
+            max-clients-per-user = 10
+            max-objects = 100
+            max-objects-per-user = 100
+            max-objects-per-manager = 100
+            max-managers-per-client = 8
+            max-managers-per-user = 8
+            max-api-keys-per-user = 1
+            [upstream]
+            max-pending = 10
+            max-per-user = 10
+            max-total = 10
+            verdict-retention-days = 0.01
+            [server]
+            refused-key-retry = 1
+            refused-change-retry = 0.1
+            """)
+        #expect(edges.limits == RegistryLimits(maxClientsPerUser: 10, maxClients: 10, maxManagersPerClient: 8, maxManagersPerUser: 8,
+                                               maxAPIKeysPerUser: 1, maxObjectsPerManager: 100, maxObjectsPerUser: 100, maxObjects: 100))
+        #expect(edges.outboxLimits.rowsPerUser == 10 && edges.outboxLimits.rows == 10 && edges.outboxLimits.retentionMs == 864_000)
+        #expect(edges.refusedKeyRetry == 1 && edges.refusedChangeRetry == 0.1)
     }
 
     @Test func aMissingFileIsAnErrorOnlyWhenNamed() throws {

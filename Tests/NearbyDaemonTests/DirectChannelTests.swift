@@ -1,5 +1,6 @@
 import DBus
 import Logging
+import NearbyCore
 import ServerAPI
 import Testing
 @testable import NearbyDaemon
@@ -27,7 +28,7 @@ struct DirectChannelTests {
     init() {
         let (connections, made) = AsyncStream.makeStream(of: Connection.self)
         self.connections = connections
-        channel = DirectChannel(apiKey: "key", connect: { requests, opened, received in
+        channel = DirectChannel(account: Account(uid: 1000, apiKey: "key"), connect: { requests, opened, received in
             let (ends, end) = AsyncStream.makeStream(of: (any Error)?.self)
             made.yield(Connection(requests: requests, opened: opened, received: received, end: end))
             // Iteration stops when the channel cancels the connection's task.

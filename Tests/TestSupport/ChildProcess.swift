@@ -14,10 +14,13 @@ public final class ChildProcess: Sendable {
     public let pid: Int32
     private let exited = Inbox<Int32>()
     private let runner: Task<Void, Never>
+    /// Lines for the program's standard input (``send(_:)``); finished at deinit.
+    private let input: AsyncStream<String>.Continuation
 
-    /// Starts `executable` with stdout and stderr captured line by line.
+    /// Starts `executable` with stdout and stderr captured line by line; with
+    /// `takesInput`, its standard input is a pipe fed by ``send(_:)``.
     public init(name: String, executable: String, arguments: [String],
-                environment: [String: String] = [:]) async throws {
+                environment: [String: String] = [:], takesInput: Bool = false) async throws {
         self.name = name
         var updates: [Environment.Key: String?] = [:]
         for (key, value) in environment {
@@ -27,14 +30,34 @@ public final class ChildProcess: Sendable {
             executable: .path(.init(executable)), arguments: Arguments(arguments),
             environment: .inherit.updating(updates))
         let started = Inbox<Result<Int32, ChildProcessError>>()
+        let (inputLines, input) = AsyncStream.makeStream(of: String.self)
+        self.input = input
         runner = Task { [lines, exited] in
             do {
-                let result = try await run(configuration, input: .none, output: .sequence,
+                let status: TerminationStatus
+                if takesInput {
+                    status = try await run(configuration, input: .inputWriter, output: .sequence,
                                            error: .combinedWithOutput) { execution in
-                    started.put(.success(execution.processIdentifier.value))
-                    for try await line in execution.standardOutput.strings() { lines.put(line) }
+                        started.put(.success(execution.processIdentifier.value))
+                        let writer = execution.standardInputWriter
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            // A program that stops reading (or has exited) leaves the rest unwritten.
+                            group.addTask {
+                                for await line in inputLines { _ = try? await writer.write(line + "\n") }
+                                try? await writer.finish()
+                            }
+                            for try await line in execution.standardOutput.strings() { lines.put(line) }
+                            group.cancelAll()
+                        }
+                    }.terminationStatus
+                } else {
+                    status = try await run(configuration, input: .none, output: .sequence,
+                                           error: .combinedWithOutput) { execution in
+                        started.put(.success(execution.processIdentifier.value))
+                        for try await line in execution.standardOutput.strings() { lines.put(line) }
+                    }.terminationStatus
                 }
-                switch result.terminationStatus {
+                switch status {
                 case .exited(let code): exited.put(code)
                 case .signaled(let signal): exited.put(128 + signal)
                 }
@@ -47,7 +70,13 @@ public final class ChildProcess: Sendable {
     }
 
     deinit {
+        input.finish()
         if exited.values.isEmpty { kill(pid, SIGKILL) }
+    }
+
+    /// Writes `line` and a newline to the program's standard input (started with `takesInput`).
+    public func send(_ line: String) {
+        input.yield(line)
     }
 
     public var isRunning: Bool { exited.values.isEmpty }

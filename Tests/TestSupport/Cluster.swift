@@ -20,6 +20,8 @@ public final class Cluster: Sendable {
         public var lostTimeout = 1.0
         public var refreshInterval = 0.5
         public var extraConfiguration = ""
+        /// More lines of the daemons' `[server]` section.
+        public var daemonServerSettings = ""
         /// `nearby-server.conf` text.
         public var serverConfiguration = ""
         /// The daemons' `--log-level`: debug for tests (their output is shown
@@ -38,11 +40,13 @@ public final class Cluster: Sendable {
         public var logindBus = "none"
 
         public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
+                    daemonServerSettings: String = "",
                     serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false,
                     permissionPolicy: String = "grant", permissionTimeout: Double = 20.0, logindBus: String = "none") {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
+            self.daemonServerSettings = daemonServerSettings
             self.serverConfiguration = serverConfiguration
             self.daemonLogLevel = daemonLogLevel
             self.xmpp = xmpp
@@ -153,6 +157,7 @@ public final class Cluster: Sendable {
             reconnect-initial-delay = 0.05
             reconnect-max-delay = 0.5
             request-timeout = 5
+            \(options.daemonServerSettings)
 
             [discovery]
             lost-timeout = \(options.lostTimeout)

@@ -42,8 +42,13 @@ public final class Inbox<Value: Sendable>: Sendable {
     public func put(_ value: Value) {
         let ready = state.withLock { state in
             state.values.append(value)
-            let ready = state.waiters.filter { $0.matches(value) }
-            state.waiters.removeAll { $0.matches(value) }
+            // Each waiter's test runs once per value: ``nth(_:within:_:where:)``'s counts.
+            var ready: [(id: UUID, matches: @Sendable (Value) -> Bool, continuation: CheckedContinuation<Value, any Error>)] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.matches(value) else { return false }
+                ready.append(waiter)
+                return true
+            }
             return ready
         }
         for waiter in ready { waiter.continuation.resume(returning: value) }
@@ -79,6 +84,21 @@ public final class Inbox<Value: Sendable>: Sendable {
                     return waiter
                 }
                 waiter?.continuation.resume(throwing: CancellationError())
+            }
+        }
+    }
+
+    /// The `count`th value, already received or still to come, that `matches`.
+    public func nth(
+        _ count: Int, within seconds: Double = 10, _ what: String = "expected values",
+        where matches: @escaping @Sendable (Value) -> Bool
+    ) async throws -> Value {
+        let seen = Mutex(0)
+        return try await first(within: seconds, what) { value in
+            guard matches(value) else { return false }
+            return seen.withLock { seen in
+                seen += 1
+                return seen >= count
             }
         }
     }

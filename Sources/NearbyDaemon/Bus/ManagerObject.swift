@@ -79,11 +79,11 @@ final class ManagerObject {
 
     /// Publish: checked at once; made once the app may use Nearby.
     private func publish(_ call: MethodCall) throws(DBusError) {
-        let content = try call.arguments.read([UInt8].self)
-        let type = try call.arguments.read(String.self)
-        let raw = try call.arguments.read([String: Variant].self)
+        let arguments = Arguments(call)
+        let content = try arguments.bytes("content", maxCount: MessageRules.maximumContentBytes)
+        let type = try arguments.string("type")
+        let params = try arguments.options("Publish params", allowed: Self.publishOptions)
         let (message, strategy, handler) = try checked { () throws(NearbyError) in
-            let params = try Options(raw, allowed: Self.publishOptions, context: "Publish params")
             try MessageRules.checkContent(content)
             try MessageRules.checkType(type)
             let namespace = params.string("Namespace") ?? ""
@@ -99,9 +99,8 @@ final class ManagerObject {
 
     /// Subscribe: checked at once; made once the app may use Nearby.
     private func subscribe(_ call: MethodCall) throws(DBusError) {
-        let raw = try call.arguments.read([String: Variant].self)
+        let params = try Arguments(call).options("Subscribe params", allowed: Self.subscribeOptions)
         let (filter, strategy, deviceTypes, handler) = try checked { () throws(NearbyError) in
-            let params = try Options(raw, allowed: Self.subscribeOptions, context: "Subscribe params")
             let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
             try MessageRules.checkNamespace(filter.namespace)
             try MessageRules.checkType(filter.type)

@@ -9,17 +9,25 @@ struct Options {
 
     /// `allowed` maps each known key to its type; `context` names the argument in messages.
     init(_ raw: [String: Variant], allowed: [String: Signature], context: String) throws(NearbyError) {
-        var values: [String: DBusValue] = [:]
-        for (key, variant) in raw {
-            guard let expected = allowed[key] else {
-                throw .invalidArguments("unknown key '\(key)' in \(context); known: \(allowed.keys.sorted().joined(separator: ", "))")
+        try self.init(raw.mapValues(\.value), allowed: allowed, context: context)
+    }
+
+    init(_ values: [String: DBusValue], allowed: [String: Signature], context: String) throws(NearbyError) {
+        for (key, value) in values {
+            guard let expected = allowed[key] else { throw Self.unknownKey(key, in: context, allowed: allowed) }
+            guard value.signature == expected else {
+                throw Self.wrongType(key, in: context, expected: expected, found: value.signature)
             }
-            guard variant.value.signature == expected else {
-                throw .invalidArguments("'\(key)' in \(context) must be of type '\(expected)', not '\(variant.value.signature)'")
-            }
-            values[key] = variant.value
         }
         self.values = values
+    }
+
+    static func unknownKey(_ key: String, in context: String, allowed: [String: Signature]) -> NearbyError {
+        .invalidArguments("unknown key '\(key)' in \(context); known: \(allowed.keys.sorted().joined(separator: ", "))")
+    }
+
+    static func wrongType(_ key: String, in context: String, expected: Signature, found: Signature) -> NearbyError {
+        .invalidArguments("'\(key)' in \(context) must be of type '\(expected)', not '\(found)'")
     }
 
     func has(_ key: String) -> Bool { values[key] != nil }
@@ -32,7 +40,7 @@ struct Options {
     /// A nested `a{sv}`, checked in turn.
     func options(_ key: String, allowed: [String: Signature], context: String) throws(NearbyError) -> Options? {
         guard let nested = values[key]?.stringVariantDictionary else { return nil }
-        return try Options(nested.mapValues(Variant.init), allowed: allowed, context: context)
+        return try Options(nested, allowed: allowed, context: context)
     }
 
     /// A string that must be one of `choices`' raw values.

@@ -28,6 +28,7 @@ final class PublicationObject: LiveObject {
         ],
         properties: [
             Property("Status", "s") { object, _ in .string(object.publication.status.rawValue) },
+            Property("StatusReason", "s") { object, _ in .string(object.publication.statusReason) },
             Property("Namespace", "s") { object, _ in .string(object.service.resolvedNamespace(of: object)) },
             Property("Type", "s", emitsChange: false) { object, _ in .string(object.publication.message.type) },
             Property("ExpiresAt", "t", emitsChange: false) { object, _ in .uint64(object.publication.expiresAt) },

@@ -24,19 +24,17 @@ final class RootObject {
         methods: [
             Method("CreateManager", inputs: [Argument("api_key", "s"), Argument("params", "a{sv}")],
                    outputs: [Argument("manager", "o")]) { root, call throws(DBusError) in
-                let apiKey = try call.arguments.read(String.self)
-                let raw = try call.arguments.read([String: Variant].self)
-                let request = try checked { () throws(NearbyError) in
-                    try ManagerRequest(apiKey: apiKey, options: Options(raw, allowed: createManagerOptions,
-                                                                          context: "CreateManager params"))
-                }
+                let arguments = Arguments(call)
+                let apiKey = try arguments.string("api_key")
+                let options = try arguments.options("CreateManager params", allowed: createManagerOptions)
+                let request = try checked { () throws(NearbyError) in try ManagerRequest(apiKey: apiKey, options: options) }
                 // Finding the caller's uid is a round trip to the bus daemon: answer later.
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in .objectPath(try await service.createManager(for: caller, request)) }
             },
             Method("RegisterPermissionAgent", inputs: [Argument("agent", "o")]) { root, call throws(DBusError) in
-                let agent = try call.arguments.read(ObjectPath.self)
+                let agent = try Arguments(call).objectPath("agent")
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -45,15 +43,16 @@ final class RootObject {
                 }
             },
             Method("UnregisterPermissionAgent", inputs: [Argument("agent", "o")]) { root, call throws(DBusError) in
-                let agent = try call.arguments.read(ObjectPath.self)
+                let agent = try Arguments(call).objectPath("agent")
                 try checked { () throws(NearbyError) in
                     try root.service.permissions.unregisterAgent(agent, for: call.caller.uniqueName)
                 }
             },
             Method("GetPermission", inputs: [Argument("app_id", "s"), Argument("params", "a{sv}")],
                    outputs: [Argument("permission", "a{sv}")]) { root, call throws(DBusError) in
-                let appId = try call.arguments.read(String.self)
-                let user = try permissionUser(appId, call, method: "GetPermission")
+                let arguments = Arguments(call)
+                let appId = try arguments.string("app_id")
+                let user = try permissionUser(appId, arguments, method: "GetPermission")
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -64,9 +63,10 @@ final class RootObject {
             },
             Method("SetPermission", inputs: [Argument("app_id", "s"), Argument("granted", "b"), Argument("params", "a{sv}")]) {
                 root, call throws(DBusError) in
-                let appId = try call.arguments.read(String.self)
-                let granted = try call.arguments.read(Bool.self)
-                let user = try permissionUser(appId, call, method: "SetPermission")
+                let arguments = Arguments(call)
+                let appId = try arguments.string("app_id")
+                let granted = try arguments.bool()
+                let user = try permissionUser(appId, arguments, method: "SetPermission")
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -77,10 +77,7 @@ final class RootObject {
             },
             Method("ListPermissions", inputs: [Argument("params", "a{sv}")],
                    outputs: [Argument("permissions", "aa{sv}")]) { root, call throws(DBusError) in
-                let raw = try call.arguments.read([String: Variant].self)
-                let user = try checked { () throws(NearbyError) in
-                    try Options(raw, allowed: permissionOptions, context: "ListPermissions params").uint32("User")
-                }
+                let user = try Arguments(call).options("ListPermissions params", allowed: permissionOptions).uint32("User")
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -134,12 +131,9 @@ private func later(_ call: MethodCall, _ body: @escaping @BusActor @Sendable () 
 /// The `User` of a permission method's params (the last argument), after
 /// checking `appId` and the params.
 @BusActor
-private func permissionUser(_ appId: String, _ call: MethodCall, method: String) throws(DBusError) -> UInt32? {
-    let raw = try call.arguments.read([String: Variant].self)
-    return try checked { () throws(NearbyError) in
-        try ManagerRequest.checkAppId(appId)
-        return try Options(raw, allowed: RootObject.permissionOptions, context: "\(method) params").uint32("User")
-    }
+private func permissionUser(_ appId: String, _ arguments: Arguments, method: String) throws(DBusError) -> UInt32? {
+    try checked { () throws(NearbyError) in try ManagerRequest.checkAppId(appId) }
+    return try arguments.options("\(method) params", allowed: RootObject.permissionOptions).uint32("User")
 }
 
 /// A decision as `GetPermission` and `ListPermissions` show it.

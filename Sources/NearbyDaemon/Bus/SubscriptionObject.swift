@@ -30,6 +30,7 @@ final class SubscriptionObject: LiveObject {
         ],
         properties: [
             Property("Status", "s") { object, _ in .string(object.subscription.status.rawValue) },
+            Property("StatusReason", "s") { object, _ in .string(object.subscription.statusReason) },
         ],
         signals: [
             SignalDescription("MessageFound", messageArguments + [Argument("info", "a{sv}")]),

@@ -13,12 +13,16 @@ enum ServerCallError: Error, CustomStringConvertible {
     case rejected(status: Int, APIError)
     /// The server could not be reached or answered nonsense.
     case unreachable(String)
+    /// The server refused the API key lately; it is not asked again until
+    /// `[server] refused-key-retry` has passed.
+    case keyRefused(String)
 
     var description: String {
         switch self {
         case .unauthenticated(let message): "credential refused: \(message)"
         case .rejected(let status, let error): "HTTP \(status): \(error)"
         case .unreachable(let message): "server unreachable: \(message)"
+        case .keyRefused(let message): "the server refuses the API key: \(message)"
         }
     }
 }

@@ -12,6 +12,12 @@ enum LinkEvent: Sendable {
     case connected(namespace: String, registered: Set<String>)
     /// The server cannot be reached; the link retries by itself.
     case disconnected
+    /// Why the link is not connected, after each failed attempt whose reason
+    /// differs from the last one's.
+    case waiting(String)
+    /// The server refused to hold this publication or subscription; it is
+    /// offered again after `[server] refused-change-retry` if `retried`.
+    case refused(String, APIError, retried: Bool)
     /// One more publication or subscription is held by the server.
     case registered(String)
     /// The token to broadcast from now on (nil: none is valid).
@@ -20,7 +26,8 @@ enum LinkEvent: Sendable {
     case stream(StreamEvent)
 }
 
-/// Everything the daemon does with nearby-server for one API key: the device
+/// Everything the daemon does with nearby-server for one ``Account`` (a user's
+/// registration under one API key): the device
 /// registration, the rotating token, keeping the server's publications and
 /// subscriptions in step with the daemon's, reporting the tokens heard, and the
 /// stream of found and lost. When the server is unreachable or restarts it
@@ -48,7 +55,9 @@ final class ServerLink {
         }
     }
 
-    private struct StreamClosed: Error {}
+    private struct StreamClosed: Error, CustomStringConvertible {
+        var description: String { "the server closed the stream" }
+    }
 
     /// A change the daemon asks for; applied in the order sent.
     enum Command {
@@ -62,11 +71,19 @@ final class ServerLink {
         case gone([Sighting.Key])
     }
 
-    let apiKey: String
+    let account: Account
     private let client: ServerClient
     private let credentials: CredentialStore
     private let backoff: Backoff
     private let batchDelay: Duration
+    private let refusedRetry: Duration
+    /// Refused by the server, waiting for their next offer.
+    private var refused: Set<Operation> = []
+    /// Ids the server refused once: their later refusals are not warned of again.
+    private var refusedBefore: Set<String> = []
+    private var refusedRetryTask: Task<Void, Never>?
+    /// The reason of the last failed attempt to connect, told once.
+    private var lastFailure: String?
     private let logger: Logger
     /// Where the link's events go, in order.
     var onEvent: (LinkEvent) -> Void = { _ in }
@@ -99,9 +116,10 @@ final class ServerLink {
     private var performing = false
     private var token: IssuedToken?
 
-    init(apiKey: String, client: ServerClient, credentials: CredentialStore, backoff: Backoff, batchDelay: Duration,
-         logger: Logger) {
-        self.apiKey = apiKey
+    init(account: Account, client: ServerClient, credentials: CredentialStore, backoff: Backoff, batchDelay: Duration,
+         refusedRetry: Duration, logger: Logger) {
+        self.account = account
+        self.refusedRetry = refusedRetry
         self.client = client
         self.credentials = credentials
         self.backoff = backoff
@@ -119,12 +137,14 @@ final class ServerLink {
             enqueue(.publication(publication.id))
         case .unpublish(let id):
             if publications.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
+            refusedBefore.remove(id)
             enqueue(.publication(id))
         case .subscribe(let subscription):
             subscriptions[subscription.id] = subscription
             enqueue(.subscription(subscription.id))
         case .unsubscribe(let id):
             if subscriptions.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
+            refusedBefore.remove(id)
             enqueue(.subscription(id))
         case .seen(let sightings):
             for sighting in sightings {
@@ -157,7 +177,7 @@ final class ServerLink {
             do {
                 try await session()
             } catch {
-                if !Task.isCancelled { logger.warning("nearby-server link: \(error)", metadata: ["server": "\(client.baseURL)"]) }
+                failed(error)
             }
             let reached = connected
             disconnect()
@@ -166,6 +186,21 @@ final class ServerLink {
             await pause(delay)
         }
         disconnect()
+        refusedRetryTask?.cancel()
+    }
+
+    /// An attempt ended: the daemon hears why, and the log says so, once per reason.
+    private func failed(_ error: any Error) {
+        guard !Task.isCancelled else { return }
+        let reason = switch error {
+        case ServerCallError.keyRefused(let message): "nearby-server refuses the API key: \(message)"
+        case ServerCallError.unreachable(let message): "cannot reach nearby-server: \(message)"
+        default: "lost nearby-server: \(error)"
+        }
+        guard reason != lastFailure else { return }
+        lastFailure = reason
+        logger.warning("nearby-server link: \(reason)", metadata: ["server": "\(client.baseURL)", "account": "\(account)"])
+        notify(.waiting(reason))
     }
 
     private func session() async throws {
@@ -199,6 +234,7 @@ final class ServerLink {
             // The snapshot below reports every match afresh.
             restarted.removeAll()
             connected = true
+            lastFailure = nil
             logger.info("connected to nearby-server", metadata: ["server": "\(client.baseURL)", "device": "\(device.device)"])
             notify(.connected(namespace: device.namespace, registered: registered))
             try await flushSightings(device)
@@ -235,7 +271,7 @@ final class ServerLink {
     }
 
     private func registration() async throws -> DeviceRegistration {
-        try await credentials.registration(apiKey: apiKey, with: client, logger: logger)
+        try await credentials.registration(account, with: client, logger: logger)
     }
 
     /// Runs `body`; a refused credential is forgotten, so the next connection registers afresh.
@@ -245,7 +281,7 @@ final class ServerLink {
             return try await body()
         } catch .unauthenticated(let message) {
             logger.warning("the server no longer knows this device (\(message)); registering again")
-            await credentials.forget(device, server: client.baseURL, apiKey: apiKey)
+            await credentials.forget(device, server: client.baseURL, account: account)
             token = nil
             throw ServerCallError.unauthenticated(message)
         }
@@ -278,8 +314,12 @@ final class ServerLink {
         var changes: [ChangeBatch.Change] = []
         changes += heldPublications.filter { publications[$0.id] == nil }.map { .deletePublication(id: $0.id) }
         changes += heldSubscriptions.filter { subscriptions[$0.id] == nil }.map { .deleteSubscription(id: $0.id) }
-        changes += publications.filter { !registered.contains($0.key) }.map { .putPublication(id: $0.key, Self.spec(of: $0.value)) }
-        changes += subscriptions.filter { !registered.contains($0.key) }.map { .putSubscription(id: $0.key, Self.spec(of: $0.value)) }
+        // In the order they were made (ids end in a counter), so that what the
+        // server's limits refuse is the newest.
+        changes += publications.filter { !registered.contains($0.key) }.sorted { Self.madeBefore($0.key, $1.key) }
+            .map { .putPublication(id: $0.key, Self.spec(of: $0.value)) }
+        changes += subscriptions.filter { !registered.contains($0.key) }.sorted { Self.madeBefore($0.key, $1.key) }
+            .map { .putSubscription(id: $0.key, Self.spec(of: $0.value)) }
         for change in try await send(changes, device) where change.isPut {
             registered.insert(change.id)
         }
@@ -287,7 +327,8 @@ final class ServerLink {
     }
 
     /// Sends `changes` in as few requests as the server's size limits allow;
-    /// returns those the server took. What it refused is logged.
+    /// returns those the server took. What it refused is told to the daemon,
+    /// and offered again later when the server may take it then (its limits).
     private func send(_ changes: [ChangeBatch.Change], _ device: DeviceRegistration) async throws -> [ChangeBatch.Change] {
         var taken: [ChangeBatch.Change] = []
         var start = changes.startIndex
@@ -303,7 +344,7 @@ final class ServerLink {
             let answer = try await authenticated(device) { () async throws(ServerCallError) in try await client.apply(batch, device) }
             for (index, change) in batch.changes.enumerated() {
                 if let error = index < answer.results.count ? answer.results[index].error : nil {
-                    logger.error("the server refused a change of \(change.id): \(error)")
+                    refusedByServer(change, error)
                 } else {
                     taken.append(change)
                 }
@@ -311,6 +352,47 @@ final class ServerLink {
             start = end
         }
         return taken
+    }
+
+    /// Whether the object `a` was made before `b`: the registry's ids are a
+    /// run's prefix and a counter, so the shorter is older, then the lesser.
+    private nonisolated static func madeBefore(_ a: String, _ b: String) -> Bool {
+        (a.count, a) < (b.count, b)
+    }
+
+    /// A put the server refused: limits it may have room under later
+    /// (`limit_exceeded`, or its own trouble) are offered again after
+    /// `refusedRetry`; the rest (the object itself is wrong) are not.
+    private func refusedByServer(_ change: ChangeBatch.Change, _ error: APIError) {
+        let retried = change.isPut && [.limitExceeded, .internalError].contains(error.error)
+        // Said once at warning; its retries refused again are debug, or a full quota would fill the journal.
+        let level: Logger.Level = refusedBefore.insert(change.id).inserted ? .warning : .debug
+        logger.log(level: level, "nearby-server refused \(change.id): \(error)\(retried ? "; offering it again in \(refusedRetry)" : "")",
+                   metadata: ["account": "\(account)"])
+        notify(.refused(change.id, error, retried: retried))
+        guard retried else { return }
+        if case .putPublication(let id, _) = change { refused.insert(.publication(id)) }
+        if case .putSubscription(let id, _) = change { refused.insert(.subscription(id)) }
+        guard refusedRetryTask == nil else { return }
+        refusedRetryTask = Task { [refusedRetry] in
+            try? await Task.sleep(for: refusedRetry)
+            guard !Task.isCancelled else { return }
+            self.offerRefusedAgain()
+        }
+    }
+
+    /// Queues the refused objects still wanted; outside a session the next one's synchronisation offers them.
+    private func offerRefusedAgain() {
+        refusedRetryTask = nil
+        let due = refused
+        refused.removeAll()
+        for operation in due {
+            switch operation {
+            case .publication(let id) where publications[id] != nil: enqueue(operation)
+            case .subscription(let id) where subscriptions[id] != nil: enqueue(operation)
+            default: break
+            }
+        }
     }
 
     private nonisolated static func estimatedBytes(_ change: ChangeBatch.Change) -> Int {
@@ -396,6 +478,7 @@ final class ServerLink {
     private func apply(_ changes: [ChangeBatch.Change], _ device: DeviceRegistration) async throws {
         for change in try await send(changes, device) where change.isPut {
             onServer.insert(change.id)
+            refusedBefore.remove(change.id)
             notify(.registered(change.id))
         }
     }

@@ -1,10 +1,12 @@
 import DBus
 import Foundation
 import Logging
+import NearbyCore
 import ServerAPI
 import WSClient
 
-/// The direct channel of one API key: the WebSocket to nearby-server
+/// The direct channel of one ``Account`` (a user's registration under one
+/// API key): the WebSocket to nearby-server
 /// (`GET /v1/devices/{device}/channel`) that carries the upstream messages
 /// of every app of the key and brings their downstream messages.
 ///
@@ -28,7 +30,7 @@ final class DirectChannel {
         var description: String
     }
 
-    let apiKey: String
+    let account: Account
     private let connect: Connect
     private let backoff: Backoff
     private let logger: Logger
@@ -41,8 +43,8 @@ final class DirectChannel {
     /// Counts starts and stops: what a stopped run reports late is dropped.
     private var generation = 0
 
-    init(apiKey: String, connect: @escaping Connect, backoff: Backoff, logger: Logger) {
-        self.apiKey = apiKey
+    init(account: Account, connect: @escaping Connect, backoff: Backoff, logger: Logger) {
+        self.account = account
         self.connect = connect
         self.backoff = backoff
         self.logger = logger
@@ -79,7 +81,7 @@ final class DirectChannel {
                 try await connect(requests, { await self.opened(sink, current) }, { event in await self.received(event, current) })
             } catch {
                 violated = error is ProtocolViolation
-                if !Task.isCancelled { logger.warning("direct channel: \(error)", metadata: ["key": "\(Self.redacted(apiKey))"]) }
+                if !Task.isCancelled { logger.warning("direct channel: \(error)", metadata: ["account": "\(account)"]) }
             }
             sink.finish()
             return ended(current) && !violated
@@ -90,7 +92,7 @@ final class DirectChannel {
         guard current == generation else { return }
         outgoing = sink
         isOpen = true
-        logger.info("direct channel open", metadata: ["key": "\(Self.redacted(apiKey))"])
+        logger.info("direct channel open", metadata: ["account": "\(account)"])
         onOpenChanged(true)
     }
 
@@ -107,25 +109,20 @@ final class DirectChannel {
         outgoing = nil
         guard isOpen else { return false }
         isOpen = false
-        logger.info("direct channel closed", metadata: ["key": "\(Self.redacted(apiKey))"])
+        logger.info("direct channel closed", metadata: ["account": "\(account)"])
         onOpenChanged(false)
         return true
     }
 
-    /// Enough of an API key to tell which it is in the journal.
-    private nonisolated static func redacted(_ apiKey: String) -> String {
-        String(apiKey.prefix(4)) + "…"
-    }
-
-    /// The real connection: the device registration of the API key (made
+    /// The real connection: the device registration of the account (made
     /// once for the link and the channel), then the WebSocket. A refused
     /// upgrade may be a credential the server no longer accepts; WSClient does
     /// not say which status it got, so the server is asked with a REST call,
     /// and a 401 there forgets the credential as the link does.
-    nonisolated static func connector(apiKey: String, client: ServerClient, credentials: CredentialStore,
+    nonisolated static func connector(account: Account, client: ServerClient, credentials: CredentialStore,
                                       logger: Logger) -> Connect {
         { requests, opened, received in
-            let device = try await credentials.registration(apiKey: apiKey, with: client, logger: logger)
+            let device = try await credentials.registration(account, with: client, logger: logger)
             do {
                 try await DeviceSocket.run(url: client.webSocketURL(APIPath.channel(device.device)), device: device,
                                            maxFrameBytes: ChannelLimits.maximumFrameBytes, requests: requests, logger: logger,
@@ -143,7 +140,7 @@ final class DirectChannel {
                     _ = try await client.subscriptions(device)
                 } catch ServerCallError.unauthenticated(let message) {
                     logger.warning("the server no longer knows this device (\(message)); registering again")
-                    await credentials.forget(device, server: client.baseURL, apiKey: apiKey)
+                    await credentials.forget(device, server: client.baseURL, account: account)
                 } catch {
                     // Unreachable, or refused otherwise: the upgrade's failure is the one to report.
                 }

@@ -13,14 +13,14 @@ extension ManagerObject {
         methods: [
             Method("SendMessage", inputs: [Argument("data", "a{ss}"), Argument("to", "s"), Argument("message_id", "s"),
                                            Argument("ttl_seconds", "x")]) { object, call throws(DBusError) in
-                let data = try call.arguments.read([String: String].self)
-                let to = try call.arguments.read(String.self)
-                let messageID = try call.arguments.read(String.self)
-                let ttl = try call.arguments.read(Int64.self)
-                try checked { () throws(NearbyError) in
-                    try object.service.upstream.send(UpstreamMessage(data: data, to: to, messageID: messageID, ttlSeconds: ttl),
-                                                     from: object)
-                }
+                let arguments = Arguments(call)
+                let data = try arguments.stringDictionary("data", maxEntries: UpstreamMessage.maxDataBytes,
+                                                          maxBytes: UpstreamMessage.maxDataBytes)
+                let to = try arguments.string("to")
+                let messageID = try arguments.string("message_id")
+                let ttl = try arguments.int64()
+                try object.service.upstream.send(UpstreamMessage(data: data, to: to, messageID: messageID, ttlSeconds: ttl),
+                                                 from: object, call: call)
             },
         ],
         properties: [
@@ -30,10 +30,10 @@ extension ManagerObject {
                          guard wanted != object.directChannel else { return }
                          object.directChannel = wanted
                          try object.exported?.emitPropertiesChanged(interface: upstreamInterfaceName, ["DirectChannel"])
-                         object.service.upstream.managersChanged(apiKey: object.manager.apiKey)
+                         object.service.upstream.managersChanged(object.manager.account)
                      }),
             Property("DirectChannelConnected", "b") { object, _ in
-                .bool(object.service.upstream.isChannelOpen(object.manager.apiKey))
+                .bool(object.service.upstream.isChannelOpen(object.manager.account))
             },
         ],
         signals: [

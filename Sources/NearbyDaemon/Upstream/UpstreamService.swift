@@ -9,152 +9,185 @@ import Upstream
 ///
 /// `SendMessage` checks a message and puts it in the durable outbox, where it
 /// stays until it has a verdict and its app has been told. The direct channel
-/// of its API key (one per key, open while some manager of the key has
-/// `DirectChannel` set and is in the foreground) carries it: every pending
-/// message of the key when the channel opens, in the order they were
-/// accepted, and each new one at once. The server answers `sent` (the
-/// application server acknowledged it: `SendSucceeded`) or `failed`
+/// of its ``Account`` (one per user and API key, open while some manager of
+/// the account has `DirectChannel` set and is in the foreground) carries it:
+/// every pending message of the account when the channel opens, in the order
+/// they were accepted, and each new one at once. The server answers `sent`
+/// (the application server acknowledged it: `SendSucceeded`) or `failed`
 /// (`SendFailed`); each goes to the sending app's live managers or, when the
 /// app has none (it quit, nearbyd restarted), waits in the outbox for its next
-/// manager. While a key's channel is open the server judges its messages'
-/// TTLs; otherwise a message whose TTL runs out fails here with
-/// `TTL_EXCEEDED`, and one with TTL 0 fails at once with `SERVICE_NOT_AVAILABLE`.
+/// manager, for `[upstream] verdict-retention-days` at most. While an
+/// account's channel is open the server judges its messages' TTLs; otherwise
+/// a message whose TTL runs out fails here with `TTL_EXCEEDED`, and one with
+/// TTL 0 fails at once with `SERVICE_NOT_AVAILABLE`.
 ///
-/// Downstream messages go to every live manager of the key (`MessageReceived`)
-/// and are then acknowledged; the server repeats a message until it has the
-/// acknowledgement, so an app may see one again after a reconnect.
+/// Downstream messages go to every live manager of the account
+/// (`MessageReceived`) and are then acknowledged; the server repeats a
+/// message until it has the acknowledgement, so an app may see one again
+/// after a reconnect.
+///
+/// The outbox is read and written off the bus thread, one job at a time in
+/// the order asked (``SerialJobs``): `SendMessage` is answered once its
+/// message is on disk, and a message accepted before another is sent before it.
 @BusActor
 final class UpstreamService {
     private let outbox: Outbox
     private let logger: Logger
-    /// Makes the channel of an API key.
-    private let makeChannel: @BusActor (_ apiKey: String) -> DirectChannel
+    /// Makes the channel of an account.
+    private let makeChannel: @BusActor (Account) -> DirectChannel
     /// Every live manager, for the signals and the channels' wishes.
     private var liveManagers: @BusActor () -> [ManagerObject] = { [] }
-    /// The channels wanted now, by API key.
-    private var channels: [String: DirectChannel] = [:]
+    /// The channels wanted now.
+    private var channels: [Account: DirectChannel] = [:]
+    private let jobs = SerialJobs()
     private var expiryTimer: BusTimer?
+    private var retentionTimer: BusTimer?
 
-    init(outbox: Outbox, logger: Logger, makeChannel: @escaping @BusActor (_ apiKey: String) -> DirectChannel) {
+    init(outbox: Outbox, logger: Logger, makeChannel: @escaping @BusActor (Account) -> DirectChannel) {
         self.outbox = outbox
         self.logger = logger
         self.makeChannel = makeChannel
     }
 
     /// Opens the outbox in `stateDirectory` (`outbox.sqlite`).
-    static func openOutbox(stateDirectory: String, maxPendingPerApp: Int) throws -> Outbox {
-        try Outbox(path: (stateDirectory as NSString).appendingPathComponent("outbox.sqlite"), maxPendingPerApp: maxPendingPerApp)
+    static func openOutbox(stateDirectory: String, limits: Outbox.Limits) throws -> Outbox {
+        try Outbox(path: (stateDirectory as NSString).appendingPathComponent("outbox.sqlite"), limits: limits)
     }
 
     /// Picks up what an earlier run left pending; `managers` lists the live
     /// managers whenever a message is settled or a channel's wish may change.
     func start(managers: @escaping @BusActor () -> [ManagerObject]) {
         liveManagers = managers
-        do {
-            let kept = try outbox.all()
-            if !kept.isEmpty { logger.info("upstream messages kept from before", metadata: ["count": "\(kept.count)"]) }
-        } catch {
-            logger.error("cannot read the upstream outbox: \(error)")
+        jobs.add { [self] in
+            do {
+                let kept = try await outbox.all()
+                if !kept.isEmpty { logger.info("upstream messages kept from before", metadata: ["count": "\(kept.count)"]) }
+            } catch {
+                logger.error("cannot read the upstream outbox: \(error)")
+            }
         }
+        dropUntoldVerdicts()
         armExpiry()
     }
 
-    /// Closes every channel.
-    func stop() {
+    /// Closes every channel; the outbox's work in hand is finished.
+    func stop() async {
         for channel in channels.values { channel.wanted = false }
         channels.removeAll()
         expiryTimer?.cancel()
+        retentionTimer?.cancel()
+        await jobs.finish()
     }
 
-    /// `SendMessage` from `manager`'s owner.
-    func send(_ message: UpstreamMessage, from manager: ManagerObject) throws(NearbyError) {
-        try message.validate()
-        let channel = channels[manager.manager.apiKey].flatMap { $0.isOpen ? $0 : nil }
-        guard message.ttlSeconds > 0 || channel != nil else {
+    /// `SendMessage` from `manager`'s owner: answered once the message is on
+    /// disk, or refused with a named error.
+    func send(_ message: UpstreamMessage, from manager: ManagerObject, call: MethodCall) throws(DBusError) {
+        try checked { () throws(NearbyError) in try message.validate() }
+        let account = manager.manager.account
+        guard message.ttlSeconds > 0 || isChannelOpen(account) else {
             // Now or never, and there is no channel: failed once the call has answered.
-            Task { manager.emitSendFailed(message.messageID, error: "SERVICE_NOT_AVAILABLE",
-                                          description: "no direct channel to the connection server, and the TTL is 0") }
+            call.reply()
+            manager.emitSendFailed(message.messageID, error: "SERVICE_NOT_AVAILABLE",
+                                   description: "no direct channel to the connection server, and the TTL is 0")
             return
         }
-        let entry = Outbox.Entry(apiKey: manager.manager.apiKey, appID: manager.manager.appId, message: message,
-                                 acceptedAtMs: Self.nowMs)
-        do {
-            try outbox.add(entry)
-        } catch Outbox.Refusal.duplicateID {
-            throw .invalidArguments("message_id '\(message.messageID)' is already pending for an app of this API key")
-        } catch Outbox.Refusal.full(let limit) {
-            throw .limitExceeded("this app has \(limit) upstream messages pending already ([upstream] max-pending)")
-        } catch {
-            logger.error("cannot write the upstream outbox: \(error)")
-            throw .limitExceeded("the outbox cannot take the message: \(error)")
+        let entry = Outbox.Entry(account: account, appID: manager.manager.appId, message: message, acceptedAtMs: Self.nowMs)
+        let reply = call.deferReply()
+        jobs.add { [self] in
+            do {
+                try await outbox.add(entry)
+            } catch {
+                return reply.fail(Self.refusal(error, logger: logger).dbusError)
+            }
+            reply.reply()
+            logger.debug("upstream message accepted", metadata: ["app": "\(entry.appID)", "message": "\(message.messageID)",
+                                                                 "ttl": "\(message.ttlSeconds)", "account": "\(account)"])
+            if let channel = channels[account], channel.isOpen {
+                channel.send(.send(Self.wire(entry)))
+            } else {
+                armExpiry()
+            }
         }
-        logger.debug("upstream message accepted", metadata: ["app": "\(entry.appID)", "message": "\(message.messageID)",
-                                                             "ttl": "\(message.ttlSeconds)", "channel": "\(channel != nil)"])
-        if let channel {
-            channel.send(.send(Self.wire(entry)))
-        } else {
-            armExpiry()
+    }
+
+    private static func refusal(_ error: any Error, logger: Logger) -> NearbyError {
+        switch error {
+        case Outbox.Refusal.duplicateID:
+            return .invalidArguments("this message_id is already pending for an app of this API key")
+        case Outbox.Refusal.appFull(let limit):
+            return .limitExceeded("this app has \(limit) upstream messages pending already ([upstream] max-pending)")
+        case Outbox.Refusal.userFull(let limit):
+            return .limitExceeded("this user's apps keep \(limit) upstream messages and verdicts already ([upstream] max-per-user)")
+        case Outbox.Refusal.full(let limit):
+            return .limitExceeded("the outbox holds \(limit) upstream messages and verdicts already ([upstream] max-total)")
+        default:
+            logger.error("cannot write the upstream outbox: \(error)")
+            return .failed("the outbox cannot take the message: \(error)")
         }
     }
 
     // MARK: The direct channels
 
-    /// Whether the channel of `apiKey` is open: `DirectChannelConnected` of its managers.
-    func isChannelOpen(_ apiKey: String) -> Bool {
-        channels[apiKey]?.isOpen ?? false
+    /// Whether the channel of `account` is open: `DirectChannelConnected` of its managers.
+    func isChannelOpen(_ account: Account) -> Bool {
+        channels[account]?.isOpen ?? false
     }
 
-    /// Opens or closes the channel of `apiKey` as its managers now want: it
+    /// Opens or closes the channel of `account` as its managers now want: it
     /// is wanted while one of them has `DirectChannel` set and is not in the
     /// background. Called whenever one of those may have changed.
-    func managersChanged(apiKey: String) {
-        let wishes = liveManagers().filter { $0.manager.apiKey == apiKey }
+    func managersChanged(_ account: Account) {
+        let wishes = liveManagers().filter { $0.manager.account == account }
             .map { manager -> (directChannel: Bool, background: Bool) in (manager.directChannel, manager.background) }
         let wanted = Self.wantsChannel(wishes)
-        if wanted, channels[apiKey] == nil {
-            let channel = makeChannel(apiKey)
-            channel.onOpenChanged = { [weak self] open in self?.channel(apiKey, isOpen: open) }
+        if wanted, channels[account] == nil {
+            let channel = makeChannel(account)
+            channel.onOpenChanged = { [weak self] open in self?.channel(account, isOpen: open) }
             channel.onEvent = { [weak self, weak channel] event in
                 guard let self, let channel else { return }
                 self.handle(event, on: channel)
             }
-            channels[apiKey] = channel
+            channels[account] = channel
             channel.wanted = true
-        } else if !wanted, let channel = channels.removeValue(forKey: apiKey) {
+        } else if !wanted, let channel = channels.removeValue(forKey: account) {
             channel.wanted = false
         }
     }
 
-    /// A key's channel is wanted while one of its managers has `DirectChannel`
-    /// set and is in the foreground.
+    /// An account's channel is wanted while one of its managers has
+    /// `DirectChannel` set and is in the foreground.
     nonisolated static func wantsChannel(_ managers: some Sequence<(directChannel: Bool, background: Bool)>) -> Bool {
         managers.contains { $0.directChannel && !$0.background }
     }
 
-    private func channel(_ apiKey: String, isOpen: Bool) {
-        for manager in liveManagers() where manager.manager.apiKey == apiKey { manager.directChannelConnectedChanged() }
-        if isOpen, let channel = channels[apiKey] {
-            do {
-                let pending = try outbox.pending(apiKey: apiKey)
-                logger.debug("sending the pending upstream messages", metadata: ["count": "\(pending.count)"])
-                for entry in pending { channel.send(.send(Self.wire(entry))) }
-            } catch {
-                logger.error("cannot read the upstream outbox: \(error)")
+    private func channel(_ account: Account, isOpen: Bool) {
+        for manager in liveManagers() where manager.manager.account == account { manager.directChannelConnectedChanged() }
+        if isOpen, let channel = channels[account] {
+            jobs.add { [self] in
+                // It may have closed (or another opened) while the jobs before this ran.
+                guard channels[account] === channel, channel.isOpen else { return }
+                do {
+                    let pending = try await outbox.pending(account)
+                    logger.debug("sending the pending upstream messages", metadata: ["count": "\(pending.count)"])
+                    for entry in pending { channel.send(.send(Self.wire(entry))) }
+                } catch {
+                    logger.error("cannot read the upstream outbox: \(error)")
+                }
             }
         }
-        // Open, the server judges the key's TTLs; closed, they run out here again.
+        // Open, the server judges the account's TTLs; closed, they run out here again.
         armExpiry()
     }
 
     private func handle(_ event: ChannelEvent, on channel: DirectChannel) {
         switch event {
         case .sent(let refs):
-            for ref in refs { settle(channel.apiKey, ref.app, ref.messageId, .succeeded) }
+            for ref in refs { settle(channel.account, ref.app, ref.messageId, .succeeded) }
         case .failed(let failure):
-            settle(channel.apiKey, failure.app, failure.messageId,
+            settle(channel.account, failure.app, failure.messageId,
                    .failed(Outbox.Failure(error: failure.error, description: failure.description)))
         case .message(let message):
-            let managers = liveManagers().filter { $0.manager.apiKey == channel.apiKey }
+            let managers = liveManagers().filter { $0.manager.account == channel.account }
             logger.debug("downstream message", metadata: ["message": "\(message.messageId)", "from": "\(message.from)",
                                                           "managers": "\(managers.count)"])
             for manager in managers { manager.emitMessageReceived(message) }
@@ -162,79 +195,119 @@ final class UpstreamService {
         }
     }
 
-    private func settle(_ apiKey: String, _ appID: String, _ messageID: String, _ verdict: Outbox.Verdict) {
-        let managers = managers(apiKey: apiKey, appID: appID)
-        do {
-            // A verdict for a message settled already (repeated after a reconnect) is dropped.
+    private func settle(_ account: Account, _ appID: String, _ messageID: String, _ verdict: Outbox.Verdict) {
+        jobs.add { [self] in
             // With the app here it is told at once, in one transaction; otherwise kept for its next manager.
-            guard let entry = try outbox.settle(apiKey: apiKey, appID: appID, messageID: messageID, verdict,
-                                                told: !managers.isEmpty) else { return }
-            tell(entry, verdict, to: managers)
-        } catch {
-            logger.error("cannot write the upstream outbox: \(error)")
+            let appIsHere = !managers(account, appID).isEmpty
+            do {
+                // A verdict for a message settled already (repeated after a reconnect) is dropped.
+                guard let entry = try await outbox.settle(account, appID: appID, messageID: messageID, verdict, nowMs: Self.nowMs,
+                                                          told: appIsHere) else { return }
+                let managers = managers(account, appID)
+                if appIsHere, managers.isEmpty {
+                    // The app left while the verdict was written: it waits for the next manager after all.
+                    try await outbox.keep(entry, nowMs: Self.nowMs)
+                    return
+                }
+                tell(entry, verdict, to: managers)
+            } catch {
+                logger.error("cannot write the upstream outbox: \(error)")
+            }
         }
     }
 
-    // MARK: TTLs
+    // MARK: TTLs and retention
 
-    /// A timer for the next TTL to run out, outside the keys whose channel is open.
+    /// A timer for the next TTL to run out, outside the accounts whose channel is open.
     private func armExpiry() {
-        expiryTimer?.cancel()
-        expiryTimer = nil
-        let next: UInt64?
-        do {
-            next = try outbox.nextExpiryMs(sparing: openKeys)
-        } catch {
-            logger.error("cannot read the upstream outbox: \(error)")
-            return
+        jobs.add { [self] in
+            expiryTimer?.cancel()
+            expiryTimer = nil
+            let next: UInt64?
+            do {
+                next = try await outbox.nextExpiryMs(sparing: openAccounts)
+            } catch {
+                return logger.error("cannot read the upstream outbox: \(error)")
+            }
+            guard let next else { return }
+            let delay = Duration.milliseconds(Int64(clamping: next) - Int64(clamping: Self.nowMs))
+            expiryTimer = BusTimer(after: max(delay, .zero)) { [weak self] in self?.expire() }
         }
-        guard let next else { return }
-        let delay = Duration.milliseconds(Int64(next) - Int64(Self.nowMs))
-        expiryTimer = BusTimer(after: max(delay, .zero)) { [weak self] in self?.expire() }
     }
 
-    private var openKeys: Set<String> {
-        Set(channels.values.filter { $0.isOpen }.map { $0.apiKey })
+    private var openAccounts: Set<Account> {
+        Set(channels.values.filter { $0.isOpen }.map { $0.account })
     }
 
     private func expire() {
-        do {
-            let failed = try outbox.failExpired(nowMs: Self.nowMs, sparing: openKeys)
-            for entry in failed {
-                logger.info("upstream message expired", metadata: ["app": "\(entry.appID)", "message": "\(entry.message.messageID)"])
+        jobs.add { [self] in
+            do {
+                let failed = try await outbox.failExpired(nowMs: Self.nowMs, sparing: openAccounts)
+                for entry in failed {
+                    logger.info("upstream message expired", metadata: ["app": "\(entry.appID)", "message": "\(entry.message.messageID)"])
+                }
+                var apps: Set<AppKey> = []
+                for entry in failed where apps.insert(AppKey(account: entry.account, appID: entry.appID)).inserted {
+                    tellVerdicts(entry.account, appID: entry.appID)
+                }
+            } catch {
+                logger.error("cannot write the upstream outbox: \(error)")
             }
-            for app in Set(failed.map { [$0.apiKey, $0.appID] }) { tellVerdicts(apiKey: app[0], appID: app[1]) }
-        } catch {
-            logger.error("cannot read the upstream outbox: \(error)")
         }
         armExpiry()
     }
 
+    /// Verdicts no app came back for within `[upstream] verdict-retention-days`
+    /// go; looked for at start and every hour.
+    private func dropUntoldVerdicts() {
+        jobs.add { [self] in
+            do {
+                let dropped = try await outbox.dropUntold(nowMs: Self.nowMs)
+                if dropped > 0 { logger.notice("upstream verdicts nobody came back for were dropped", metadata: ["count": "\(dropped)"]) }
+            } catch {
+                logger.error("cannot write the upstream outbox: \(error)")
+            }
+            retentionTimer = BusTimer(after: .seconds(3600)) { [weak self] in self?.dropUntoldVerdicts() }
+        }
+    }
+
     // MARK: Telling the apps
+
+    private struct AppKey: Hashable {
+        let account: Account
+        let appID: String
+    }
 
     /// A new manager: its app hears of the verdicts it has not been told,
     /// once CreateManager has answered (the caller learns the path from it).
     func managerCreated(_ object: ManagerObject) {
-        Task { self.tellVerdicts(apiKey: object.manager.apiKey, appID: object.manager.appId) }
+        tellVerdicts(object.manager.account, appID: object.manager.appId)
     }
 
     /// `SendSucceeded` and `SendFailed` for an app's settled messages, to its
     /// live managers; kept while it has none.
-    private func tellVerdicts(apiKey: String, appID: String) {
-        let managers = managers(apiKey: apiKey, appID: appID)
-        guard !managers.isEmpty else { return }
-        do {
-            for entry in try outbox.takeSettled(apiKey: apiKey, appID: appID) {
-                guard let verdict = entry.verdict else { continue }
-                tell(entry, verdict, to: managers)
+    private func tellVerdicts(_ account: Account, appID: String) {
+        jobs.add { [self] in
+            guard !managers(account, appID).isEmpty else { return }
+            do {
+                let settled = try await outbox.takeSettled(account, appID: appID)
+                let managers = managers(account, appID)
+                for entry in settled {
+                    guard let verdict = entry.verdict else { continue }
+                    if managers.isEmpty {
+                        try await outbox.keep(entry, nowMs: Self.nowMs)
+                    } else {
+                        tell(entry, verdict, to: managers)
+                    }
+                }
+            } catch {
+                logger.error("cannot read the upstream outbox: \(error)")
             }
-        } catch {
-            logger.error("cannot read the upstream outbox: \(error)")
         }
     }
 
-    private func managers(apiKey: String, appID: String) -> [ManagerObject] {
-        liveManagers().filter { $0.manager.apiKey == apiKey && $0.manager.appId == appID }
+    private func managers(_ account: Account, _ appID: String) -> [ManagerObject] {
+        liveManagers().filter { $0.manager.account == account && $0.manager.appId == appID }
     }
 
     private func tell(_ entry: Outbox.Entry, _ verdict: Outbox.Verdict, to managers: [ManagerObject]) {

@@ -1,0 +1,1 @@
+// The target only makes <malloc.h> visible to Swift.
