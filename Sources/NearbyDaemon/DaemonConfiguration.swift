@@ -55,6 +55,8 @@ public struct DaemonConfiguration: Sendable {
     public var permissionTimeout = 60.0
     /// `[permissions] max-decisions-per-user`.
     public var maxDecisionsPerUser = 1000
+    /// `[permissions] max-decisions`: of all users.
+    public var maxDecisions = 100_000
 
     /// `[publications] directory`: static publications, published from start-up.
     public var staticPublicationsDirectory = "/etc/nearbyd/publications.d"
@@ -183,7 +185,8 @@ public struct DaemonConfiguration: Sendable {
             result.logLevel = parsed
         }
 
-        let permissions = try file.section("permissions", keys: ["default-policy", "request-timeout", "max-decisions-per-user"])
+        let permissions = try file.section("permissions", keys: ["default-policy", "request-timeout", "max-decisions-per-user",
+                                                                 "max-decisions"])
         if let policy = try permissions.string("default-policy") {
             guard let parsed = PermissionPolicy(rawValue: policy) else {
                 throw permissions.invalid("default-policy", "must be one of \(PermissionPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -192,6 +195,10 @@ public struct DaemonConfiguration: Sendable {
         }
         if let timeout = try permissions.number("request-timeout") { result.permissionTimeout = timeout }
         if let count = try permissions.integer("max-decisions-per-user") { result.maxDecisionsPerUser = count }
+        if let count = try permissions.integer("max-decisions") { result.maxDecisions = count }
+        if try permissions.integer("max-decisions-per-user") == nil {
+            result.maxDecisionsPerUser = min(result.maxDecisionsPerUser, result.maxDecisions)
+        }
 
         let publications = try file.section("publications", keys: ["directory", "max-files"])
         if let directory = try publications.string("directory") { result.staticPublicationsDirectory = directory }
@@ -305,7 +312,8 @@ public struct DaemonConfiguration: Sendable {
             throw ConfigurationError("[server] url '\(serverURL)' must be an http:// or https:// URL")
         }
         try Self.check(permissionTimeout, in: 0.1...3600, "[permissions] request-timeout")
-        try Self.check(Double(maxDecisionsPerUser), in: 1...1_000_000, "[permissions] max-decisions-per-user")
+        try Self.check(Double(maxDecisions), in: 1...10_000_000, "[permissions] max-decisions")
+        try Self.check(Double(maxDecisionsPerUser), in: 1...Double(maxDecisions), "[permissions] max-decisions-per-user")
         try Self.check(Double(maxStaticPublications), in: 0...10_000, "[publications] max-files")
         try Self.check(reconnectInitialDelay, in: 0.01...60, "[server] reconnect-initial-delay")
         try Self.check(reconnectMaxDelay, in: reconnectInitialDelay...3600, "[server] reconnect-max-delay")

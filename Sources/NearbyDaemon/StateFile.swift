@@ -21,3 +21,25 @@ enum StateFile {
         }
     }
 }
+
+extension StateFile {
+    /// Writes state files on a thread of its own, one after another, so the
+    /// bus thread never waits for the disk.
+    final class Writer: Sendable {
+        private let queue = DispatchQueue(label: "nearbyd-state-files")
+
+        /// ``StateFile/replace(_:with:)`` on the writer's thread.
+        func replace(_ path: String, with data: Data) async throws {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                queue.async {
+                    do {
+                        try StateFile.replace(path, with: data)
+                        continuation.resume()
+                    } catch {
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
+        }
+    }
+}

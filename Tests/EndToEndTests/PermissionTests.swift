@@ -37,6 +37,39 @@ import TestSupport
         return result.output
     }
 
+    /// A decision is answered once it is on disk; one the file cannot take
+    /// is `Failed` and undone, whether made by SetPermission or by the
+    /// `PermissionGranted` toggle (which answers at once and is undone after).
+    @Test func aDecisionTheDiskRefusesIsFailedAndUndone() async throws {
+        try await withCluster(Self.ask) { cluster in
+            let device = try await cluster.addDevice("A")
+            // The decisions' temporary file cannot be made (a directory has its name), whoever runs the daemon.
+            let blocker = cluster.directory.file("state-A/permissions.json.tmp")
+            try FileManager.default.createDirectory(atPath: blocker, withIntermediateDirectories: true)
+            func set(_ appId: String, _ granted: Bool) async throws -> ProgramResult {
+                try await runProgram("/usr/bin/busctl", [
+                    "--address=\(device.busAddress)", "call", "org.nearbyd", "/org/nearbyd", "org.nearbyd.Nearby1",
+                    "SetPermission", "sba{sv}", appId, "\(granted)", "0",
+                ])
+            }
+            let refused = try await set("org.example.Chat", true)
+            // busctl prints the error's message (org.nearbyd.Error.Failed's).
+            #expect(refused.status != 0 && refused.output.contains("cannot store the permission decision"), "\(refused.output)")
+            #expect(try await permission(on: device, "org.example.Chat").contains(#""data":"undecided""#))
+
+            let toggle = try await python(["toggle", device.busAddress, "key", "org.example.Toggle", "true"], name: "toggle")
+            try await toggle.waitForLine(containing: #""event": "set""#)
+            try await toggle.waitForLine(containing: #""event": "permission", "granted": false"#)
+            #expect(try await permission(on: device, "org.example.Toggle").contains(#""data":"undecided""#))
+
+            try FileManager.default.removeItem(atPath: blocker)
+            let taken = try await set("org.example.Chat", true)
+            #expect(taken.status == 0, "\(taken.output)")
+            #expect(try await permission(on: device, "org.example.Chat").contains(#""data":"granted""#))
+            await toggle.stop()
+        }
+    }
+
     @Test func theSessionsAgentIsAskedOnceAndItsGrantOutlivesARestart() async throws {
         try await withCluster(Self.ask) { cluster in
             let key = try await cluster.createProject("permissions")

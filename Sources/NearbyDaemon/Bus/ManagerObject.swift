@@ -66,7 +66,8 @@ final class ManagerObject {
                      set: { object, value, _ throws(DBusError) in
                          // Only the manager's owner reaches this: the same uid as the decision's.
                          try checked { () throws(NearbyError) in
-                             try object.service.permissions.decide(object.permissionKey, granted: value.bool ?? false, by: .user)
+                             // A setter answers at once: in force now, on disk soon after (undone should that fail).
+                             try object.service.permissions.record(object.permissionKey, granted: value.bool ?? false, by: .user)
                          }
                      }),
             Property("MicrophonePermissionError", "b") { object, _ in .bool(object.microphonePermissionError) },

@@ -71,7 +71,7 @@ final class RootObject {
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
                     let uid = try await service.permissionUser(user, for: caller) ?? 0
-                    try service.permissions.decide(PermissionKey(uid: uid, appId: appId), granted: granted, by: .user)
+                    try await service.permissions.decide(PermissionKey(uid: uid, appId: appId), granted: granted, by: .user)
                     return nil
                 }
             },

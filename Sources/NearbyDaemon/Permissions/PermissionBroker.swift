@@ -37,6 +37,13 @@ final class PermissionBroker {
     }
 
     private var store: PermissionStore
+    private let files = StateFile.Writer()
+    /// Decisions in force and not yet on disk, with what the file holds for
+    /// each: put back if the write fails.
+    private var unwritten: [PermissionKey: PermissionDecision?] = [:]
+    /// Those waiting for the decisions in force to be on disk.
+    private var waitingForDisk: [CheckedContinuation<NearbyError?, Never>] = []
+    private var writing = false
     private let connection: BusConnection
     private let policy: DaemonConfiguration.PermissionPolicy
     private let timeout: Duration
@@ -50,8 +57,8 @@ final class PermissionBroker {
     var decisionChanged: (PermissionKey) -> Void = { _ in }
 
     init(configuration: DaemonConfiguration, connection: BusConnection, logger: Logger) {
-        store = PermissionStore(stateDirectory: configuration.stateDirectory,
-                                maxDecisionsPerUser: configuration.maxDecisionsPerUser, logger: logger)
+        store = PermissionStore(stateDirectory: configuration.stateDirectory, maxDecisionsPerUser: configuration.maxDecisionsPerUser,
+                                maxDecisions: configuration.maxDecisions, logger: logger)
         self.connection = connection
         policy = configuration.permissionPolicy
         timeout = .milliseconds(Int64(configuration.permissionTimeout * 1000))
@@ -73,15 +80,67 @@ final class PermissionBroker {
             .sorted { ($0.key.uid, $0.key.appId) < ($1.key.uid, $1.key.appId) }
     }
 
-    /// Records a decision; the app's managers hear of it when it changes whether the app may run.
-    func decide(_ key: PermissionKey, granted: Bool, by source: DecisionSource) throws(NearbyError) {
+    /// Records a decision and returns once it is on disk. It is in force at
+    /// once (the app's managers hear of it when it changes whether the app may
+    /// run); `Failed` when the file cannot take it, and then it is undone.
+    func decide(_ key: PermissionKey, granted: Bool, by source: DecisionSource) async throws(NearbyError) {
+        try record(key, granted: granted, by: source)
+        if let error = await withCheckedContinuation({ waitingForDisk.append($0) }) { throw error }
+    }
+
+    /// Puts a decision in force at once and writes it soon after, for the
+    /// `PermissionGranted` setter, which must answer before anything is
+    /// written. Should the write fail, it is undone (and logged).
+    func record(_ key: PermissionKey, granted: Bool, by source: DecisionSource) throws(NearbyError) {
         let before = isGranted(key)
-        let hadDecision = store.decision(for: key) != nil
-        try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: NearbyService.nowMicroseconds),
-                         for: key)
+        let previous = try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: NearbyService.nowMicroseconds),
+                                        for: key)
+        if unwritten[key] == nil { unwritten[key] = .some(previous) }
         logger.notice("permission \(granted ? "granted" : "denied")",
                       metadata: ["user": "\(key.uid)", "app": "\(key.appId)", "by": "\(source.rawValue)"])
-        if before != granted || !hadDecision { decisionChanged(key) }
+        if before != granted || previous == nil { decisionChanged(key) }
+        writeSoon()
+    }
+
+    /// Writes what is in force, on the writer's thread: every decision made
+    /// while a write is on its way goes in the next one, so a flood of
+    /// decisions costs one write at a time and never the bus thread.
+    private func writeSoon() {
+        guard !writing else { return }
+        writing = true
+        Task { @BusActor in
+            while !unwritten.isEmpty {
+                let batch = unwritten
+                let waiting = waitingForDisk
+                unwritten.removeAll()
+                waitingForDisk.removeAll()
+                var failure: NearbyError?
+                do {
+                    try await files.replace(store.path, with: try store.contents())
+                } catch {
+                    failure = .failed("cannot store the permission decision in \(store.path): \(error)")
+                    logger.error("cannot write the permission decisions; the last ones are undone", metadata: ["error": "\(error)"])
+                    undo(batch)
+                }
+                for waiter in waiting { waiter.resume(returning: failure) }
+            }
+            writing = false
+        }
+    }
+
+    /// Puts back what the file holds for decisions it could not take. One
+    /// decided again meanwhile stays in force, and its next write is undone
+    /// to the file's value too.
+    private func undo(_ batch: [PermissionKey: PermissionDecision?]) {
+        for (key, onDisk) in batch {
+            if unwritten[key] != nil {
+                unwritten[key] = .some(onDisk)
+                continue
+            }
+            let before = isGranted(key)
+            store.restore(onDisk, for: key)
+            if before != isGranted(key) || onDisk == nil { decisionChanged(key) }
+        }
     }
 
     /// Returns when the app may use Nearby; asks when nobody has decided.
@@ -141,7 +200,7 @@ final class PermissionBroker {
                 (answer, source) = (false, .policy)
             }
         }
-        try decide(request.key, granted: answer, by: source)
+        try await decide(request.key, granted: answer, by: source)
         if !answer, let decision = store.decision(for: request.key) { throw Self.denied(request.key, decision) }
     }
 

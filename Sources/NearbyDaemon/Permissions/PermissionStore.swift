@@ -29,8 +29,9 @@ struct PermissionKey: Hashable, Codable, Sendable {
 }
 
 /// Permission decisions per (uid, AppId), kept in `permissions.json` in the
-/// state directory so they survive a restart. Decisions are rare (a person
-/// answers a dialog), so each is written through at once, synchronously.
+/// state directory so they survive a restart: what is in force, and the
+/// file's contents made from it. The writing is the broker's, off the bus
+/// thread; a write that fails puts back what the file still holds.
 struct PermissionStore {
     private struct Entry: Codable {
         let uid: UInt32
@@ -45,14 +46,16 @@ struct PermissionStore {
 
     let path: String
     let maxDecisionsPerUser: Int
+    let maxDecisions: Int
     private(set) var decisions: [PermissionKey: PermissionDecision] = [:]
     private var countByUser: [UInt32: Int] = [:]
 
     /// Loads the decisions; a file that cannot be read is set aside (never
     /// deleted) and the daemon starts with none.
-    init(stateDirectory: String, maxDecisionsPerUser: Int, logger: Logger) {
+    init(stateDirectory: String, maxDecisionsPerUser: Int, maxDecisions: Int, logger: Logger) {
         path = stateDirectory + "/permissions.json"
         self.maxDecisionsPerUser = maxDecisionsPerUser
+        self.maxDecisions = maxDecisions
         guard let data = FileManager.default.contents(atPath: path) else { return }
         do {
             let file = try JSONDecoder().decode(File.self, from: data)
@@ -72,29 +75,42 @@ struct PermissionStore {
         decisions[key]
     }
 
-    /// Records a decision and writes the file. `LimitExceeded` when the user has
-    /// `maxDecisionsPerUser` apps decided already; `Failed` when the file cannot be written
-    /// (the decision is then not taken).
-    mutating func record(_ decision: PermissionDecision, for key: PermissionKey) throws(NearbyError) {
-        let isNew = decisions[key] == nil
-        if isNew, countByUser[key.uid, default: 0] >= maxDecisionsPerUser {
-            throw .limitExceeded("user \(key.uid) has permission decisions for \(maxDecisionsPerUser) apps, the configured most")
+    /// Puts a decision in force and returns the one it replaces. `LimitExceeded`
+    /// when the user has `maxDecisionsPerUser` apps decided already, or all
+    /// users `maxDecisions`.
+    mutating func record(_ decision: PermissionDecision, for key: PermissionKey) throws(NearbyError) -> PermissionDecision? {
+        if decisions[key] == nil {
+            guard countByUser[key.uid, default: 0] < maxDecisionsPerUser else {
+                throw .limitExceeded("user \(key.uid) has permission decisions for \(maxDecisionsPerUser) apps, the configured most ([permissions] max-decisions-per-user)")
+            }
+            guard decisions.count < maxDecisions else {
+                throw .limitExceeded("the daemon keeps \(maxDecisions) permission decisions, the configured most ([permissions] max-decisions)")
+            }
         }
         let previous = decisions.updateValue(decision, forKey: key)
-        do {
-            try save()
-        } catch {
-            decisions[key] = previous
-            throw .failed("cannot store the permission decision in \(path): \(error)")
-        }
-        if isNew { countByUser[key.uid, default: 0] += 1 }
+        if previous == nil { countByUser[key.uid, default: 0] += 1 }
+        return previous
     }
 
-    private func save() throws {
+    /// Puts back what a decision replaced (the file could not take it).
+    mutating func restore(_ previous: PermissionDecision?, for key: PermissionKey) {
+        let replaced = decisions[key]
+        decisions[key] = previous
+        switch (replaced, previous) {
+        case (nil, .some): countByUser[key.uid, default: 0] += 1
+        case (.some, nil):
+            countByUser[key.uid, default: 0] -= 1
+            if countByUser[key.uid] == 0 { countByUser[key.uid] = nil }
+        default: break
+        }
+    }
+
+    /// The file's contents for the decisions in force.
+    func contents() throws -> Data {
         let entries = decisions.map { Entry(uid: $0.key.uid, appId: $0.key.appId, decision: $0.value) }
             .sorted { ($0.uid, $0.appId) < ($1.uid, $1.appId) }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try StateFile.replace(path, with: encoder.encode(File(decisions: entries)))
+        return try encoder.encode(File(decisions: entries))
     }
 }

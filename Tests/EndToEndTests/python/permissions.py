@@ -13,7 +13,8 @@ agent or a Python app would. Prints one JSON line per event.
       "asked" when its dialog is asked, then "permission" and "status" changes.
       Runs until killed.
   permissions.py toggle BUS API_KEY APP_ID true|false
-      Sets PermissionGranted from a manager of its own; prints "set" or "error".
+      Sets PermissionGranted from a manager of its own; prints "set" or "error",
+      then "permission" changes. Runs until killed.
 """
 import asyncio
 import json
@@ -107,12 +108,20 @@ async def app(bus, api_key, app_id, handler, message_type="perm"):
 
 
 async def toggle(bus, api_key, app_id, granted):
-    manager_interface, _ = await manager(bus, api_key, app_id)
+    manager_interface, manager_properties = await manager(bus, api_key, app_id)
+
+    def manager_changed(interface, values, invalidated):
+        if "PermissionGranted" in values:
+            say(event="permission", granted=values["PermissionGranted"].value)
+
+    manager_properties.on_properties_changed(manager_changed)
     try:
         await manager_interface.set_permission_granted(granted == "true")
         say(event="set")
     except DBusError as error:
         say(event="error", name=error.type, message=error.text)
+    # Still listening: a decision the disk refuses is undone after the setter answered.
+    await asyncio.Event().wait()
 
 
 async def main(command, address, *arguments):
