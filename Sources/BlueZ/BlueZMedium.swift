@@ -56,6 +56,8 @@ public final class BlueZMedium: BeaconScanner {
     /// The connection and what bluetoothd (its current instance) holds of ours.
     private var connection: BusConnection?
     private var subscriptions: [SignalSubscription] = []
+    /// bluetoothd's name changing hands: a crash, a restart.
+    private var ownerChanges: OwnerObservation?
     private var bluezRunning = false
     private var objects = BlueZObjects()
     private var advertisements: [Token: LEAdvertisement] = [:]
@@ -122,26 +124,22 @@ public final class BlueZMedium: BeaconScanner {
         }
     }
 
-    /// Connects, subscribes to bluetoothd's signals, then reads its objects;
-    /// `onLost` is finished when the connection goes.
+    /// Connects, follows bluetoothd's name and subscribes to its signals (from
+    /// the name's owner alone: anyone on the bus can send nearbyd a signal),
+    /// then reads its objects; `onLost` is finished when the connection goes.
     private func connect(onLost: AsyncStream<Void>.Continuation) async throws(DBusError) {
         let connection = try BusConnection(settings.bus)
         connection.onDisconnect { onLost.finish() }
         self.connection = connection
-        let bluez = "sender='\(BlueZ.service)'"
+        let bluez = try await BusService(BlueZ.service, on: connection)
+        // A change before this is in what synchronise() reads below.
+        ownerChanges = bluez.onOwnerChange { [weak self] owner in self?.bluezChanged(owner: owner) }
         subscriptions = [
-            try await connection.addMatch(
-                "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(BlueZ.service)'"
-            ) { [weak self] signal in
-                guard let names = try? [signal.arguments.read(String.self), signal.arguments.read(String.self),
-                                        signal.arguments.read(String.self)] else { return }
-                self?.bluezChanged(owner: names[2].isEmpty ? nil : names[2])
-            },
-            try await connection.addMatch("type='signal',\(bluez),interface='\(BlueZ.objectManager)'") { [weak self] signal in
+            try await bluez.addMatch("interface='\(BlueZ.objectManager)'") { [weak self] signal in
                 self?.objectManagerSignal(signal)
             },
-            try await connection.addMatch(
-                "type='signal',\(bluez),interface='\(BlueZ.properties)',member='PropertiesChanged',path_namespace='/org/bluez'"
+            try await bluez.addMatch(
+                "interface='\(BlueZ.properties)',member='PropertiesChanged',path_namespace='/org/bluez'"
             ) { [weak self] signal in
                 self?.propertiesChanged(signal)
             },
@@ -152,6 +150,7 @@ public final class BlueZMedium: BeaconScanner {
     /// Forgets the connection and everything bluetoothd held for it: bluetoothd
     /// drops a client's advertisements and discovery when it leaves the bus.
     private func tearDown() {
+        ownerChanges = nil
         subscriptions = []
         connection?.close()
         connection = nil
@@ -186,13 +185,14 @@ public final class BlueZMedium: BeaconScanner {
         await reconcile()
     }
 
+    /// Whatever the old bluetoothd held of ours went with it; a new one is read afresh.
     private func bluezChanged(owner: String?) {
+        bluezGone()
         if let owner {
             logger.info("bluetoothd started", metadata: ["owner": "\(owner)"])
             Task { await self.synchronise() }
         } else {
             logger.warning("bluetoothd stopped")
-            bluezGone()
         }
     }
 

@@ -117,12 +117,28 @@ public final class BusConnection {
         arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in },
         decode: @escaping @BusActor (MessageReader) throws(DBusError) -> Result
     ) async throws(DBusError) -> Result {
+        try await callInOrder(destination: destination, path: path, interface: interface, member: member,
+                              timeoutMicroseconds: timeoutMicroseconds, arguments: arguments) { answer throws(DBusError) in
+            try decode(answer.get())
+        }
+    }
+
+    /// Calls a method and hands its answer, the reply or the error, to `answered`
+    /// as sd-bus dispatches it: in order with the signals around it, before any
+    /// later message is handled. (The caller resumes later, when the bus actor
+    /// gets to it.) What `answered` returns or throws is the call's outcome.
+    func callInOrder<Value: Sendable>(
+        destination: String, path: ObjectPath, interface: String, member: String,
+        timeoutMicroseconds: UInt64 = 0,
+        arguments: @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in },
+        answered: @escaping @BusActor (Swift.Result<MessageReader, DBusError>) throws(DBusError) -> Value
+    ) async throws(DBusError) -> Value {
         let message = try newMethodCall(destination: destination, path: path, interface: interface, member: member)
         defer { sd_bus_message_unref(message) }
         try arguments(MessageWriter(message))
         do {
             return try await withCheckedThrowingContinuation { continuation in
-                let pending = PendingCall(continuation: continuation, decode: decode)
+                let pending = PendingCall(continuation: continuation, answered: answered)
                 var slot: OpaquePointer?
                 let result = sd_bus_call_async(bus, &slot, message, pendingCallReply,
                                                Unmanaged.passUnretained(pending).toOpaque(), timeoutMicroseconds)
@@ -340,31 +356,33 @@ private let matchInstalled: sd_bus_message_handler_t = { message, userdata, _ in
     return 0
 }
 
-/// A method call in flight: the continuation to resume, how to decode the
-/// reply, and the sd-bus slot that delivers it. Answered once: by the reply (or
-/// its timeout), or by the connection closing first.
+/// A method call in flight: the continuation to resume, what to make of the
+/// answer, and the sd-bus slot that delivers it. Answered once: by the reply
+/// or error (or its timeout), or by the connection closing first.
 @BusActor
-private final class PendingCall<Result: Sendable> {
-    private var continuation: CheckedContinuation<Result, any Error>?
-    private let decode: @BusActor (MessageReader) throws(DBusError) -> Result
+private final class PendingCall<Value: Sendable> {
+    private var continuation: CheckedContinuation<Value, any Error>?
+    private let answered: @BusActor (Swift.Result<MessageReader, DBusError>) throws(DBusError) -> Value
     var slot: OpaquePointer?
     /// Takes the call off its connection's table, which is what keeps it alive.
     var finished: @BusActor () -> Void = {}
 
-    init(continuation: CheckedContinuation<Result, any Error>,
-         decode: @escaping @BusActor (MessageReader) throws(DBusError) -> Result) {
+    init(continuation: CheckedContinuation<Value, any Error>,
+         answered: @escaping @BusActor (Swift.Result<MessageReader, DBusError>) throws(DBusError) -> Value) {
         self.continuation = continuation
-        self.decode = decode
+        self.answered = answered
     }
 
     func complete(_ message: OpaquePointer) {
         guard let continuation = end() else { return }
+        let answer: Swift.Result<MessageReader, DBusError>
         if let error = sd_bus_message_get_error(message), sd_bus_error_is_set(error) != 0 {
-            continuation.resume(throwing: DBusError(error))
-            return
+            answer = .failure(DBusError(error))
+        } else {
+            answer = .success(MessageReader(message))
         }
         do {
-            continuation.resume(returning: try decode(MessageReader(message)))
+            continuation.resume(returning: try answered(answer))
         } catch {
             continuation.resume(throwing: error)
         }
@@ -374,7 +392,7 @@ private final class PendingCall<Result: Sendable> {
         end()?.resume(throwing: error)
     }
 
-    private func end() -> CheckedContinuation<Result, any Error>? {
+    private func end() -> CheckedContinuation<Value, any Error>? {
         guard let continuation else { return nil }
         self.continuation = nil
         if let slot { sd_bus_slot_unref(slot) }

@@ -16,7 +16,7 @@ final class DaemonCallee<Question: Sendable> {
     private let bus: NearbyBus
     private let answer: @Sendable (Question) async -> Bool
     private var exported: ExportedObject?
-    private var waiting: [(caller: String, question: Question, reply: PendingReply)] = []
+    private var waiting: [(question: Question, reply: PendingReply)] = []
     private var answering = false
 
     init(bus: NearbyBus, kind: String, answer: @escaping @Sendable (Question) async -> Bool) {
@@ -39,9 +39,16 @@ final class DaemonCallee<Question: Sendable> {
         waiting.removeAll()
     }
 
-    /// Queues the question of `call`; its reply is sent once the closure has answered it.
+    /// Queues the question of `call`; its reply is sent once the closure has
+    /// answered it. A question from anyone but nearbyd is refused at once.
     func ask(_ question: Question, _ call: MethodCall) {
-        waiting.append((call.caller.uniqueName, question, call.deferReply()))
+        // The owner as of this call's arrival: a nearbyd that took the name is
+        // known before its calls are dispatched (the bus sends NameOwnerChanged first).
+        guard bus.nearbyd.isOwner(call.caller.uniqueName) else {
+            call.fail(DBusError("org.freedesktop.DBus.Error.AccessDenied", "only nearbyd may call \(path)"))
+            return
+        }
+        waiting.append((question, call.deferReply()))
         guard !answering else { return }
         answering = true
         Task { await answerWaiting() }
@@ -49,11 +56,7 @@ final class DaemonCallee<Question: Sendable> {
 
     private func answerWaiting() async {
         while !waiting.isEmpty {
-            let (caller, question, reply) = waiting.removeFirst()
-            guard await bus.isDaemon(caller) else {
-                reply.fail(DBusError("org.freedesktop.DBus.Error.AccessDenied", "only nearbyd may call \(path)"))
-                continue
-            }
+            let (question, reply) = waiting.removeFirst()
             let granted = await answer(question)
             reply.reply { writer throws(DBusError) in try writer.append(granted) }
         }

@@ -24,9 +24,13 @@ enum ObjectEvent: Sendable {
 final class NearbyBus: Sendable {
     static let daemon = "org.nearbyd"
 
-    @BusActor private static var shared: [String: NearbyBus] = [:]
+    /// Each bus's connection, opening or open.
+    @BusActor private static var shared: [String: Task<NearbyBus, any Error>] = [:]
 
     let connection: BusConnection
+    /// nearbyd as the bus knows it: the connection that owns `org.nearbyd`
+    /// now, the only one whose signals and calls this process believes.
+    let nearbyd: BusService
     @BusActor private var routes: [ObjectPath: @Sendable (ObjectEvent) -> Void] = [:]
     /// The match for every signal of the daemon's objects, added once the
     /// connection opens: a manager's signals may follow its CreateManager
@@ -34,26 +38,33 @@ final class NearbyBus: Sendable {
     /// for the new path could be in place.
     @BusActor private var watch: SignalSubscription?
 
-    @BusActor private init(connection: BusConnection) {
+    @BusActor private init(connection: BusConnection, nearbyd: BusService) {
         self.connection = connection
+        self.nearbyd = nearbyd
     }
 
-    /// The connection for `address`, opened on first use.
+    /// The connection for `address`, opened on first use. Callers that come
+    /// while it opens wait for it: nothing is called on it before nearbyd's
+    /// owner is known and the match is in place.
     @BusActor static func shared(_ address: BusAddress) async throws -> NearbyBus {
         let key = address.description
-        if let existing = shared[key], existing.connection.isOpen { return existing }
-        let bus = NearbyBus(connection: try await mapped { () throws(DBusError) in try BusConnection(address) })
-        // Shared at once: the match's local handler is in place (and its AddMatch
-        // queued ahead of any call) before addMatch first suspends.
-        shared[key] = bus
-        let rule = "type='signal',sender='\(daemon)',path_namespace='\(RootPath.manager)'"
-        do {
-            bus.watch = try await mapped { () async throws(DBusError) in
-                try await bus.connection.addMatch(rule) { [weak bus] signal in bus?.deliver(signal) }
-            }
-        } catch {
-            if shared[key] === bus { shared[key] = nil }
-            throw error
+        if let opening = shared[key] {
+            if let bus = try? await opening.value, bus.connection.isOpen { return bus }
+            // Failed or closed: opened again by the first caller to notice.
+            if shared[key] == opening { shared[key] = nil }
+            return try await Self.shared(address)
+        }
+        let opening = Task { @BusActor in try await connect(address) }
+        shared[key] = opening
+        return try await opening.value
+    }
+
+    @BusActor private static func connect(_ address: BusAddress) async throws -> NearbyBus {
+        let connection = try await mapped { () throws(DBusError) in try BusConnection(address) }
+        let nearbyd = try await mapped { () async throws(DBusError) in try await BusService(daemon, on: connection) }
+        let bus = NearbyBus(connection: connection, nearbyd: nearbyd)
+        bus.watch = try await mapped { () async throws(DBusError) in
+            try await nearbyd.addMatch("path_namespace='\(RootPath.manager)'") { [weak bus] signal in bus?.deliver(signal) }
         }
         return bus
     }
@@ -117,16 +128,6 @@ final class NearbyBus: Sendable {
     }
 
     private static let exportRoot: ObjectPath = "/org/nearbyd/client"
-
-    /// Whether `uniqueName` is the connection that owns `org.nearbyd` now:
-    /// the objects this process exports answer nearbyd alone.
-    @BusActor func isDaemon(_ uniqueName: String) async -> Bool {
-        let owner = try? await connection.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetNameOwner", arguments: { writer throws(DBusError) in try writer.append(Self.daemon) }
-        ) { reader throws(DBusError) in try reader.read(String.self) }
-        return owner == uniqueName
-    }
 
     /// Sends the signals of the object at `path` to `handler`.
     @BusActor func route(_ path: ObjectPath, to handler: @escaping @Sendable (ObjectEvent) -> Void) {

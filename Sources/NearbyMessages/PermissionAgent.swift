@@ -77,7 +77,8 @@ public final class PermissionAgent: Sendable {
 private final class AgentRegistration {
     let callee: DaemonCallee<PermissionAgent.Request>
     private let bus: NearbyBus
-    private var ownerWatch: SignalSubscription?
+    /// Follows nearbyd's name to the next nearbyd (as the bus says, never a forger).
+    private var daemonRestarts: OwnerObservation?
     private var ended = false
 
     private init(bus: NearbyBus, callee: DaemonCallee<PermissionAgent.Request>) {
@@ -90,12 +91,8 @@ private final class AgentRegistration {
         let registration = AgentRegistration(bus: bus, callee: DaemonCallee(bus: bus, kind: "permission_agent", answer: answer))
         do {
             try registration.callee.export(CalleeInterfaces.agent)
-            let rule = "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
-                + "member='NameOwnerChanged',arg0='\(NearbyBus.daemon)'"
-            registration.ownerWatch = try await bus.connection.addMatch(rule) { [weak registration] signal in
-                guard (try? signal.arguments.read(String.self)) != nil, (try? signal.arguments.read(String.self)) != nil,
-                      let newOwner = try? signal.arguments.read(String.self), !newOwner.isEmpty,
-                      let registration else { return }
+            registration.daemonRestarts = bus.nearbyd.onOwnerChange { [weak registration] owner in
+                guard owner != nil, let registration else { return }
                 Task {
                     // A failure leaves nothing to do: a later nearbyd brings a later try.
                     guard (try? await registration.register()) != nil else { return }
@@ -130,7 +127,7 @@ private final class AgentRegistration {
     func end(unregistering: Bool) {
         guard !ended else { return }
         ended = true
-        ownerWatch = nil
+        daemonRestarts = nil
         callee.unexport()
         guard unregistering else { return }
         bus.sendAndForget(RootPath.manager, "org.nearbyd.Nearby1", "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in

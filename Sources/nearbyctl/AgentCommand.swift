@@ -87,23 +87,24 @@ enum TerminalQuestion {
     /// goes to standard error when standard output carries JSON.
     static func ask(_ request: PermissionAgent.Request, json: Bool) async -> Bool {
         let mediums = request.mediums.joined(separator: ", ")
-        var lines = ["nearbyd asks whether \(request.appId) may use Nearby:"]
+        var lines: [TerminalText] = ["nearbyd asks whether \(request.appId) may use Nearby:"]
         if let user = request.user { lines.append("  user:       \(user)\(userName(user).map { " (\($0))" } ?? "")") }
         if let pid = request.processId { lines.append("  process:    \(pid)") }
         lines.append("  mediums:    \(mediums)")
-        if let reason = request.usageDescriptions.bluetooth { lines.append("  bluetooth:  " + indented(reason)) }
-        if let reason = request.usageDescriptions.microphone { lines.append("  microphone: " + indented(reason)) }
+        if let reason = request.usageDescriptions.bluetooth { lines.append("  bluetooth:  \(indented(reason))") }
+        if let reason = request.usageDescriptions.microphone { lines.append("  microphone: \(indented(reason))") }
         let terminal = json ? FileHandle.standardError : FileHandle.standardOutput
         let interactive = isatty(STDIN_FILENO) != 0
         // What was typed before the question is not an answer to it.
         if interactive { tcflush(STDIN_FILENO, TCIFLUSH) }
-        terminal.write(Data((lines.joined(separator: "\n") + "\nAllow \(request.appId) to use Nearby (\(mediums))? [y/N] ").utf8))
+        let question = lines.joined(separator: "\n") + "\nAllow \(request.appId) to use Nearby (\(mediums))? [y/N] "
+        terminal.write(Data(question.rendered.utf8))
         guard let reply = await readLine() else {
             terminal.write(Data("(end of input: denied)\n".utf8))
             return false
         }
         // A terminal echoes what was typed; an answer from a file or pipe is shown here.
-        if !interactive { terminal.write(Data((reply + "\n").utf8)) }
+        if !interactive { terminal.write(Data(("\(reply)\n" as TerminalText).rendered.utf8)) }
         return ["y", "yes"].contains(reply.trimmingCharacters(in: .whitespaces).lowercased())
     }
 
@@ -119,9 +120,11 @@ enum TerminalQuestion {
         getpwuid(uid).map { String(cString: $0.pointee.pw_name) }
     }
 
-    /// A reason of several lines, its later lines under its first.
-    private static func indented(_ text: String) -> String {
-        text.split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\n              ")
+    /// A reason of several lines, its later lines under its first (each line
+    /// escaped on its own, so the app's line breaks stay and nothing else does).
+    private static func indented(_ text: String) -> TerminalText {
+        text.split(separator: "\n", omittingEmptySubsequences: false).map { "\($0)" as TerminalText }
+            .joined(separator: "\n              ")
     }
 }
 
@@ -130,7 +133,7 @@ extension Output {
     func answered(_ request: PermissionAgent.Request, granted: Bool) {
         let answer = granted ? "granted" : "denied"
         var fields: [String: any Sendable] = ["event": answer, "appId": request.appId, "mediums": request.mediums]
-        var human = "\(answer) \(request.appId)"
+        var human: TerminalText = "\(answer) \(request.appId)"
         if let user = request.user {
             fields["user"] = user
             human += " user=\(user)"
@@ -152,9 +155,9 @@ extension Output {
         event(fields, human: human)
     }
 
-    /// Text in double quotes on one line: quotes, backslashes and newlines escaped.
-    static func quoted(_ text: String) -> String {
-        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "\n", with: "\\n") + "\""
+    /// Text in double quotes on one line: quotes and backslashes escaped,
+    /// then control characters as everywhere (a newline as `\n`).
+    static func quoted(_ text: String) -> TerminalText {
+        "\"\(text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\""
     }
 }

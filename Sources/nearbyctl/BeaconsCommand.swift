@@ -51,7 +51,7 @@ struct Beacons: AsyncParsableCommand {
         try await reportingFailures(output) {
             let messages = try await manager.open(on: bus)
             let limit = EventLimit(count)
-            let emit: @Sendable ([String: any Sendable], String) -> Void = { fields, human in
+            let emit: @Sendable ([String: any Sendable], TerminalText) -> Void = { fields, human in
                 output.event(fields, human: human)
                 limit.count()
             }
@@ -88,8 +88,8 @@ struct Beacons: AsyncParsableCommand {
                     var fields: [String: any Sendable] = ["event": event, "id": id, "namespace": message.namespace,
                                                           "type": message.type, "content": message.content.base64EncodedString()]
                     if let text { fields["text"] = text }
-                    emit(fields, "\(event) \(id) \(message.namespace)/\(message.type) "
-                         + (text.map { "'\($0)'" } ?? "base64:" + message.content.base64EncodedString()))
+                    let shown: TerminalText = text.map { "'\($0)'" } ?? "base64:\(message.content.base64EncodedString())"
+                    emit(fields, "\(event) \(id) \(message.namespace)/\(message.type) \(shown)")
                 }
                 attachments = try await messages.subscription(
                     namespace: namespace, type: type, deviceTypes: .bleBeacon, beaconStrategy: strategy,

@@ -20,7 +20,15 @@ struct Nearbyctl: AsyncParsableCommand {
             when an app wants to use it for the first time.
 
             Human-readable output by default; --json prints one JSON object per line,
-            for scripts.
+            for scripts. In human-readable output (and on standard error), text that
+            comes from elsewhere (message contents and types, namespaces, app ids and
+            their reasons, upstream data, the daemon's error messages) is shown with
+            the characters a terminal would act on escaped: ESC as \\e; newline,
+            carriage return and tab as \\n, \\r, \\t; the other control characters
+            (C0, DEL, C1) as \\xNN; bidirectional overrides and isolates and line and
+            paragraph separators as \\u{NNNN} (only an app's reasons, when 'agent'
+            asks about it, keep their line breaks, indented). JSON values are exact
+            (JSON escapes control characters itself).
 
             EXAMPLES
               nearbyctl publish --api-key KEY --type chat 'hello'
@@ -278,7 +286,7 @@ struct Status: AsyncParsableCommand {
         try await reportingFailures(output) {
             let status = try await DaemonStatus.read(from: bus.address)
             let statics = status.staticPublications.map { ["file": $0.file, "status": $0.status, "detail": $0.detail] }
-            var human = """
+            var human: TerminalText = """
                 version:             \(status.version)
                 available mediums:   \(status.availableMediums.isEmpty ? "none" : status.availableMediums.joined(separator: ", "))
                 debug logging:       \(status.debugLogging ? "on" : "off")
@@ -315,7 +323,7 @@ func reportingFailures(_ output: Output, _ body: () async throws -> Void) async 
         case .daemonUnavailable: output.failure("nearbyd is not reachable: \(message)")
         case .accessDenied: output.failure("access denied: \(message)")
         case .notPermitted: output.failure("not permitted: \(message)")
-        default: output.failure(message)
+        default: output.failure("\(message)")
         }
         throw ExitCode.failure
     }

@@ -2,12 +2,13 @@ import Foundation
 import NearbyMessages
 import Synchronization
 
-/// Prints events as text lines for people or JSON lines for scripts.
+/// Prints events as text lines for people (values escaped, see
+/// ``TerminalText``) or JSON lines for scripts (values exact).
 struct Output: Sendable {
     let json: Bool
 
-    func event(_ fields: [String: any Sendable], human: String) {
-        write(json ? Self.jsonLine(fields) : human)
+    func event(_ fields: [String: any Sendable], human: TerminalText) {
+        write(json ? Self.jsonLine(fields) : human.rendered)
     }
 
     func message(_ event: String, _ message: Message, _ info: MessageInfo) {
@@ -18,14 +19,15 @@ struct Output: Sendable {
             "distance": info.distanceMeters,
         ]
         if let text { fields["text"] = text }
-        let shown = text.map { "'\($0)'" } ?? "base64:" + message.content.base64EncodedString()
-        let human = "\(event.padding(toLength: 5, withPad: " ", startingAt: 0)) \(message.namespace)/\(message.type)"
+        let shown: TerminalText = text.map { "'\($0)'" } ?? "base64:\(message.content.base64EncodedString())"
+        let human: TerminalText = "\(event.padding(toLength: 5, withPad: " ", startingAt: 0)) \(message.namespace)/\(message.type)"
             + " \(info.medium) rssi=\(info.rssi) distance=\(String(format: "%.1f", info.distanceMeters))m \(shown)"
         self.event(fields, human: human)
     }
 
-    func failure(_ text: String) {
-        FileHandle.standardError.write(Data("nearbyctl: \(text)\n".utf8))
+    /// A failure or warning on standard error, which is a terminal too.
+    func failure(_ text: TerminalText) {
+        FileHandle.standardError.write(Data("nearbyctl: \(text.rendered)\n".utf8))
     }
 
     private func write(_ line: String) {

@@ -137,7 +137,7 @@ extension Output {
     /// One app's decision as a line.
     func permission(_ entry: AppPermission) {
         var fields: [String: any Sendable] = ["user": entry.user, "appId": entry.appId, "decision": entry.decision.rawValue]
-        var human = "\(entry.appId) (user \(entry.user)): \(entry.decision.rawValue)"
+        var human: TerminalText = "\(entry.appId) (user \(entry.user)): \(entry.decision.rawValue)"
         if let source = entry.decidedBy {
             fields["decidedBy"] = source.rawValue
             human += " by \(source)"

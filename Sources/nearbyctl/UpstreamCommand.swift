@@ -132,14 +132,14 @@ struct UpstreamListen: AsyncParsableCommand {
             let limit = EventLimit(count)
             let handlers = UpstreamHandlers(
                 messageReceived: { message in
-                    let pairs = message.data.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+                    let pairs: [TerminalText] = message.data.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
                     output.event(["event": "message", "id": message.messageID, "from": message.from, "data": message.data],
                                  human: (["message \(message.messageID) from \(message.from)"] + pairs).joined(separator: " "))
                     limit.count()
                 },
                 directChannelConnectedChanged: { connected in
                     let event = connected ? "connected" : "disconnected"
-                    output.event(["event": event], human: event)
+                    output.event(["event": event], human: "\(event)")
                 })
             let messages = try await MessageManager(apiKey: try manager.key(), appId: manager.appId, bus: bus.address,
                                                     upstream: handlers)

@@ -101,6 +101,44 @@ struct LoginSessionsTests {
         await fixture.finish()
     }
 
+    /// Another connection sends nearbyd's logind connection a session change and
+    /// logind's departure, addressed to it alone (which the bus delivers
+    /// whatever the match rules): neither is believed; logind's own is.
+    @Test func signalsOnlyFromLogindItselfAreBelieved() async throws {
+        let fixture = try await LoginSessionsFixture(withLogind: true)
+        let mock = try #require(fixture.mock)
+        let path = try await mock.addSession("c1", uid: 1000, active: true)
+        let told = Inbox<Told>()
+        let watch = await fixture.sessions.watch(path, onChange: recording(into: told))
+
+        let forger = try BusConnection(.address(fixture.bus.address))
+        try forger.emitSignal(path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                              destination: fixture.logind.uniqueName) { writer throws(DBusError) in
+            try writer.append(LoginSessions.sessionInterface)
+            try writer.append(["Active": Variant(.bool(false))])
+            try writer.append([String]())
+        }
+        try forger.emitSignal(path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                              destination: fixture.logind.uniqueName) { writer throws(DBusError) in
+            try writer.append(LoginSessions.service)
+            try writer.append(":1.1")
+            try writer.append("")
+        }
+        // Answered once the bus has queued what the forger sent before, ahead of logind's change below.
+        _ = try await forger.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                  interface: "org.freedesktop.DBus", member: "GetId") { reader throws(DBusError) in
+            try reader.read(String.self)
+        }
+        try await mock.setLocked(path, true)
+        let locked = try await told.first(within: 20, "the lock") { $0.number == 2 }
+        #expect(locked.state == SessionState(active: true, locked: true))
+        #expect(fixture.sessions.status == .available)
+        #expect(fixture.statuses.values.allSatisfy { $0 == .available })
+        watch.cancel()
+        forger.close()
+        await fixture.finish()
+    }
+
     @Test func watchersOfASessionShareOneMatchThatGoesWithTheLast() async throws {
         let fixture = try await LoginSessionsFixture(withLogind: true)
         let mock = try #require(fixture.mock)

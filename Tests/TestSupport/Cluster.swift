@@ -38,11 +38,14 @@ public final class Cluster: Sendable {
         /// `[daemon] logind-bus`: none (the host's logind is not the test's), or a
         /// private bus where python-dbusmock stands in for logind.
         public var logindBus = "none"
+        /// The policy of each device's bus (by default, only root may connect and it may do anything).
+        public var busPolicy = PrivateBus.Policy.open
 
         public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
                     daemonServerSettings: String = "",
                     serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false,
-                    permissionPolicy: String = "grant", permissionTimeout: Double = 20.0, logindBus: String = "none") {
+                    permissionPolicy: String = "grant", permissionTimeout: Double = 20.0, logindBus: String = "none",
+                    busPolicy: PrivateBus.Policy = .open) {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
@@ -53,6 +56,7 @@ public final class Cluster: Sendable {
             self.permissionPolicy = permissionPolicy
             self.permissionTimeout = permissionTimeout
             self.logindBus = logindBus
+            self.busPolicy = busPolicy
         }
     }
 
@@ -140,7 +144,7 @@ public final class Cluster: Sendable {
     @discardableResult
     public func addDevice(_ name: String, at position: (Double, Double) = (0, 0),
                           ble: String = "backend = \"sim\"") async throws -> Device {
-        let bus = try await PrivateBus()
+        let bus = try await PrivateBus(policy: options.busPolicy)
         let configuration = try directory.write("\(name).conf", """
             [daemon]
             logind-bus = "\(options.logindBus)"

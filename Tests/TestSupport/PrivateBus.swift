@@ -9,6 +9,11 @@ public final class PrivateBus: Sendable {
         /// The system bus's default (deny owning names and method calls unless a
         /// policy punches a hole), plus the policy files given.
         case system(including: [String])
+        /// The system bus's default and the files given for every user but root,
+        /// which may do anything: for attacks by another user (nobody), who gets
+        /// exactly what a system bus gives it, while the programs under test
+        /// (root) need no policy of their own.
+        case sharedWithOtherUsers(including: [String])
     }
 
     public let address: String
@@ -32,8 +37,34 @@ public final class PrivateBus: Sendable {
                 </policy>
                 """
         case .system(let files):
-            // As /usr/share/dbus-1/system.conf has it.
-            rules = """
+            rules = Self.systemRules(including: files)
+        case .sharedWithOtherUsers(let files):
+            rules = Self.systemRules(including: files) + """
+
+                <policy user="root">
+                  <allow own="*"/>
+                  <allow send_destination="*"/>
+                </policy>
+                """
+        }
+        try """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>unix:path=\(directory.path)/bus</listen>
+          <auth>EXTERNAL</auth>
+          \(rules)
+        </busconfig>
+        """.write(to: config, atomically: true, encoding: .utf8)
+        daemon = try await ChildProcess(name: "dbus-daemon", executable: "/usr/bin/dbus-daemon",
+                                  arguments: ["--config-file=\(config.path)", "--nofork", "--print-address=1"])
+        address = try await daemon.waitForLine(containing: "unix:").trimmingCharacters(in: .whitespaces)
+    }
+
+    /// As /usr/share/dbus-1/system.conf has it, then `files`.
+    private static func systemRules(including files: [String]) -> String {
+        """
                 <policy context="default">
                   <allow user="*"/>
                   <deny own="*"/>
@@ -50,20 +81,6 @@ public final class PrivateBus: Sendable {
                   <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
                 </policy>
                 """ + files.map { "<include>\($0)</include>" }.joined(separator: "\n")
-        }
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>unix:path=\(directory.path)/bus</listen>
-          <auth>EXTERNAL</auth>
-          \(rules)
-        </busconfig>
-        """.write(to: config, atomically: true, encoding: .utf8)
-        daemon = try await ChildProcess(name: "dbus-daemon", executable: "/usr/bin/dbus-daemon",
-                                  arguments: ["--config-file=\(config.path)", "--nofork", "--print-address=1"])
-        address = try await daemon.waitForLine(containing: "unix:").trimmingCharacters(in: .whitespaces)
     }
 
     /// Makes the bus daemon read its configuration and policy files again (SIGHUP).

@@ -84,7 +84,9 @@ final class LoginSessions {
     private let logind: BusConnection?
     private let clients: BusConnection
     private let logger: Logger
-    private var ownerSubscription: SignalSubscription?
+    /// logind on its bus: its name's owner, the only sender believed.
+    private var logindService: BusService?
+    private var ownerChanges: OwnerObservation?
     private var watched: [ObjectPath: Watched] = [:]
     private var lastWatcherID: UInt64 = 0
 
@@ -110,22 +112,22 @@ final class LoginSessions {
     func start() async {
         guard let logind else { return }
         logind.onDisconnect { [weak self] in self?.setStatus(.unavailable("the connection to its bus was lost")) }
+        let service: BusService
         do {
-            ownerSubscription = try await logind.addMatch(
-                "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.service)'"
-            ) { [weak self] signal in
-                // NameOwnerChanged(name, old owner, new owner)
-                guard let self, let names = try? [signal.arguments.read(String.self), signal.arguments.read(String.self),
-                                                  signal.arguments.read(String.self)] else { return }
-                if names[2].isEmpty {
-                    setStatus(.unavailable("logind left the bus"))
-                } else {
-                    Task { await self.logindAppeared(on: logind) }
-                }
-            }
+            service = try await BusService(Self.service, on: logind)
         } catch {
             setStatus(.unavailable("cannot follow logind on its bus: \(error)"))
             return
+        }
+        logindService = service
+        // A change before this is in what checkStatus reads below.
+        ownerChanges = service.onOwnerChange { [weak self] owner in
+            guard let self else { return }
+            if owner == nil {
+                setStatus(.unavailable("logind left the bus"))
+            } else {
+                Task { await self.logindAppeared(on: logind) }
+            }
         }
         await checkStatus(on: logind)
     }
@@ -219,10 +221,12 @@ final class LoginSessions {
     private func follow(_ entry: Watched) async {
         guard let logind else { return }
         if entry.subscription == nil {
-            let rule = "type='signal',sender='\(Self.service)',path='\(entry.path)',interface='\(Self.propertiesInterface)',"
-                + "member='PropertiesChanged',arg0='\(Self.sessionInterface)'"
+            // Without logind followed on its bus (it could not be), nobody's changes are believed.
+            guard let logindService else { return }
+            let rule = "path='\(entry.path)',interface='\(Self.propertiesInterface)',member='PropertiesChanged',"
+                + "arg0='\(Self.sessionInterface)'"
             do {
-                let subscription = try await logind.addMatch(rule) { [weak self, weak entry] signal in
+                let subscription = try await logindService.addMatch(rule) { [weak self, weak entry] signal in
                     guard let self, let entry else { return }
                     propertiesChanged(signal, of: entry, on: logind)
                 }
