@@ -64,7 +64,7 @@ struct AnotherUserTests {
     }
 
     @Test @BusActor func anotherUserWithTheSameKeyAndAppIdNeverSeesTakesOrBlocksTheFirstUsersMessages() async throws {
-        try await withCluster(Cluster.Options(xmpp: true)) { cluster in
+        try await withCluster(Cluster.Options(xmpp: true, busPolicy: .sharedWithOtherUsers(including: [PolicyTests.policyFile]))) { cluster in
             let keys = try await cluster.createProjectKeys("shop")
             let device = try await cluster.addDevice("A")
             let learner = try await ConnectionServerTests.appServer(cluster, keys, ["--once"])

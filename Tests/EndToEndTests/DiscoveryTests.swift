@@ -111,12 +111,15 @@ import TestSupport
             let publisher = try await MessageManager(a, apiKey: key)
             let expired = Inbox<Int>()
             var publications: [Publication] = []
+            // Each ended one goes before the next is made: a slow machine making
+            // 120 takes longer than their TTL, and an ended one must end first.
             for index in 0..<120 {
-                publications.append(try await publisher.publish("message \(index)", strategy: Strategy(ttlSeconds: 2)) {
+                let publication = try await publisher.publish("message \(index)", strategy: Strategy(ttlSeconds: 2)) {
                     expired.put(index)
-                })
+                }
+                if index < 110 { try await publication.unpublish() }
+                publications.append(publication)
             }
-            for publication in publications[..<110] { try await publication.unpublish() }
             for index in 110..<120 {
                 _ = try await expired.first(within: 15, "message \(index) to expire") { $0 == index }
             }

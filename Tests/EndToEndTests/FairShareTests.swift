@@ -41,7 +41,7 @@ struct FairShareTests {
 
     @Test @BusActor func oneUsersConnectionsLeaveOtherUsersTheirShare() async throws {
         let limits = "[limits]\nmax-clients-per-user = 4\nmax-clients = 8\n"
-        try await withCluster(Cluster.Options(extraConfiguration: limits)) { cluster in
+        try await withCluster(Cluster.Options(extraConfiguration: limits, busPolicy: .sharedWithOtherUsers(including: [PolicyTests.policyFile]))) { cluster in
             let device = try await cluster.addDevice("A")
             let directory = try TemporaryDirectory("nearbyd-share")
             defer { directory.remove() }
@@ -61,7 +61,8 @@ struct FairShareTests {
 
     @Test @BusActor func whatTheServerRefusesIsOfferedAgainAndSaysWhyItWaits() async throws {
         let options = Cluster.Options(daemonServerSettings: "refused-change-retry = 0.3",
-                                      serverConfiguration: "[limits]\nmax-publications-per-device = 2\n")
+                                      serverConfiguration: "[limits]\nmax-publications-per-device = 2\n",
+                                      busPolicy: .sharedWithOtherUsers(including: [PolicyTests.policyFile]))
         try await withCluster(options) { cluster in
             let key = try await cluster.createProject("shop")
             let device = try await cluster.addDevice("A")

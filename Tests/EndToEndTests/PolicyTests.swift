@@ -41,9 +41,14 @@ struct PolicyTests {
         let property = try await asNobody(["/usr/bin/busctl", address, "get-property", "org.nearbyd", "/org/nearbyd",
                                            "org.nearbyd.Nearby1", "Version"])
         #expect(property.output.contains("0.1.0"), "\(property.output)")
+        // Every client interface is open: a call of Upstream1 reaches nearbyd (which finds no such object there).
+        let upstream = try await asNobody(["/usr/bin/busctl", address, "call", "org.nearbyd", "/org/nearbyd",
+                                           "org.nearbyd.Upstream1", "SendMessage", "a{ss}ssx", "0", "shop@nearby.example", "m", "60"])
+        #expect(upstream.status != 0)
+        #expect(!upstream.output.contains("Access denied") && !upstream.output.contains("AccessDenied"), "\(upstream.output)")
         // Interfaces the policy does not open are refused by the bus itself.
         let closed = try await asNobody(["/usr/bin/busctl", address, "call", "org.nearbyd", "/org/nearbyd",
-                                         "org.nearbyd.Upstream1", "SendMessage"])
+                                         "org.nearbyd.PermissionAgent1", "RequestPermission"])
         #expect(closed.status != 0)
         #expect(closed.output.contains("Access denied") || closed.output.contains("AccessDenied"), "\(closed.output)")
 

@@ -4,7 +4,7 @@ import Foundation
 public final class PrivateBus: Sendable {
     /// Who may do what on the bus.
     public enum Policy: Sendable {
-        /// Any user may connect, own any name and call anything.
+        /// Anyone may own any name and call anything.
         case open
         /// The system bus's default (deny owning names and method calls unless a
         /// policy punches a hole), plus the policy files given.
@@ -30,7 +30,6 @@ public final class PrivateBus: Sendable {
         case .open:
             rules = """
                 <policy context="default">
-                  <allow user="*"/>
                   <allow send_destination="*" eavesdrop="true"/>
                   <allow eavesdrop="true"/>
                   <allow own="*"/>
