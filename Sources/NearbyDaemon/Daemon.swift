@@ -33,6 +33,9 @@ public struct Daemon: Service {
                                                 attributes: [.posixPermissions: 0o700])
         let (busLost, busLostSignal) = AsyncStream.makeStream(of: Void.self)
         let service = try await start(onBusLost: { busLostSignal.yield() })
+        // Before the name is taken: whoever finds the name finds them published.
+        await service.reloadStaticPublications()
+        try await service.connection.requestName(Self.busName)
         // SIGHUP (systemctl reload) reads the static publications again; trapped
         // before the daemon says it is ready, as its default action is to end it.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
@@ -103,8 +106,6 @@ public struct Daemon: Service {
         let service = NearbyService(configuration: configuration, connection: connection, backends: makeBackends(),
                                     outbox: outbox, sessions: loginSessions(clients: connection), logger: logger)
         try service.start()
-        // The name last: whoever finds it on the bus finds the API ready.
-        try connection.requestName(Self.busName)
         return service
     }
 

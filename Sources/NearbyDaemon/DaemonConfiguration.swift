@@ -34,6 +34,13 @@ public struct DaemonConfiguration: Sendable {
     public var stateDirectory = "/var/lib/nearbyd"
     /// `[daemon] log-level`.
     public var logLevel: Logger.Level = .info
+    /// `[daemon] registration-retention-days`: a device registration with
+    /// nearby-server not used this long is dropped (and the server told).
+    public var registrationRetentionDays = 90.0
+    /// `[limits] max-registrations-per-user`, `max-registrations`: device
+    /// registrations kept, the least recently used dropped beyond them.
+    public var maxRegistrationsPerUser = 32
+    public var maxRegistrations = 4096
     /// `[daemon] logind-bus`: where logind is (the system bus but in tests); nil
     /// (`"none"`) when login sessions are not followed.
     public var logindBus: BusConnection.Address? = .system
@@ -150,6 +157,12 @@ public struct DaemonConfiguration: Sendable {
 
     public init() {}
 
+    /// How many device registrations are kept, and for how long unused.
+    var registrationLimits: CredentialStore.Limits {
+        CredentialStore.Limits(perUser: maxRegistrationsPerUser, total: maxRegistrations,
+                               retention: .milliseconds(Int64(registrationRetentionDays * 86_400_000)))
+    }
+
     /// What the upstream outbox keeps, per app, per user and in all, and for how long.
     public var outboxLimits: Outbox.Limits {
         Outbox.Limits(pendingPerApp: maxPendingUpstream, rowsPerUser: maxUpstreamPerUser, rows: maxUpstreamTotal,
@@ -174,7 +187,9 @@ public struct DaemonConfiguration: Sendable {
         var result = self
         try file.checkSections(["daemon", "permissions", "publications", "server", "discovery", "limits", "ble", "audio", "beacons", "upstream", "sim"])
 
-        let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level", "logind-bus"])
+        let daemon = try file.section("daemon", keys: ["bus", "state-directory", "log-level", "logind-bus",
+                                                       "registration-retention-days"])
+        if let days = try daemon.number("registration-retention-days") { result.registrationRetentionDays = days }
         if let bus = try daemon.string("bus") { result.bus = Self.busAddress(bus) }
         if let bus = try daemon.string("logind-bus") { result.logindBus = bus == "none" ? nil : Self.busAddress(bus) }
         if let directory = try daemon.string("state-directory") { result.stateDirectory = directory }
@@ -220,8 +235,13 @@ public struct DaemonConfiguration: Sendable {
 
         let limits = try file.section("limits", keys: [
             "max-clients-per-user", "max-clients", "max-managers-per-client", "max-managers-per-user", "max-api-keys-per-user",
-            "max-objects-per-manager", "max-objects-per-user", "max-objects",
+            "max-objects-per-manager", "max-objects-per-user", "max-objects", "max-registrations-per-user", "max-registrations",
         ])
+        if let value = try limits.integer("max-registrations-per-user") { result.maxRegistrationsPerUser = value }
+        if let value = try limits.integer("max-registrations") { result.maxRegistrations = value }
+        if try limits.integer("max-registrations-per-user") == nil {
+            result.maxRegistrationsPerUser = min(result.maxRegistrationsPerUser, result.maxRegistrations)
+        }
         if let value = try limits.integer("max-clients-per-user") { result.limits.maxClientsPerUser = value }
         if let value = try limits.integer("max-clients") { result.limits.maxClients = value }
         if let value = try limits.integer("max-managers-per-client") { result.limits.maxManagersPerClient = value }
@@ -329,6 +349,9 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(Double(limits.maxManagersPerUser), in: Double(limits.maxManagersPerClient)...1_000_000,
                        "[limits] max-managers-per-user")
         try Self.check(Double(limits.maxAPIKeysPerUser), in: 1...1000, "[limits] max-api-keys-per-user")
+        try Self.check(Double(maxRegistrations), in: 1...1_000_000, "[limits] max-registrations")
+        try Self.check(Double(maxRegistrationsPerUser), in: 1...Double(maxRegistrations), "[limits] max-registrations-per-user")
+        try Self.check(registrationRetentionDays, in: 0.01...3650, "[daemon] registration-retention-days")
         try Self.check(Double(limits.maxObjects), in: 1...10_000_000, "[limits] max-objects")
         try Self.check(Double(limits.maxObjectsPerUser), in: 1...Double(limits.maxObjects), "[limits] max-objects-per-user")
         try Self.check(Double(limits.maxObjectsPerManager), in: 1...Double(limits.maxObjectsPerUser), "[limits] max-objects-per-manager")

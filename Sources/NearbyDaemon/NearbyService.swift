@@ -63,6 +63,7 @@ final class NearbyService {
     private var lastWishes: [Medium: MediumWish] = [:]
     private var tasks: [Task<Void, Never>] = []
     private var sightingsTimer: BusTimer?
+    private var registrationsTimer: BusTimer?
     private var shrinkTimers: [Medium: BusTimer] = [:]
     /// Publications and subscriptions by expiry (µs since the epoch), with one
     /// timer for the earliest: cheaper than a timer per object.
@@ -90,8 +91,9 @@ final class NearbyService {
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
         let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
-        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory,
-                                          refusedKeyRetry: .milliseconds(Int64(configuration.refusedKeyRetry * 1000)))
+        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory, limits: configuration.registrationLimits,
+                                          refusedKeyRetry: .milliseconds(Int64(configuration.refusedKeyRetry * 1000)),
+                                          logger: logger)
         serverClient = client
         self.credentials = credentials
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
@@ -143,7 +145,15 @@ final class NearbyService {
             }
         }
         expireSightingsSoon()
-        reloadStaticPublications()
+        dropStaleRegistrations()
+    }
+
+    /// Registrations unused for `[daemon] registration-retention-days`, and
+    /// those beyond the bounds, go; looked for at start and every day.
+    private func dropStaleRegistrations() {
+        let (credentials, client) = (credentials, serverClient)
+        Task { await credentials.dropStale(client: client) }
+        registrationsTimer = BusTimer(after: .seconds(86_400)) { [weak self] in self?.dropStaleRegistrations() }
     }
 
     /// Tokens not heard for the lost timeout are gone; checked ten times a second.
@@ -170,6 +180,7 @@ final class NearbyService {
         for state in states { state.task.cancel() }
         for task in tasks { task.cancel() }
         sightingsTimer?.cancel()
+        registrationsTimer?.cancel()
         expiryTimer?.cancel()
         await upstream.stop()
         for timer in shrinkTimers.values { timer.cancel() }
@@ -641,9 +652,13 @@ final class NearbyService {
     /// shown in `StaticPublications`, and the others still load. Read again
     /// (SIGHUP), a file whose publication is unchanged keeps it, so
     /// subscribers elsewhere notice nothing; the others end or begin.
-    func reloadStaticPublications() {
-        let entries = StaticPublicationFile.loadAll(directory: configuration.staticPublicationsDirectory,
-                                                    enabled: enabledMediums, maxFiles: configuration.maxStaticPublications)
+    func reloadStaticPublications() async {
+        // The files are read off the bus thread, which serves everyone meanwhile.
+        let (directory, enabled, maxFiles) = (configuration.staticPublicationsDirectory, enabledMediums,
+                                              configuration.maxStaticPublications)
+        let entries = await Task.detached {
+            StaticPublicationFile.loadAll(directory: directory, enabled: enabled, maxFiles: maxFiles)
+        }.value
         var previous = staticSources
         staticSources = [:]
         for entry in entries {

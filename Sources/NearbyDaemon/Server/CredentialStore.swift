@@ -10,11 +10,39 @@ import ServerAPI
 /// and API key; the file is readable by its owner only, as it holds device
 /// secrets.
 ///
+/// The file is durable per-user state, so it is bounded and expires: a
+/// registration not used for ``Limits/retention`` goes, and so does a
+/// user's least recently used one beyond ``Limits/perUser`` (and anyone's
+/// beyond ``Limits/total``); the server is told to forget what goes. A
+/// registration in use is touched when its link or channel connects.
+///
 /// The link and the direct channel of an account both need its registration
 /// and may ask at the same moment: the store registers once for both.
 actor CredentialStore {
+    /// How many registrations the store keeps, and for how long unused.
+    struct Limits: Sendable {
+        var perUser: Int
+        var total: Int
+        var retention: Duration
+    }
+
+    private struct Entry: Codable {
+        var registration: DeviceRegistration
+        var uid: UInt32
+        var server: String
+        /// When a link or channel last took it, milliseconds since the epoch.
+        var usedAtMs: UInt64
+    }
+
+    private struct File: Codable {
+        var version = 2
+        var entries: [String: Entry]
+    }
+
     private let path: String
-    private var entries: [String: DeviceRegistration]
+    private let limits: Limits
+    private let logger: Logger
+    private var entries: [String: Entry] = [:]
     /// Registrations on their way, by entry key: later callers wait for them.
     private var registering: [String: Task<DeviceRegistration, any Error>] = [:]
     /// API keys the server refused lately, with its reason and when it may be
@@ -22,30 +50,35 @@ actor CredentialStore {
     /// makes up keys costs the server one request per key per `refusedKeyRetry`.
     private var refusedKeys: [String: (message: String, until: ContinuousClock.Instant)] = [:]
     private let refusedKeyRetry: Duration
+    /// A use is written down only this long after the last one written: a
+    /// reconnecting link should not cost a write each time.
+    private static let touchInterval: UInt64 = 3_600_000
 
-    init(stateDirectory: String, refusedKeyRetry: Duration) {
+    init(stateDirectory: String, limits: Limits, refusedKeyRetry: Duration, logger: Logger) {
+        self.limits = limits
         self.refusedKeyRetry = refusedKeyRetry
+        self.logger = logger
         path = stateDirectory + "/registrations.json"
-        let data = FileManager.default.contents(atPath: path) ?? Data()
-        entries = (try? JSONDecoder().decode([String: DeviceRegistration].self, from: data)) ?? [:]
-    }
-
-    func registration(server: String, account: Account) -> DeviceRegistration? {
-        entries[Self.key(server: server, account: account)]
-    }
-
-    func store(_ registration: DeviceRegistration?, server: String, account: Account) throws {
-        entries[Self.key(server: server, account: account)] = registration
-        let data = try JSONEncoder().encode(entries)
-        try StateFile.replace(path, with: data)
+        guard let data = FileManager.default.contents(atPath: path) else { return }
+        if let file = try? JSONDecoder().decode(File.self, from: data) {
+            entries = file.entries
+        } else if (try? JSONDecoder().decode([String: DeviceRegistration].self, from: data)) != nil {
+            // Registrations from before users had their own (one per API key): nobody's now.
+            logger.notice("device registrations from before per-user registrations are dropped", metadata: ["file": "\(path)"])
+        } else {
+            logger.error("cannot read the device registrations; starting with none", metadata: ["file": "\(path)"])
+        }
     }
 
     /// The device registration of `account` with `client`'s server: the one
     /// stored, or one made now (and stored). Callers asking while a
     /// registration is on its way share it.
-    func registration(_ account: Account, with client: ServerClient, logger: Logger) async throws -> DeviceRegistration {
+    func registration(_ account: Account, with client: ServerClient) async throws -> DeviceRegistration {
         let key = Self.key(server: client.baseURL, account: account)
-        if let stored = entries[key] { return stored }
+        if let stored = entries[key] {
+            touch(key, stored)
+            return stored.registration
+        }
         if let refused = refusedKeys[account.apiKey], refused.until > .now { throw ServerCallError.keyRefused(refused.message) }
         if let running = registering[key] { return try await running.value }
         let task = Task { () async throws -> DeviceRegistration in
@@ -68,11 +101,9 @@ actor CredentialStore {
                            metadata: ["account": "\(account)"])
             throw ServerCallError.keyRefused(message)
         }
-        do {
-            try store(registration, server: client.baseURL, account: account)
-        } catch {
-            logger.error("cannot save the device registration: \(error)")
-        }
+        entries[key] = Entry(registration: registration, uid: account.uid, server: client.baseURL, usedAtMs: Self.nowMs)
+        dropStale(keeping: key, client: client)
+        save()
         logger.info("registered as a device", metadata: ["device": "\(registration.device)", "project": "\(registration.project)",
                                                          "uid": "\(account.uid)"])
         return registration
@@ -82,11 +113,58 @@ actor CredentialStore {
     /// registers afresh, unless another caller has replaced it already (the
     /// link and the channel may both find the same credential refused).
     func forget(_ registration: DeviceRegistration, server: String, account: Account) {
-        guard entries[Self.key(server: server, account: account)] == registration else { return }
-        try? store(nil, server: server, account: account)
+        let key = Self.key(server: server, account: account)
+        guard entries[key]?.registration == registration else { return }
+        entries[key] = nil
+        save()
+    }
+
+    /// Drops what has not been used within the retention, and each user's
+    /// and everyone's least recently used beyond their bounds; `kept` (just
+    /// made) stays. The server of `client` is asked to forget its devices
+    /// among them, without waiting for it.
+    func dropStale(keeping kept: String? = nil, client: ServerClient) {
+        let now = Self.nowMs
+        let cutoff = now - min(now, UInt64(limits.retention / .milliseconds(1)))
+        var dropped = entries.filter { $0.key != kept && $0.value.usedAtMs < cutoff }
+        for key in dropped.keys { entries[key] = nil }
+        let byAge = entries.sorted { $0.value.usedAtMs < $1.value.usedAtMs }
+        var perUser = Dictionary(grouping: entries.values, by: \.uid).mapValues(\.count)
+        var total = entries.count
+        for (key, entry) in byAge where key != kept && (perUser[entry.uid, default: 0] > limits.perUser || total > limits.total) {
+            entries[key] = nil
+            dropped[key] = entry
+            perUser[entry.uid, default: 0] -= 1
+            total -= 1
+        }
+        guard !dropped.isEmpty else { return }
+        logger.info("device registrations dropped (unused, or over the bounds)", metadata: ["count": "\(dropped.count)"])
+        save()
+        let forsaken = dropped.values.filter { $0.server == client.baseURL }.map(\.registration)
+        Task.detached {
+            for registration in forsaken { try? await client.unregister(registration) }
+        }
+    }
+
+    /// Notes that a registration was taken now, on disk at most once an interval.
+    private func touch(_ key: String, _ entry: Entry) {
+        let now = Self.nowMs
+        guard now >= entry.usedAtMs + Self.touchInterval else { return }
+        entries[key]?.usedAtMs = now
+        save()
+    }
+
+    private func save() {
+        do {
+            try StateFile.replace(path, with: JSONEncoder().encode(File(entries: entries)))
+        } catch {
+            logger.error("cannot save the device registrations: \(error)", metadata: ["file": "\(path)"])
+        }
     }
 
     private static func key(server: String, account: Account) -> String {
         SHA256.hash(data: Data("\(server)\n\(account.uid)\n\(account.apiKey)".utf8)).map { String(format: "%02x", $0) }.joined()
     }
+
+    private static var nowMs: UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
 }

@@ -71,10 +71,28 @@ struct ServerClient: Sendable {
         try await call(.POST, APIPath.sightings(device.device), device: device, body: report)
     }
 
+    /// `DELETE /v1/devices/{device}`: the server forgets the device and all it had.
+    func unregister(_ device: DeviceRegistration) async throws(ServerCallError) {
+        _ = try await perform(.DELETE, APIPath.device(device.device), device: device)
+    }
+
     func call<Response: Decodable>(
         _ method: HTTPMethod, _ path: String, device: DeviceRegistration? = nil,
         headers: [(String, String)] = [], body: (any Encodable)? = nil
     ) async throws(ServerCallError) -> Response {
+        let data = try await perform(method, path, device: device, headers: headers, body: body)
+        do {
+            return try JSONDecoder().decode(Response.self, from: data)
+        } catch {
+            throw .unreachable("\(method) \(path): malformed answer: \(error)")
+        }
+    }
+
+    /// Makes a request and returns the body of a successful answer.
+    private func perform(
+        _ method: HTTPMethod, _ path: String, device: DeviceRegistration? = nil,
+        headers: [(String, String)] = [], body: (any Encodable)? = nil
+    ) async throws(ServerCallError) -> Data {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }
@@ -102,10 +120,6 @@ struct ServerClient: Sendable {
             if status == 401 { throw .unauthenticated(error.message) }
             throw .rejected(status: status, error)
         }
-        do {
-            return try JSONDecoder().decode(Response.self, from: data)
-        } catch {
-            throw .unreachable("\(method) \(path): malformed answer: \(error)")
-        }
+        return data
     }
 }

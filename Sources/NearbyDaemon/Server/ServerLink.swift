@@ -271,7 +271,7 @@ final class ServerLink {
     }
 
     private func registration() async throws -> DeviceRegistration {
-        try await credentials.registration(account, with: client, logger: logger)
+        try await credentials.registration(account, with: client)
     }
 
     /// Runs `body`; a refused credential is forgotten, so the next connection registers afresh.

@@ -122,7 +122,7 @@ final class DirectChannel {
     nonisolated static func connector(account: Account, client: ServerClient, credentials: CredentialStore,
                                       logger: Logger) -> Connect {
         { requests, opened, received in
-            let device = try await credentials.registration(account, with: client, logger: logger)
+            let device = try await credentials.registration(account, with: client)
             do {
                 try await DeviceSocket.run(url: client.webSocketURL(APIPath.channel(device.device)), device: device,
                                            maxFrameBytes: ChannelLimits.maximumFrameBytes, requests: requests, logger: logger,
