@@ -191,7 +191,7 @@ final class NearbyService {
 
     func createManager(for busName: String, _ request: ManagerRequest) async throws(NearbyError) -> ObjectPath {
         let client = try await client(for: busName)
-        let appId = request.appId ?? Self.defaultAppId(uid: client.uid, apiKey: request.apiKey)
+        let appId = try Self.appId(requested: request.appId, real: callers[busName]?.app, uid: client.uid, apiKey: request.apiKey)
         let manager = try registry.addManager(to: client, apiKey: request.apiKey, appId: appId,
                                               debugLogging: request.debugLogging)
         let path = ObjectPath.nearbyd(client: client.number, manager: manager.number)
@@ -266,7 +266,8 @@ final class NearbyService {
             logger.warning("cannot tell the caller's login session", metadata: ["client": "\(busName)", "error": "\(error)"])
             session = nil
         }
-        let caller = PermissionBroker.Caller(busName: busName, uid: uid, pid: pid, session: session?.path)
+        let app: RealApp? = if let pid { await RealApp.of(pid: pid) } else { nil }
+        let caller = PermissionBroker.Caller(busName: busName, uid: uid, pid: pid, session: session?.path, app: app)
         if watches[busName] != nil { callers[busName] = caller }
         return caller
     }
@@ -1086,8 +1087,20 @@ final class NearbyService {
         String(UInt64.random(in: 0...UInt64.max), radix: 36)
     }
 
+    /// A manager's AppId: the app the system says the caller is, when it
+    /// says (a different one asked for is refused: a Flatpak app may not pass
+    /// as another); else what the caller asked for; else one derived from
+    /// the user and the API key.
+    nonisolated static func appId(requested: String?, real: RealApp?, uid: UInt32, apiKey: String) throws(NearbyError) -> String {
+        guard let real else { return requested ?? defaultAppId(uid: uid, apiKey: apiKey) }
+        guard requested == nil || requested == real.id else {
+            throw .accessDenied("this program runs as the \(real.kind.rawValue) '\(real.id)': its AppId is that one, or left out")
+        }
+        return real.id
+    }
+
     /// The AppId of a manager that named none: stable for a user and API key.
-    private static func defaultAppId(uid: UInt32, apiKey: String) -> String {
+    private nonisolated static func defaultAppId(uid: UInt32, apiKey: String) -> String {
         let digest = SHA256.hash(data: Data(apiKey.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
         return "uid\(uid)-\(digest)"
     }

@@ -27,6 +27,8 @@ final class PermissionBroker {
         let pid: UInt32?
         /// The logind session object path, where logind knows one.
         let session: ObjectPath?
+        /// The app the system says the caller is (Flatpak, systemd app unit), if any.
+        var app: RealApp? = nil
     }
 
     private struct Agent {
