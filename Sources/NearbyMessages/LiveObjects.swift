@@ -30,6 +30,10 @@ final class DaemonObject: Sendable {
         get async throws { try await bus.property(path, interface, "Status").string ?? "" }
     }
 
+    var statusReason: String {
+        get async throws { try await bus.property(path, interface, "StatusReason").string ?? "" }
+    }
+
     func end() async throws {
         try await bus.call(path, interface, endMethod)
     }
@@ -54,6 +58,13 @@ public final class Publication: Sendable {
     /// background and it may not run there).
     public var status: String {
         get async throws { try await object.status }
+    }
+
+    /// Why it is not `active`, in a sentence for people (the server cannot
+    /// be reached, refuses the API key or this publication, no medium works,
+    /// no permission, the background); empty when it is.
+    public var statusReason: String {
+        get async throws { try await object.statusReason }
     }
 
     /// Ends the publication now rather than at deallocation; subscribers nearby lose it.
@@ -81,6 +92,11 @@ public final class Subscription: Sendable {
     /// background and it may not run there).
     public var status: String {
         get async throws { try await object.status }
+    }
+
+    /// Why it is not `active`, in a sentence for people; empty when it is.
+    public var statusReason: String {
+        get async throws { try await object.statusReason }
     }
 
     /// Ends the subscription now rather than at deallocation; its handlers are not called again.

@@ -103,7 +103,8 @@ public final class MessageManager: Sendable {
 
     /// Publishes `message` until the returned publication is released or
     /// deallocated; `expired` runs if its TTL runs out first, `statusChanged`
-    /// with each new ``Publication/status`` (both on the bus thread).
+    /// with each new ``Publication/status`` and `statusReasonChanged` with each
+    /// new ``Publication/statusReason`` (all on the bus thread).
     ///
     /// When the user has not decided yet whether the app may use Nearby,
     /// nearbyd asks `permissionRequest` if given (the app's own dialog, the
@@ -114,6 +115,7 @@ public final class MessageManager: Sendable {
     public func publication(of message: Message, strategy: Strategy? = nil,
                             expired: @escaping @Sendable () -> Void = {},
                             statusChanged: @escaping @Sendable (String) -> Void = { _ in },
+                            statusReasonChanged: @escaping @Sendable (String) -> Void = { _ in },
                             permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Publication {
         var params: [String: Variant] = [:]
         if !message.namespace.isEmpty { params["Namespace"] = Variant(.string(message.namespace)) }
@@ -132,7 +134,9 @@ public final class MessageManager: Sendable {
                 bus.route(objectPath) { event in
                     switch event {
                     case .expired: expired()
-                    case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
+                    case .propertiesChanged(let changed):
+                        if let status = changed["Status"]?.string { statusChanged(status) }
+                        if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
                     default: break
                     }
                 }
@@ -149,8 +153,9 @@ public final class MessageManager: Sendable {
     /// project's namespace), from other devices and or beacons (`deviceTypes`).
     /// The handlers run on the bus thread, in order. `distanceChanged`
     /// (metres, accuracy) and `bleSignalChanged` (RSSI, TX power at 1 m) are
-    /// for beacon messages; `statusChanged` gets each new ``Subscription/status``.
-    /// `permissionRequest` is asked, as for ``publication(of:strategy:expired:statusChanged:permissionRequest:)``,
+    /// for beacon messages; `statusChanged` gets each new ``Subscription/status``
+    /// and `statusReasonChanged` each new ``Subscription/statusReason``.
+    /// `permissionRequest` is asked, as for ``publication(of:strategy:expired:statusChanged:statusReasonChanged:permissionRequest:)``,
     /// when the user has not decided yet whether the app may use Nearby.
     public func subscription(namespace: String = "", type: String = "", strategy: Strategy? = nil,
                              deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil,
@@ -160,6 +165,7 @@ public final class MessageManager: Sendable {
                              bleSignalChanged: @escaping @Sendable (Message, Int, Int) -> Void = { _, _, _ in },
                              expired: @escaping @Sendable () -> Void = {},
                              statusChanged: @escaping @Sendable (String) -> Void = { _ in },
+                             statusReasonChanged: @escaping @Sendable (String) -> Void = { _ in },
                              permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Subscription {
         var params: [String: Variant] = [:]
         if !namespace.isEmpty { params["Namespace"] = Variant(.string(namespace)) }
@@ -183,7 +189,9 @@ public final class MessageManager: Sendable {
                     case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
                     case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
                     case .expired: expired()
-                    case .propertiesChanged(let changed): if let status = changed["Status"]?.string { statusChanged(status) }
+                    case .propertiesChanged(let changed):
+                        if let status = changed["Status"]?.string { statusChanged(status) }
+                        if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
                     case .sendSucceeded, .sendFailed, .messageReceived: break
                     }
                 }

@@ -133,7 +133,16 @@ struct StrategyOptions: ParsableArguments {
 struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Publish a message until interrupted or expired.",
-        discussion: "The content is the CONTENT argument as UTF-8 text, or the bytes of --file (- for standard input)."
+        discussion: """
+            The content is the CONTENT argument as UTF-8 text, or the bytes of --file (- for
+            standard input).
+
+            If the publication is still not active two seconds after it was made, a line
+            'waiting (STATUS): REASON' says why (the server cannot be reached or refuses the
+            API key, no medium works now, no permission...), again at each new reason, and
+            'active' once it no longer waits; with --json {"event": "waiting", "status",
+            "reason"} and {"event": "active"}.
+            """
     )
 
     @OptionGroup var bus: BusOptions
@@ -162,11 +171,13 @@ struct Publish: AsyncParsableCommand {
         try await reportingFailures(output) {
             let messages = try await manager.open(on: bus)
             let (expired, expire) = AsyncStream.makeStream(of: Void.self)
+            let waits = WaitReporter(output: output)
             let publication = try await messages.publication(
-                of: Message(content: bytes, namespace: namespace, type: type), strategy: try strategy.strategy()
-            ) { expire.yield() }
+                of: Message(content: bytes, namespace: namespace, type: type), strategy: try strategy.strategy(),
+                expired: { expire.yield() }, statusChanged: waits.statusChanged, statusReasonChanged: waits.reasonChanged)
             output.event(["event": "published", "path": publication.path.rawValue],
                          human: "published \(publication.path)")
+            waits.begin(status: try await publication.status, reason: try await publication.statusReason)
             await untilInterrupted(or: expired)
             output.event(["event": "ended"], human: "ended")
             withExtendedLifetime(publication) {}
@@ -189,7 +200,8 @@ struct Subscribe: AsyncParsableCommand {
             was heard (medium, RSSI in dBm, estimated distance) and the content (as
             text when it is UTF-8, else base64). With --json: {"event", "namespace",
             "type", "content" (base64), "text" (when UTF-8), "medium", "rssi",
-            "distance"}. 'background' and 'foreground' lines ({"event": ...}) say when
+            "distance"}. 'waiting' and 'active' lines say why the subscription waits, as
+            for publish. 'background' and 'foreground' lines ({"event": ...}) say when
             the manager goes to the background (--background, or nearbyd saw your
             login session become inactive or locked) and back.
 
@@ -256,11 +268,13 @@ struct Subscribe: AsyncParsableCommand {
                 report("found", message, info)
                 if let notifier, inBackground.withLock({ $0 }) { notifier.post(message) }
             }
+            let waits = WaitReporter(output: output)
             let subscription = try await messages.subscription(
                 namespace: namespace, type: type, strategy: strategy,
                 messageFound: found, messageLost: { report("lost", $0, $1) },
-                expired: { limit.end() })
+                expired: { limit.end() }, statusChanged: waits.statusChanged, statusReasonChanged: waits.reasonChanged)
             output.event(["event": "subscribed", "path": subscription.path.rawValue], human: "subscribed \(subscription.path)")
+            waits.begin(status: try await subscription.status, reason: try await subscription.statusReason)
             await untilInterrupted(or: limit.ended)
             withExtendedLifetime(subscription) {}
         }

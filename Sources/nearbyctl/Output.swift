@@ -65,3 +65,63 @@ final class EventLimit: Sendable {
     /// Ends the command now (the subscription expired).
     func end() { sink.finish() }
 }
+
+/// Says why a publication or subscription waits (its `StatusReason`), so a
+/// command that seems to do nothing tells why: once it has waited a moment
+/// (a brief `starting` is how every object begins), then at each new reason,
+/// and `active` when it no longer waits.
+final class WaitReporter: Sendable {
+    private struct State {
+        var status = ""
+        var reason = ""
+        /// A reason was printed, and `active` has not been since.
+        var told = false
+        var patient = true
+    }
+
+    private let output: Output
+    private let state = Mutex(State())
+    /// How long an object may be `starting` before the reason is printed.
+    static let patience = Duration.seconds(2)
+
+    init(output: Output) {
+        self.output = output
+    }
+
+    /// The object's status and reason as it began; starts the patience.
+    func begin(status: String, reason: String) {
+        state.withLock { state in
+            if state.status.isEmpty { state.status = status }
+            if state.reason.isEmpty { state.reason = reason }
+        }
+        Task {
+            try? await Task.sleep(for: Self.patience)
+            state.withLock { $0.patient = false }
+            tell()
+        }
+    }
+
+    func statusChanged(_ status: String) {
+        state.withLock { $0.status = status }
+        tell()
+    }
+
+    func reasonChanged(_ reason: String) {
+        state.withLock { $0.reason = reason }
+        tell()
+    }
+
+    private func tell() {
+        let line: (fields: [String: any Sendable], human: TerminalText)? = state.withLock { state in
+            guard !state.patient else { return nil }
+            if state.status == "active" || state.reason.isEmpty {
+                guard state.told else { return nil }
+                state.told = false
+                return (["event": "active"], "active")
+            }
+            state.told = true
+            return (["event": "waiting", "status": state.status, "reason": state.reason], "waiting (\(state.status)): \(state.reason)")
+        }
+        if let line { output.event(line.fields, human: line.human) }
+    }
+}

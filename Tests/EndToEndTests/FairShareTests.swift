@@ -114,6 +114,13 @@ struct FairShareTests {
             let asked = device.daemon.lines.values.filter { $0.contains("nearby-server refuses an API key") }
             #expect(asked.count == 1, "\(asked)")
             client.connection.close()
+
+            // nearbyctl says why its publication does nothing.
+            let publisher = try await ChildProcess(name: "nearbyctl", executable: Programs.path("nearbyctl"), arguments: [
+                "publish", "--bus", device.busAddress, "--api-key", "made-up-key", "hello",
+            ])
+            try await publisher.waitForLine(containing: "waiting (starting): nearby-server refuses the API key: unknown API key")
+            await publisher.stop()
         }
     }
 }
