@@ -160,6 +160,7 @@ public final class Outbox: Sendable {
                 ALTER TABLE outbox_v4 RENAME TO outbox;
                 CREATE INDEX outbox_expiry ON outbox(expiresAtMs);
                 CREATE INDEX outbox_settled ON outbox(settledAtMs);
+                CREATE INDEX outbox_user ON outbox(uid);
                 """)
         }
         try migrator.migrate(queue)
