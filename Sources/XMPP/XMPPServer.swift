@@ -84,6 +84,17 @@ public final class XMPPServer: Sendable {
     }
 }
 
+extension XMPPServer {
+    /// Serves `channel` as a connection just accepted (counted, deadlines and
+    /// all), but with no TLS handler: the caller plays its part, delivering
+    /// plaintext and firing `TLSUserEvent.handshakeCompleted`. Call it on the
+    /// channel's event loop; the server need not be started. For tests and the
+    /// xmpp-fuzz harness, which feed the stream handler bytes directly.
+    @_spi(Testing) public func serve(withoutTLS channel: any Channel) throws {
+        try core.accept(channel, sslContext: nil)
+    }
+}
+
 /// What the server and its connections share: configuration, service, the
 /// connections alive (for shutdown) and their admission.
 final class ServerCore: Sendable {

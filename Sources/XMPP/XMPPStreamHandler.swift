@@ -81,6 +81,12 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
         }
     }
 
+    /// The context holds the handler: kept past this, each closed connection
+    /// would keep its handler, parser and pipeline for good.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         deadline?.cancel()
         idleCheck?.cancel()

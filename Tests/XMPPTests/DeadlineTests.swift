@@ -5,7 +5,7 @@ import NIOEmbedded
 import NIOTLS
 import Testing
 import TestSupport
-@testable import XMPP
+@_spi(Testing) import XMPP
 
 /// A connection's deadlines on a testing event loop whose time the test moves
 /// by hand: each is met with a millisecond to spare, and missed by one.
@@ -23,13 +23,13 @@ struct DeadlineTests {
         let channel = NIOAsyncTestingChannel()
 
         init() async throws {
-            let core = ServerCore(
+            let server = XMPPServer(
                 configuration: XMPPServerConfiguration(
                     host: "127.0.0.1", port: 0, domain: XMPPServerTests.domain, certificateChainPEM: "", privateKeyPEM: "",
                     tlsHandshakeTimeout: DeadlineTests.tlsHandshakeTimeout, negotiationTimeout: DeadlineTests.negotiationTimeout,
                     idleTimeout: DeadlineTests.idleTimeout, pingTimeout: DeadlineTests.pingTimeout),
                 service: XMPPServerTests.EchoService(), logger: Logger(label: "deadline-tests"))
-            try await channel.testingEventLoop.executeInContext { [channel] in try core.accept(channel, sslContext: nil) }
+            try await channel.testingEventLoop.executeInContext { [channel] in try server.serve(withoutTLS: channel) }
             try await channel.connect(to: SocketAddress(ipAddress: "192.0.2.1", port: 40000))
         }
 
