@@ -2,6 +2,7 @@
 #
 #   make demo     set up, build and run the two-device demo
 #   make test     set up, build and run every test
+#   make fuzz     run each libFuzzer harness for FUZZ_SECONDS (60)
 #   make bench    run the benchmarks (release build), figures for doc/performance.md
 #   make bench-modem  the audio modem against ggwave (about 25 minutes)
 
@@ -21,7 +22,7 @@ PACKAGES := libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev libxml
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test bench bench-modem install clean
+.PHONY: setup build demo test fuzz bench bench-modem install clean
 
 setup:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -45,8 +46,34 @@ demo: build
 test: setup
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	.build/debug/xmpp-fuzz Sources/XMPPFuzz/corpus
+	.build/debug/ccs-fuzz Sources/CCSFuzz/corpus
 	$(VENV)/bin/python -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
 	@echo "doc/server-api/openapi.yaml: valid OpenAPI"
+
+# The fuzz harnesses (Sources/*Fuzz/README.md) built with libFuzzer and
+# AddressSanitizer into .build-fuzz, each run for FUZZ_SECONDS from its seeds;
+# what they find new is kept in .build-fuzz/corpus, and a finding (a crash,
+# a hang, an allocation over the limits) stops the run with its input saved
+# as .build-fuzz/crash-* (or leak-, timeout-, oom-).
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -Xswiftc -sanitize=fuzzer,address \
+	-Xswiftc -DBEACONS_LIBFUZZER -Xswiftc -DXMPP_LIBFUZZER -Xswiftc -DCCS_LIBFUZZER
+FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
+	-artifact_prefix=.build-fuzz/
+
+fuzz: setup
+	$(SWIFT) build --product beacons-fuzz
+	for p in beacons-fuzz xmpp-fuzz ccs-fuzz; do \
+		$(SWIFT) build -c debug --scratch-path .build-fuzz --product $$p $(FUZZ_FLAGS) || exit 1; \
+	done
+	mkdir -p .build-fuzz/corpus/beacons .build-fuzz/corpus/xmpp .build-fuzz/corpus/ccs
+	.build/debug/beacons-fuzz --write-seeds .build-fuzz/corpus/beacons
+	.build-fuzz/debug/beacons-fuzz -dict=Sources/BeaconsFuzz/beacons.dict -max_len=64 $(FUZZ_RUN) .build-fuzz/corpus/beacons
+	.build-fuzz/debug/xmpp-fuzz -dict=Sources/XMPPFuzz/xmpp.dict -max_len=4096 $(FUZZ_RUN) \
+		.build-fuzz/corpus/xmpp Sources/XMPPFuzz/corpus
+	.build-fuzz/debug/ccs-fuzz -dict=Sources/CCSFuzz/ccs.dict -max_len=8192 $(FUZZ_RUN) \
+		.build-fuzz/corpus/ccs Sources/CCSFuzz/corpus
 
 bench: setup
 	$(SWIFT) build -c release --product nearby-bench

@@ -68,14 +68,37 @@ let package = Package(
         // Upstream messages on the device: their rules and the durable outbox.
         .target(name: "Upstream", dependencies: ["NearbyCore", .product(name: "GRDB", package: "GRDB.swift")]),
         // libFuzzer harness of the beacon parsers (Sources/BeaconsFuzz/README.md); a plain
-        // build replays inputs. The C target only declares libFuzzer's driver.
+        // build replays inputs.
         .executableTarget(
             name: "beacons-fuzz",
-            dependencies: ["Beacons", "BeaconsFuzzDriver"],
+            dependencies: ["Beacons", "FuzzDriver", "FuzzReplay"],
             path: "Sources/BeaconsFuzz",
             exclude: ["beacons.dict", "README.md"]
         ),
-        .target(name: "BeaconsFuzzDriver"),
+        // What the fuzz harnesses share: the declaration of libFuzzer's driver
+        // (C), and the replay of inputs in plain builds.
+        .target(name: "FuzzDriver"),
+        .target(name: "FuzzReplay"),
+        // libFuzzer harnesses of the connection server's parsers of outside input
+        // (Sources/XMPPFuzz/README.md, Sources/CCSFuzz/README.md); plain builds replay inputs.
+        .executableTarget(
+            name: "xmpp-fuzz",
+            dependencies: [
+                "XMPP", "FuzzDriver", "FuzzReplay",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/XMPPFuzz",
+            exclude: ["xmpp.dict", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "ccs-fuzz",
+            dependencies: ["NearbyServer", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/CCSFuzz",
+            exclude: ["ccs.dict", "README.md", "corpus"]
+        ),
         // C: libasound, for playback and capture.
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .target(name: "ALSA", dependencies: ["CALSA"]),
@@ -151,6 +174,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -251,8 +275,11 @@ let package = Package(
         .testTarget(
             name: "XMPPTests",
             dependencies: [
-                "XMPP", "TestSupport",
+                // The flood test runs the real nearby-server (in a Cluster, with nearby-air).
+                "XMPP", "TestSupport", "nearby-server", "nearby-air",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),

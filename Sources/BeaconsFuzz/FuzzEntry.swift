@@ -8,6 +8,7 @@
 
 import Beacons
 import Foundation
+import FuzzReplay
 
 /// libFuzzer calls this once per input; a trap here is a finding.
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -47,7 +48,7 @@ enum FuzzProperty {
 }
 
 #if BEACONS_LIBFUZZER
-import BeaconsFuzzDriver
+import FuzzDriver
 
 /// Hands control to libFuzzer, which parses its own command-line flags.
 @main
@@ -69,22 +70,10 @@ enum ReplayRunner {
             try writeSeeds(to: arguments[1])
             return
         }
-        var count = 0
         var kinds: [BeaconKind: Int] = [:]
-        for path in arguments {
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-                throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: path])
-            }
-            let files = isDirectory.boolValue
-                ? try FileManager.default.contentsOfDirectory(atPath: path).sorted().map { path + "/" + $0 }
-                : [path]
-            for file in files {
-                let input = Array(try Data(contentsOf: URL(fileURLWithPath: file)))
-                FuzzProperty.check(input)
-                count += 1
-                if let frame = BeaconFrame.parse(advertisingData: input) { kinds[frame.kind, default: 0] += 1 }
-            }
+        let count = try FuzzReplay.run(arguments) { input in
+            FuzzProperty.check(input)
+            if let frame = BeaconFrame.parse(advertisingData: input) { kinds[frame.kind, default: 0] += 1 }
         }
         print("replayed \(count) inputs, no property violations")
         for (kind, n) in kinds.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {

@@ -37,8 +37,27 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var privateKeyPath: String?
         /// `max-stanza-bytes`: a larger stanza ends the stream (policy-violation).
         public var maxStanzaBytes = 65_536
-        /// `max-connections`: application server connections at once.
+        /// `max-connections`: authenticated application server connections at
+        /// once; a login beyond is refused (resource-constraint).
         public var maxConnections = 1000
+        /// `max-unauthenticated-connections`: connections not yet logged in at
+        /// once; at the limit the slowest makes room for a new one.
+        public var maxUnauthenticatedConnections = 256
+        /// `max-unauthenticated-connections-per-address`: the same for one
+        /// client address (an IPv6 client's /64).
+        public var maxUnauthenticatedConnectionsPerAddress = 32
+        /// `tls-handshake-timeout-seconds`: from accepting a connection to the
+        /// end of its TLS handshake.
+        public var tlsHandshakeTimeoutSeconds = 10
+        /// `negotiation-timeout-seconds`: from the TLS handshake to a bound
+        /// resource (stream header, SASL, bind).
+        public var negotiationTimeoutSeconds = 20
+        /// `idle-timeout-seconds`: silence of a logged-in connection before the
+        /// server pings it.
+        public var idleTimeoutSeconds = 120
+        /// `ping-timeout-seconds`: how long a pinged connection has to send
+        /// anything before it is closed.
+        public var pingTimeoutSeconds = 30
         /// `max-unacked-per-connection`: upstream messages and receipts a
         /// connection may have without acking them (CCS: 100).
         public var maxUnackedPerConnection = 100
@@ -122,7 +141,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
-            "max-pending-downstream-per-device",
+            "max-pending-downstream-per-device", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
+            "tls-handshake-timeout-seconds", "negotiation-timeout-seconds", "idle-timeout-seconds", "ping-timeout-seconds",
         ])
         if let listen = try xmpp.string("listen") {
             configuration.xmpp.listen = try ListenAddress(parsing: listen, what: "\(file.source): [xmpp] listen")
@@ -136,6 +156,14 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try xmpp.integer("max-pending-downstream-per-device") {
             configuration.xmpp.maxPendingDownstreamPerDevice = value
         }
+        if let value = try xmpp.integer("max-unauthenticated-connections") { configuration.xmpp.maxUnauthenticatedConnections = value }
+        if let value = try xmpp.integer("max-unauthenticated-connections-per-address") {
+            configuration.xmpp.maxUnauthenticatedConnectionsPerAddress = value
+        }
+        if let value = try xmpp.integer("tls-handshake-timeout-seconds") { configuration.xmpp.tlsHandshakeTimeoutSeconds = value }
+        if let value = try xmpp.integer("negotiation-timeout-seconds") { configuration.xmpp.negotiationTimeoutSeconds = value }
+        if let value = try xmpp.integer("idle-timeout-seconds") { configuration.xmpp.idleTimeoutSeconds = value }
+        if let value = try xmpp.integer("ping-timeout-seconds") { configuration.xmpp.pingTimeoutSeconds = value }
         do {
             try configuration.validate()
         } catch {
@@ -178,6 +206,14 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.maxConnections, in: 1...100_000, "[xmpp] max-connections")
         try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
         try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
+        // The slowest is found by looking at them all (ConnectionAdmission): kept cheap.
+        try Self.check(xmpp.maxUnauthenticatedConnections, in: 1...4096, "[xmpp] max-unauthenticated-connections")
+        try Self.check(xmpp.maxUnauthenticatedConnectionsPerAddress, in: 1...xmpp.maxUnauthenticatedConnections,
+                       "[xmpp] max-unauthenticated-connections-per-address")
+        try Self.check(xmpp.tlsHandshakeTimeoutSeconds, in: 1...300, "[xmpp] tls-handshake-timeout-seconds")
+        try Self.check(xmpp.negotiationTimeoutSeconds, in: 1...300, "[xmpp] negotiation-timeout-seconds")
+        try Self.check(xmpp.idleTimeoutSeconds, in: 1...86_400, "[xmpp] idle-timeout-seconds")
+        try Self.check(xmpp.pingTimeoutSeconds, in: 1...3600, "[xmpp] ping-timeout-seconds")
     }
 
     private static func isHostName(_ text: String) -> Bool {

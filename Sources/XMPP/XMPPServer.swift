@@ -39,7 +39,11 @@ public final class XMPPServer: Sendable {
         tls.minimumTLSVersion = .tlsv12
         let sslContext = try NIOSSLContext(configuration: tls)
         let core = self.core
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        // One event loop for the listener and all its connections: a connection
+        // is set up, and admitted, in the order it was accepted, so the oldest is
+        // the one that came first; and a flood of TLS handshakes takes one core
+        // at most from the rest of the process.
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton.next())
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.so_keepalive), value: 1)
@@ -80,14 +84,25 @@ public final class XMPPServer: Sendable {
     }
 }
 
-/// What the server and its connections share: configuration, service, and the
-/// connections and sessions alive (for the connection limit and shutdown).
+extension XMPPServer {
+    /// Serves `channel` as a connection just accepted (counted, deadlines and
+    /// all), but with no TLS handler: the caller plays its part, delivering
+    /// plaintext and firing `TLSUserEvent.handshakeCompleted`. Call it on the
+    /// channel's event loop; the server need not be started. For tests and the
+    /// xmpp-fuzz harness, which feed the stream handler bytes directly.
+    @_spi(Testing) public func serve(withoutTLS channel: any Channel) throws {
+        try core.accept(channel, sslContext: nil)
+    }
+}
+
+/// What the server and its connections share: configuration, service, the
+/// connections alive (for shutdown) and their admission.
 final class ServerCore: Sendable {
     let configuration: XMPPServerConfiguration
     let service: any XMPPService
     let logger: Logger
 
-    /// One accepted connection, for shutdown.
+    /// One accepted connection, for shutdown and for being displaced.
     struct Connection: Sendable {
         let channel: any Channel
         let handler: NIOLoopBound<XMPPStreamHandler>
@@ -101,47 +116,73 @@ final class ServerCore: Sendable {
         func end(_ error: StreamError) {
             handler.eventLoop.execute { [handler] in _ = handler.value.closeStream(error, text: "the server is shutting down") }
         }
+
+        /// Closes it at once: another connection took its place, at `limit`.
+        func displace(at limit: ConnectionAdmission<ObjectIdentifier>.Limit) {
+            let setting = limit == .perGroup ? "max-unauthenticated-connections-per-address" : "max-unauthenticated-connections"
+            handler.eventLoop.execute { [handler] in handler.value.displace(at: setting) }
+        }
     }
 
     private struct State {
         var connections: [ObjectIdentifier: Connection] = [:]
+        var admission: ConnectionAdmission<ObjectIdentifier>
         var serveTasks: [ObjectIdentifier: Task<Void, Never>] = [:]
         var shuttingDown = false
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
     init(configuration: XMPPServerConfiguration, service: any XMPPService, logger: Logger) {
         self.configuration = configuration
         self.service = service
         self.logger = logger
+        state = Mutex(State(admission: ConnectionAdmission(
+            maximumAuthenticated: configuration.maximumConnections,
+            maximumUnauthenticated: configuration.maximumUnauthenticatedConnections,
+            maximumUnauthenticatedPerGroup: configuration.maximumUnauthenticatedConnectionsPerAddress)))
     }
 
-    /// Sets up an accepted connection's pipeline, or closes it when over the
-    /// connection limit or shutting down. On the channel's event loop.
-    func accept(_ channel: any Channel, sslContext: NIOSSLContext) throws {
-        let handler = XMPPStreamHandler(core: self, eventLoop: channel.eventLoop, logger: logger)
-        let connection = Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
+    /// Sets up an accepted connection's pipeline, displacing the slowest
+    /// unauthenticated connection when a limit is reached; closes it when
+    /// shutting down. On the channel's event loop. Without `sslContext` the
+    /// pipeline has no TLS handler, for tests that play its part.
+    func accept(_ channel: any Channel, sslContext: NIOSSLContext?) throws {
         let id = ObjectIdentifier(channel)
-        let accepted = state.withLock { state in
-            guard !state.shuttingDown, state.connections.count < configuration.maximumConnections else { return false }
+        let socket = SocketEnd { [self] in state.withLock { $0.admission.receivedFirstBytes(id) } }
+        let handler = XMPPStreamHandler(core: self, socket: socket, eventLoop: channel.eventLoop, logger: logger)
+        let connection = Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
+        let group = PeerAddressGroup(channel.remoteAddress)
+        let (accepted, displaced) = state.withLock { state -> (Bool, (Connection?, ConnectionAdmission<ObjectIdentifier>.Limit)?) in
+            guard !state.shuttingDown else { return (false, nil) }
             state.connections[id] = connection
-            return true
+            return (true, state.admission.admit(id, from: group).map { (state.connections[$0.id], $0.limit) })
         }
         guard accepted else {
-            logger.notice("XMPP connection refused: connection limit reached or shutting down")
             channel.close(promise: nil)
             return
         }
+        if let (displaced, limit) = displaced { displaced?.displace(at: limit) }
         channel.closeFuture.whenComplete { [self] _ in
-            _ = state.withLock { $0.connections.removeValue(forKey: id) }
+            state.withLock { state in
+                state.connections[id] = nil
+                state.admission.remove(id)
+            }
         }
         let pipeline = channel.pipeline.syncOperations
-        try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
-        if let idle = configuration.idleTimeout {
-            try pipeline.addHandler(IdleStateHandler(readTimeout: TimeAmount(idle)))
-        }
+        try pipeline.addHandler(socket)
+        if let sslContext { try pipeline.addHandler(NIOSSLServerHandler(context: sslContext)) }
         try pipeline.addHandler(handler)
+    }
+
+    /// The connection `channel` finished its TLS handshake.
+    func handshakeCompleted(_ channel: any Channel) {
+        state.withLock { $0.admission.handshakeCompleted(ObjectIdentifier(channel)) }
+    }
+
+    /// The connection `channel` authenticated: whether it may go on.
+    func authenticate(_ channel: any Channel) -> ConnectionAdmission<ObjectIdentifier>.Authentication {
+        state.withLock { $0.admission.authenticate(ObjectIdentifier(channel)) }
     }
 
     /// Runs the service on a newly bound session; once `serve` returns, the

@@ -15,14 +15,32 @@ public struct XMPPServerConfiguration: Sendable {
     /// `policy-violation`. CCS messages carry at most 4 KiB of data, so the
     /// default of 64 KiB leaves room for any escaping and envelope.
     public var maximumStanzaBytes: Int
-    /// Connections open at once; further ones are closed as soon as accepted.
+    /// Authenticated connections at once. A connection counts from its SASL
+    /// success; one more is refused then, with the stream error
+    /// `resource-constraint`.
     public var maximumConnections: Int
-    /// Time from accepting a connection to a bound resource (TLS handshake, SASL,
-    /// bind); past it the stream ends with `connection-timeout`.
+    /// Connections not yet authenticated (in their TLS handshake, or
+    /// negotiating the stream) at once. A new connection is always taken; at
+    /// the limit the slowest of the address holding the most is closed for it
+    /// (``ConnectionAdmission``).
+    public var maximumUnauthenticatedConnections: Int
+    /// Connections not yet authenticated from one ``PeerAddressGroup`` (an IPv4
+    /// address, an IPv6 /64) at once; at the limit the group's slowest is closed
+    /// for a new one.
+    public var maximumUnauthenticatedConnectionsPerAddress: Int
+    /// Time from accepting a connection to the end of its TLS handshake; past it
+    /// the connection is closed.
+    public var tlsHandshakeTimeout: Duration
+    /// Time from the end of the TLS handshake to a bound resource (stream
+    /// header, SASL, bind); past it the stream ends with `connection-timeout`.
     public var negotiationTimeout: Duration
     /// Time a bound stream may stay silent (whitespace keepalives count as
-    /// traffic) before it ends with `connection-timeout`; `nil`: no limit.
-    public var idleTimeout: Duration?
+    /// traffic) before the server pings it (XEP-0199), which any XMPP client
+    /// answers (RFC 6120 §8.2.3).
+    public var idleTimeout: Duration
+    /// Time a pinged stream has to send anything; past it the stream ends with
+    /// `connection-timeout`.
+    public var pingTimeout: Duration
     /// Failed SASL attempts allowed on one stream (RFC 6120 §6.4.5: 2 to 5
     /// retries); the last failure also ends the stream with `policy-violation`.
     public var maximumAuthenticationAttempts: Int
@@ -31,8 +49,11 @@ public struct XMPPServerConfiguration: Sendable {
     public var maximumQueuedStanzas: Int
 
     public init(host: String, port: Int, domain: String, certificateChainPEM: String, privateKeyPEM: String,
-                maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000, negotiationTimeout: Duration = .seconds(30),
-                idleTimeout: Duration? = nil, maximumAuthenticationAttempts: Int = 3, maximumQueuedStanzas: Int = 64) {
+                maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000,
+                maximumUnauthenticatedConnections: Int = 256, maximumUnauthenticatedConnectionsPerAddress: Int = 32,
+                tlsHandshakeTimeout: Duration = .seconds(10), negotiationTimeout: Duration = .seconds(20),
+                idleTimeout: Duration = .seconds(120), pingTimeout: Duration = .seconds(30),
+                maximumAuthenticationAttempts: Int = 3, maximumQueuedStanzas: Int = 64) {
         self.host = host
         self.port = port
         self.domain = domain
@@ -40,8 +61,12 @@ public struct XMPPServerConfiguration: Sendable {
         self.privateKeyPEM = privateKeyPEM
         self.maximumStanzaBytes = maximumStanzaBytes
         self.maximumConnections = maximumConnections
+        self.maximumUnauthenticatedConnections = maximumUnauthenticatedConnections
+        self.maximumUnauthenticatedConnectionsPerAddress = maximumUnauthenticatedConnectionsPerAddress
+        self.tlsHandshakeTimeout = tlsHandshakeTimeout
         self.negotiationTimeout = negotiationTimeout
         self.idleTimeout = idleTimeout
+        self.pingTimeout = pingTimeout
         self.maximumAuthenticationAttempts = maximumAuthenticationAttempts
         self.maximumQueuedStanzas = maximumQueuedStanzas
     }

@@ -1,9 +1,14 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOTLS
 
 /// One client connection's XML stream, behind the TLS handler: stream headers,
 /// SASL PLAIN, resource binding, then stanzas to and from an ``XMPPSession``.
+///
+/// It also keeps the connection's deadlines: the TLS handshake's, then the
+/// stream negotiation's until a resource is bound, then, while bound, a ping
+/// after `idleTimeout` of silence that must be answered within `pingTimeout`.
 ///
 /// Like every channel handler, it lives on its channel's event loop; other
 /// threads reach it only through `NIOLoopBound` and `EventLoop.execute`.
@@ -30,6 +35,7 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
     private static let closeTimeout: TimeAmount = .seconds(5)
 
     private let core: ServerCore
+    private let socket: SocketEnd
     private let eventLoop: any EventLoop
     private let configuration: XMPPServerConfiguration
     private var logger: Logger
@@ -38,15 +44,24 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
     private var state: State = .awaitingHeader(username: nil)
     private var context: ChannelHandlerContext?
     private var headerSent = false
-    private var negotiationTimer: Scheduled<Void>?
+    private var tlsEstablished = false
+    /// The TLS handshake's deadline, then the negotiation's, until bound.
+    private var deadline: Scheduled<Void>?
+    /// While bound: when the peer last sent anything, and the next look at it.
+    private var lastRead: NIODeadline = .uptimeNanoseconds(0)
+    private var idleCheck: Scheduled<Void>?
+    /// Set while a ping waits for the peer to send anything.
+    private var pingTimer: Scheduled<Void>?
+    private var pingsSent = 0
     private var closeTimer: Scheduled<Void>?
     /// Stanzas handed to the session that its service has not taken yet.
     private var queued = 0
     /// A read was asked for while reading was paused.
     private var readPending = false
 
-    init(core: ServerCore, eventLoop: any EventLoop, logger: Logger) {
+    init(core: ServerCore, socket: SocketEnd, eventLoop: any EventLoop, logger: Logger) {
         self.core = core
+        self.socket = socket
         self.eventLoop = eventLoop
         configuration = core.configuration
         parser = XMLStreamParser(maximumStanzaBytes: core.configuration.maximumStanzaBytes)
@@ -59,15 +74,23 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        let timeout = TimeAmount(configuration.negotiationTimeout)
-        negotiationTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
-            logger.debug("negotiation timed out")
-            fail(.connectionTimeout, text: "stream negotiation took too long")
+        deadline = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(configuration.tlsHandshakeTimeout)) { [self] in
+            logger.debug("TLS handshake timed out")
+            state = .closed
+            socket.closeNow()
         }
     }
 
+    /// The context holds the handler: kept past this, each closed connection
+    /// would keep its handler, parser and pipeline for good.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
-        negotiationTimer?.cancel()
+        deadline?.cancel()
+        idleCheck?.cancel()
+        pingTimer?.cancel()
         closeTimer?.cancel()
         if case .bound(let session) = state { session.finish() }
         state = .closed
@@ -78,6 +101,12 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = unwrapInboundIn(data)
         if case .closed = state { return }
+        if idleCheck != nil {
+            lastRead = context.eventLoop.now
+            // Anything at all answers a ping.
+            pingTimer?.cancel()
+            pingTimer = nil
+        }
         let (events, error) = buffer.withUnsafeReadableBytes { parser.feed($0) }
         for event in events {
             switch state {
@@ -104,12 +133,64 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case .read? = event as? IdleStateHandler.IdleStateEvent, case .bound = state {
-            logger.debug("idle timeout")
-            fail(.connectionTimeout, text: "no traffic for too long")
+        if case .handshakeCompleted? = event as? TLSUserEvent { tlsCompleted() }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    // MARK: Deadlines
+
+    private func tlsCompleted() {
+        guard !tlsEstablished, let context else { return }
+        tlsEstablished = true
+        deadline?.cancel()
+        core.handshakeCompleted(context.channel)
+        deadline = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(configuration.negotiationTimeout)) { [self] in
+            logger.debug("negotiation timed out")
+            abort(.connectionTimeout, text: "stream negotiation took too long")
+        }
+    }
+
+    /// Looks, `idleTimeout` after the peer last sent anything, whether it has
+    /// stayed silent since. Rescheduled at most once per `idleTimeout`, rather
+    /// than on every read.
+    private func scheduleIdleCheck(at time: NIODeadline) {
+        guard let context else { return }
+        idleCheck = context.eventLoop.assumeIsolated().scheduleTask(deadline: time) { [self] in
+            guard case .bound(let session) = state, let context = self.context else { return }
+            let timeout = TimeAmount(configuration.idleTimeout)
+            let now = context.eventLoop.now
+            if now - lastRead >= timeout {
+                if pingTimer == nil { ping(session) }
+                scheduleIdleCheck(at: now + timeout)
+            } else {
+                scheduleIdleCheck(at: lastRead + timeout)
+            }
+        }
+    }
+
+    /// Asks a silent peer for a sign of life (XEP-0199).
+    private func ping(_ session: XMPPSession) {
+        guard let context else { return }
+        pingsSent += 1
+        let ping = XMLElement("iq", attributes: ["type": "get", "id": "ping-\(pingsSent)", "from": configuration.domain, "to": session.jid],
+                              elements: [XMLElement("ping", namespace: Namespace.ping)])
+        write(ping.xml(inheriting: Namespace.client))
+        pingTimer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(configuration.pingTimeout)) { [self] in
+            logger.debug("no answer to a ping")
+            abort(.connectionTimeout, text: "no answer to a ping")
+        }
+    }
+
+    /// Another connection took this one's place while it was not yet
+    /// authenticated (``ConnectionAdmission``), at the limit `setting` names.
+    func displace(at setting: String) {
+        logger.debug("displaced by a newer connection", metadata: ["limit": "\(setting)"])
+        guard tlsEstablished else {
+            state = .closed
+            socket.closeNow()
             return
         }
-        context.fireUserInboundEventTriggered(event)
+        abort(.resourceConstraint, text: "too many connections are logging in; connect again")
     }
 
     // MARK: Back-pressure
@@ -312,7 +393,14 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
         promise.completeWithTask { await service.authenticate(username: username, password: password) }
         promise.futureResult.assumeIsolated().whenSuccess { [self] accepted in
             guard case .authenticating = state else { return }
-            if accepted {
+            if accepted, let admission = self.context.map({ core.authenticate($0.channel) }), admission != .admitted {
+                // Full, or displaced meanwhile (then its own close is on its way).
+                if admission == .full {
+                    logger.notice("XMPP login refused: max-connections application server connections are open",
+                                  metadata: ["username": "\(username)"])
+                }
+                abort(.resourceConstraint, text: "the server has as many application server connections as it takes")
+            } else if accepted {
                 logger.debug("authenticated", metadata: ["username": "\(username)"])
                 // Both sides start a new stream: a new parser for the client's.
                 parser.reset()
@@ -355,9 +443,11 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
                                 elements: [XMLElement("bind", namespace: Namespace.bind, elements: [XMLElement("jid", text: jid)])])
         result["id"] = iq["id"]
         write(result.xml(inheriting: Namespace.client))
-        negotiationTimer?.cancel()
-        negotiationTimer = nil
+        deadline?.cancel()
+        deadline = nil
         guard let context else { return }
+        lastRead = context.eventLoop.now
+        scheduleIdleCheck(at: lastRead + TimeAmount(configuration.idleTimeout))
         let session = XMPPSession(username: username, jid: jid, streamID: streamID,
                                   handler: NIOLoopBound(self, eventLoop: context.eventLoop))
         state = .bound(session)
@@ -405,6 +495,24 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
         end()
     }
 
+    /// Sends a stream error and `</stream:stream>` and closes the socket at
+    /// once, without waiting for the peer: for peers that are too slow or that
+    /// must make room, whose descriptors are wanted back now.
+    private func abort(_ error: StreamError, text: String) {
+        switch state {
+        case .closed: return
+        case .bound(let session): session.finish()
+        default: break
+        }
+        logger.debug("stream aborted", metadata: ["condition": "\(error.condition)", "text": "\(text)"])
+        if case .closing = state {} else {
+            sendHeader(to: nil)
+            write(error.xml(text: text) + "</stream:stream>")
+        }
+        state = .closed
+        socket.closeNow()
+    }
+
     /// Sends `</stream:stream>` and closes once the peer has closed its side or
     /// after a few seconds.
     private func end() {
@@ -416,7 +524,9 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
         sendHeader(to: nil)
         write("</stream:stream>")
         state = .closing
-        negotiationTimer?.cancel()
+        deadline?.cancel()
+        idleCheck?.cancel()
+        pingTimer?.cancel()
         guard let context else { return }
         closeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: Self.closeTimeout) { [self] in
             self.context?.close(promise: nil)
@@ -449,12 +559,5 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
         case .textOutsideStanza: "text between stanzas"
         case .unsupportedEncoding: "the stream must be UTF-8"
         }
-    }
-}
-
-extension TimeAmount {
-    init(_ duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }

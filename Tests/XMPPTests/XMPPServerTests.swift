@@ -66,17 +66,16 @@ struct XMPPServerTests {
         }
     }
 
-    /// Runs `body` against a started server; shuts it down afterwards.
+    /// Runs `body` against a started server, configured by `configure`; shuts it down afterwards.
     func withServer(
-        maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000, negotiationTimeout: Duration = .seconds(30),
+        _ configure: (inout XMPPServerConfiguration) -> Void = { _ in },
         service: EchoService = EchoService(),
         _ body: (XMPPServer, Int, EchoService) async throws -> Void
     ) async throws {
-        let configuration = XMPPServerConfiguration(
+        var configuration = XMPPServerConfiguration(
             host: "127.0.0.1", port: 0, domain: Self.domain,
-            certificateChainPEM: Self.certificate.certificatePEM, privateKeyPEM: Self.certificate.privateKeyPEM,
-            maximumStanzaBytes: maximumStanzaBytes, maximumConnections: maximumConnections,
-            negotiationTimeout: negotiationTimeout)
+            certificateChainPEM: Self.certificate.certificatePEM, privateKeyPEM: Self.certificate.privateKeyPEM)
+        configure(&configuration)
         var logger = Logger(label: "xmpp-test")
         logger.logLevel = .debug
         let server = XMPPServer(configuration: configuration, service: service, logger: logger)
@@ -126,7 +125,7 @@ struct XMPPServerTests {
     }
 
     @Test func anOversizedStanzaIsAPolicyViolation() async throws {
-        try await withServer(maximumStanzaBytes: 4096) { _, port, service in
+        try await withServer({ $0.maximumStanzaBytes = 4096 }) { _, port, service in
             let client = try await client(port: port, ["--send", "small", "--send", String(repeating: "x", count: 5000), "--stay"])
             defer { client.signal(SIGKILL) }
             try await client.waitForLine(containing: "stream_error policy-violation", within: 30)
@@ -149,14 +148,14 @@ struct XMPPServerTests {
 
     @Test func malformedXMLGetsNotWellFormedAndTheServerServesOthers() async throws {
         try await withServer { _, port, _ in
-            let bad = try await RawTLSClient(port: port)
+            let bad = try await RawConnection(port: port)
             bad.send(Self.header + "<message><unclosed></message>")
             let answer = try await bad.waitFor("</stream:stream>")
             #expect(answer.contains("<stream:stream "))
             #expect(answer.contains("<stream:error><not-well-formed xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
             try await bad.waitForClose()
 
-            let good = try await RawTLSClient(port: port)
+            let good = try await RawConnection(port: port)
             defer { good.close() }
             good.send(Self.header)
             let features = try await good.waitFor("</stream:features>")
@@ -173,7 +172,7 @@ struct XMPPServerTests {
     ])
     func streamErrors(input: String, condition: String) async throws {
         try await withServer { _, port, _ in
-            let client = try await RawTLSClient(port: port)
+            let client = try await RawConnection(port: port)
             defer { client.close() }
             client.send(input.hasPrefix("<stream:stream") || input.hasPrefix("<!DOCTYPE") ? input : Self.header + input)
             let answer = try await client.waitFor("</stream:stream>")
@@ -182,8 +181,8 @@ struct XMPPServerTests {
     }
 
     @Test func aStreamNotBoundInTimeGetsConnectionTimeout() async throws {
-        try await withServer(negotiationTimeout: .milliseconds(300)) { _, port, _ in
-            let client = try await RawTLSClient(port: port)
+        try await withServer({ $0.negotiationTimeout = .milliseconds(300) }) { _, port, _ in
+            let client = try await RawConnection(port: port)
             defer { client.close() }
             client.send(Self.header)
             let answer = try await client.waitFor("</stream:stream>")
@@ -192,18 +191,148 @@ struct XMPPServerTests {
         }
     }
 
-    @Test func connectionsOverTheLimitAreClosed() async throws {
-        try await withServer(maximumConnections: 1) { _, port, _ in
-            let first = try await RawTLSClient(port: port)
+    @Test func aLoginBeyondMaxConnectionsIsRefusedWithResourceConstraint() async throws {
+        try await withServer({ $0.maximumConnections = 1 }) { _, port, service in
+            // The limit: one authenticated connection logs in.
+            let first = try await client(port: port, ["--stay"])
+            defer { first.signal(SIGKILL) }
+            try await first.waitForLine(containing: "session_start", within: 30)
+            // One more is refused once it authenticates, not before (it was let in to try).
+            let second = try await client(port: port)
+            defer { second.signal(SIGKILL) }
+            try await second.waitForLine(containing: "stream_error resource-constraint", within: 30)
+            try await second.waitForLine(containing: "disconnected", within: 30)
+            #expect(!second.output.contains("session_start"))
+            #expect(service.bound.values.count == 1)
+            // The first one's slot is free again once it has gone.
+            first.signal(SIGKILL)
+            _ = try await service.ended.first(within: 30, "the first session to end") { _ in true }
+            let third = try await client(port: port, ["--send", "hello", "--expect", "1"])
+            defer { third.signal(SIGKILL) }
+            try await third.waitForLine(containing: "gcm echo: hello", within: 30)
+        }
+    }
+
+    @Test func aFullUnauthenticatedPoolClosesAConnectionThatSentNothingForANewOne() async throws {
+        try await withServer({ $0.maximumUnauthenticatedConnections = 3 }) { _, port, _ in
+            // At the limit: one past TLS (the oldest), two idle TCP connections.
+            let negotiating = try await RawConnection(port: port)
+            defer { negotiating.close() }
+            negotiating.send(Self.header)
+            _ = try await negotiating.waitFor("</stream:features>")
+            let idle = try await RawConnection(port: port, tls: false)
+            defer { idle.close() }
+            let kept = try await RawConnection(port: port, tls: false)
+            defer { kept.close() }
+            // One more: the first idle one makes room; the older one past TLS stays.
+            let newcomer = try await RawConnection(port: port)
+            defer { newcomer.close() }
+            try await idle.waitForClose()
+            newcomer.send(Self.header)
+            _ = try await newcomer.waitFor("</stream:features>")
+            try await kept.startTLS()
+            kept.send(Self.header)
+            _ = try await kept.waitFor("</stream:features>")
+            negotiating.send("<message/>")
+            _ = try await negotiating.waitFor("<not-authorized ")
+        }
+    }
+
+    @Test func withEveryoneWaitingPastTLSTheOldestMakesRoomWithResourceConstraint() async throws {
+        try await withServer({ $0.maximumUnauthenticatedConnections = 2 }) { _, port, _ in
+            let oldest = try await RawConnection(port: port)
+            defer { oldest.close() }
+            oldest.send(Self.header)
+            _ = try await oldest.waitFor("</stream:features>")
+            let younger = try await RawConnection(port: port)
+            defer { younger.close() }
+            younger.send(Self.header)
+            _ = try await younger.waitFor("</stream:features>")
+            let newcomer = try await RawConnection(port: port)
+            defer { newcomer.close() }
+            let answer = try await oldest.waitFor("</stream:stream>")
+            #expect(answer.contains("<stream:error><resource-constraint xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
+            try await oldest.waitForClose()
+            newcomer.send(Self.header)
+            _ = try await newcomer.waitFor("</stream:features>")
+            younger.send("<message/>")
+            _ = try await younger.waitFor("<not-authorized ")
+        }
+    }
+
+    @Test func aFloodFromAnotherAddressDoesNotDisplaceALoneConnection() async throws {
+        try await withServer({ $0.maximumUnauthenticatedConnections = 3 }) { _, port, _ in
+            // The oldest, and idle: the slowest of all, but alone at its address.
+            let lone = try await RawConnection(port: port, tls: false, from: "127.0.0.4")
+            defer { lone.close() }
+            let first = try await RawConnection(port: port, tls: false, from: "127.0.0.2")
             defer { first.close() }
-            first.send(Self.header)
-            _ = try await first.waitFor("</stream:features>")
-            let second = try await RawTLSClient(port: port)
+            let second = try await RawConnection(port: port, tls: false, from: "127.0.0.2")
             defer { second.close() }
-            try await second.waitForClose()
-            // The first one is unaffected.
-            first.send("<message/>")
-            _ = try await first.waitFor("<not-authorized ")
+            // Full: the address holding the most makes room.
+            let third = try await RawConnection(port: port, from: "127.0.0.2")
+            defer { third.close() }
+            try await first.waitForClose()
+            third.send(Self.header)
+            _ = try await third.waitFor("</stream:features>")
+            try await lone.startTLS()
+            lone.send(Self.header)
+            _ = try await lone.waitFor("</stream:features>")
+        }
+    }
+
+    @Test func oneAddressBeyondItsLimitMakesRoomFromItsOwnConnections() async throws {
+        try await withServer({ $0.maximumUnauthenticatedConnectionsPerAddress = 2 }) { _, port, _ in
+            // The limit from 127.0.0.2; another address beside it.
+            let first = try await RawConnection(port: port, tls: false, from: "127.0.0.2")
+            defer { first.close() }
+            let second = try await RawConnection(port: port, tls: false, from: "127.0.0.2")
+            defer { second.close() }
+            let elsewhere = try await RawConnection(port: port, tls: false, from: "127.0.0.3")
+            defer { elsewhere.close() }
+            // One more from 127.0.0.2 closes that address's oldest, nothing else.
+            let third = try await RawConnection(port: port, from: "127.0.0.2")
+            defer { third.close() }
+            try await first.waitForClose()
+            third.send(Self.header)
+            _ = try await third.waitFor("</stream:features>")
+            for kept in [second, elsewhere] {
+                try await kept.startTLS()
+                kept.send(Self.header)
+                _ = try await kept.waitFor("</stream:features>")
+            }
+        }
+    }
+
+    @Test func aConnectionWithoutATLSHandshakeInTimeIsClosed() async throws {
+        try await withServer({ $0.tlsHandshakeTimeout = .milliseconds(300) }) { _, port, _ in
+            let silent = try await RawConnection(port: port, tls: false)
+            defer { silent.close() }
+            try await silent.waitForClose()
+            #expect(silent.receivedText.isEmpty)
+        }
+    }
+
+    @Test func aBoundStreamThatAnswersPingsStaysAndASilentOneIsClosed() async throws {
+        try await withServer({
+            $0.idleTimeout = .milliseconds(200)
+            $0.pingTimeout = .seconds(2)
+        }) { _, port, service in
+            // slixmpp answers each ping: the third comes only if the first two were answered in time.
+            let answering = try await client(port: port, ["--stay", "--print-pings"])
+            defer { answering.signal(SIGKILL) }
+            try await answering.waitForLine(containing: "session_start", within: 30)
+            try await answering.waitForLine(containing: "server_ping 3", within: 30)
+            #expect(!answering.output.contains("disconnected"))
+
+            let silent = try await RawConnection(port: port)
+            defer { silent.close() }
+            try await silent.logIn()
+            let answer = try await silent.waitFor("</stream:stream>")
+            #expect(answer.contains("<ping xmlns='urn:xmpp:ping'/>"))
+            #expect(answer.contains("<stream:error><connection-timeout xmlns='urn:ietf:params:xml:ns:xmpp-streams'/>"))
+            try await silent.waitForClose()
+            _ = try await service.ended.first(within: 30, "the silent session to end") { $0 == silent.jid }
         }
     }
 
@@ -212,7 +341,7 @@ struct XMPPServerTests {
             let client = try await client(port: port, ["--stay"])
             defer { client.signal(SIGKILL) }
             try await client.waitForLine(containing: "session_start", within: 30)
-            let raw = try await RawTLSClient(port: port)
+            let raw = try await RawConnection(port: port)
             defer { raw.close() }
             raw.send(Self.header)
             _ = try await raw.waitFor("</stream:features>")
@@ -226,7 +355,7 @@ struct XMPPServerTests {
             #expect(service.ended.values.count == 1)
             // No new connections.
             await #expect(throws: (any Error).self) {
-                let late = try await RawTLSClient(port: port)
+                let late = try await RawConnection(port: port)
                 defer { late.close() }
                 late.send(Self.header)
                 _ = try await late.waitFor("<stream:features>", within: 5)
@@ -253,12 +382,14 @@ struct XMPPServerTests {
     static let header = "<?xml version='1.0'?><stream:stream to='\(domain)' version='1.0' xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams'>"
 }
 
-/// A TLS connection (certificate not checked) that sends whatever a test says
-/// and collects what comes back, for what real clients never send.
-final class RawTLSClient: Sendable {
+/// A connection that sends whatever a test says and collects what comes back,
+/// for what real clients never send: TLS from the first byte (certificate not
+/// checked), or plain TCP until ``startTLS()``.
+final class RawConnection: Sendable {
     private let channel: any Channel
     private let received: Inbox<String>
     private let closed: Inbox<Bool>
+    private let boundJID = Mutex<String?>(nil)
 
     private final class Collector: ChannelInboundHandler {
         typealias InboundIn = ByteBuffer
@@ -285,27 +416,43 @@ final class RawTLSClient: Sendable {
         }
     }
 
-    init(port: Int) async throws {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.certificateVerification = .none
-        let sslContext = try NIOSSLContext(configuration: tls)
+    /// Connects to the server on 127.0.0.1, from `source` (another loopback
+    /// address, for per-address limits) when given.
+    init(port: Int, tls: Bool = true, from source: String? = nil) async throws {
         let received = Inbox<String>()
         let closed = Inbox<Bool>()
-        channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: nil))
+                    if tls { try channel.pipeline.syncOperations.addHandler(try Self.tlsHandler()) }
                     try channel.pipeline.syncOperations.addHandler(Collector(received: received, closed: closed))
                 }
             }
-            .connect(host: "127.0.0.1", port: port).get()
+        if let source { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: source, port: 0)) }
+        channel = try await bootstrap.connect(host: "127.0.0.1", port: port).get()
         self.received = received
         self.closed = closed
+    }
+
+    private static func tlsHandler() throws -> NIOSSLClientHandler {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .none
+        return try NIOSSLClientHandler(context: NIOSSLContext(configuration: tls), serverHostname: nil)
+    }
+
+    /// Starts TLS on a connection opened without it.
+    func startTLS() async throws {
+        try await channel.eventLoop.submit { [channel] in
+            try channel.pipeline.syncOperations.addHandler(try Self.tlsHandler(), position: .first)
+        }.get()
     }
 
     func send(_ text: String) {
         channel.writeAndFlush(channel.allocator.buffer(string: text), promise: nil)
     }
+
+    /// Everything received so far.
+    var receivedText: String { received.values.last ?? "" }
 
     /// Everything received, once it contains `text`.
     func waitFor(_ text: String, within seconds: Double = 30) async throws -> String {
@@ -315,6 +462,24 @@ final class RawTLSClient: Sendable {
     func waitForClose(within seconds: Double = 30) async throws {
         _ = try await closed.first(within: seconds, "the server to close the connection") { _ in true }
     }
+
+    /// Logs in as ``XMPPServerTests/username`` and binds a resource, as slixmpp
+    /// does, and then sends nothing more.
+    func logIn() async throws {
+        send(XMPPServerTests.header)
+        _ = try await waitFor("</stream:features>")
+        let credentials = Data("\0\(XMPPServerTests.username)\0\(XMPPServerTests.password)".utf8).base64EncodedString()
+        send("<auth xmlns='urn:ietf:params:xml:ns:xmpp-sasl' mechanism='PLAIN'>\(credentials)</auth>")
+        _ = try await waitFor("<success ")
+        send(XMPPServerTests.header)
+        _ = try await waitFor("<bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'/>")
+        send("<iq type='set' id='b1'><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'><resource>raw</resource></bind></iq>")
+        _ = try await waitFor("</jid>")
+        boundJID.withLock { $0 = "\(XMPPServerTests.username)/raw" }
+    }
+
+    /// The full JID after ``logIn()``.
+    var jid: String? { boundJID.withLock { $0 } }
 
     func close() {
         channel.close(promise: nil)

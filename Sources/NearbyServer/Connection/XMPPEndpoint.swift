@@ -20,7 +20,12 @@ struct XMPPEndpoint: Service {
             host: settings.listen.host, port: settings.listen.port, domain: settings.domain,
             certificateChainPEM: try Self.read(certificatePath, "[xmpp] certificate"),
             privateKeyPEM: try Self.read(privateKeyPath, "[xmpp] private-key"),
-            maximumStanzaBytes: settings.maxStanzaBytes, maximumConnections: settings.maxConnections)
+            maximumStanzaBytes: settings.maxStanzaBytes, maximumConnections: settings.maxConnections,
+            maximumUnauthenticatedConnections: settings.maxUnauthenticatedConnections,
+            maximumUnauthenticatedConnectionsPerAddress: settings.maxUnauthenticatedConnectionsPerAddress,
+            tlsHandshakeTimeout: .seconds(settings.tlsHandshakeTimeoutSeconds),
+            negotiationTimeout: .seconds(settings.negotiationTimeoutSeconds),
+            idleTimeout: .seconds(settings.idleTimeoutSeconds), pingTimeout: .seconds(settings.pingTimeoutSeconds))
         let server = XMPPServer(configuration: configuration,
                                 service: CCSService(hub: service.connections, storage: service.storage, domain: settings.domain,
                                                     logger: service.logger),

@@ -4,7 +4,7 @@ authenticates with SASL PLAIN, binds, sends each --send text as a
 <gcm xmlns="google:mobile:data"> message and prints one line per event:
 
     session_start JID | gcm TEXT | pong | failed_auth | failed_all_auth
-    stream_error CONDITION | disconnected
+    stream_error CONDITION | disconnected | server_ping N (with --print-pings)
 
 It disconnects after --expect gcm messages, and exits when disconnected.
 """
@@ -37,6 +37,15 @@ class Client(slixmpp.ClientXMPP):
         self.add_event_handler("failed_all_auth", lambda _: say("failed_all_auth"))
         self.add_event_handler("stream_error", lambda error: say("stream_error", error["condition"]))
         self.add_event_handler("disconnected", lambda _: say("disconnected"))
+        self.server_pings = 0
+        if args.print_pings:
+            # Beside xep_0199's own handler, which answers the ping.
+            self.register_handler(Callback(
+                "server ping", MatchXPath("{jabber:client}iq/{urn:xmpp:ping}ping"), self.on_server_ping))
+
+    def on_server_ping(self, _):
+        self.server_pings += 1
+        say("server_ping", self.server_pings)
 
     async def on_session_start(self, _):
         say("session_start", self.boundjid.full)
@@ -66,6 +75,7 @@ def main():
     parser.add_argument("--expect", type=int, default=0, help="gcm messages to wait for before disconnecting")
     parser.add_argument("--ping", action="store_true", help="send an XEP-0199 ping first")
     parser.add_argument("--stay", action="store_true", help="stay connected until the server ends the stream")
+    parser.add_argument("--print-pings", action="store_true", help="print each ping the server sends")
     args = parser.parse_args()
 
     client = Client(args)

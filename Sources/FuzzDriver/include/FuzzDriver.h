@@ -1,9 +1,10 @@
 // libFuzzer's C entry for programs that own main(). SwiftPM renames an
 // executable's main (to link it into tests), which hides libFuzzer's own
-// main, so the fuzz executable's Swift main calls this driver instead.
-// Only referenced when built with -DBEACONS_LIBFUZZER and -sanitize=fuzzer.
-#ifndef BEACONS_FUZZ_DRIVER_H
-#define BEACONS_FUZZ_DRIVER_H
+// main, so each fuzz harness's Swift main calls this driver instead
+// (beacons-fuzz, xmpp-fuzz, ccs-fuzz). Only referenced when a harness is
+// built with its -D…_LIBFUZZER flag and -sanitize=fuzzer.
+#ifndef FUZZ_DRIVER_H
+#define FUZZ_DRIVER_H
 #include <stddef.h>
 #include <stdint.h>
 

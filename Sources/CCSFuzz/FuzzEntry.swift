@@ -1,0 +1,46 @@
+// Coverage-guided fuzzing of the JSON application servers send in <gcm>
+// (CCSPayload, Sources/NearbyServer/Connection), and of the JSON the server
+// builds from any string; plus a plain replay runner for builds without the
+// fuzzer (README.md).
+
+import FuzzReplay
+@_spi(Testing) import NearbyServer
+
+/// libFuzzer calls this once per input; a trap here is a finding.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func ccsFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    check(input)
+    return 0
+}
+
+/// The input as the text of a `<gcm>` element (which XML has already made
+/// Unicode: ill-formed UTF-8 is repaired here).
+func check(_ input: [UInt8]) {
+    CCSPayloadContract.check(String(decoding: input, as: UTF8.self))
+}
+
+#if CCS_LIBFUZZER
+import Foundation
+import FuzzDriver
+
+/// Hands control to libFuzzer, which parses its own command-line flags.
+@main
+enum FuzzMain {
+    static func main() {
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv, ccsFuzzOneInput))
+    }
+}
+#else
+/// Without libFuzzer: replays the files and corpus directories named on the
+/// command line through the same contract.
+@main
+enum ReplayRunner {
+    static func main() throws {
+        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), check)
+        print("ccs-fuzz: replayed \(count) inputs, no broken promises")
+    }
+}
+#endif
