@@ -335,11 +335,16 @@ actor Matcher {
     /// Applies one report of `observer`: `seen` makes or refreshes edges, then
     /// `gone` takes tokens off them (an edge lasts while any token of the
     /// observed device is heard, so token rotation does not break it).
-    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge]) {
-        guard devices[observer] != nil else { return }
+    /// Returns the tokens of devices of other projects among `seen`: they
+    /// make no edge, and their observer is told they are unknown, as any
+    /// token it could not have been given.
+    @discardableResult
+    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge]) -> Set<Token> {
+        guard let project = devices[observer]?.project else { return Set(seen.map(\.token)) }
+        let foreign = Set(seen.filter { devices[$0.observed].map { $0.project != project } ?? false }.map(\.token))
         let now = clock.nowMs
         var changed = Set<String>()
-        for sighting in seen where sighting.observed != observer && devices[sighting.observed] != nil {
+        for sighting in seen where sighting.observed != observer && devices[sighting.observed]?.project == project {
             let key = EdgeKey(observer: observer, observed: sighting.observed, medium: sighting.medium)
             if var edge = edges[key] {
                 let wasInEarshot = edge.inEarshot(key.medium)
@@ -371,6 +376,7 @@ actor Matcher {
             recompute(subscriber: observer, publisher: other)
             recompute(subscriber: other, publisher: observer)
         }
+        return foreign
     }
 
     // MARK: Streams

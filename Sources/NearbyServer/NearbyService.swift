@@ -297,7 +297,11 @@ public final class NearbyService: Sendable {
         let gone = report.gone.compactMap { entry in
             records[entry.token].map { GoneEdge(observed: $0.device, token: entry.token, medium: entry.medium) }
         }
-        await matcher.applySightings(observer: device.id, seen: seen, gone: gone)
+        // Tokens of another project are unknown to this device: no edge, and no hint that they are valid.
+        let foreign = await matcher.applySightings(observer: device.id, seen: seen, gone: gone)
+        if !foreign.isEmpty {
+            for index in results.indices where foreign.contains(results[index].token) { results[index].status = .unknown }
+        }
         return SightingResults(results: results)
     }
 

@@ -85,6 +85,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var maxObservationsPerRequest = 100
         /// `max-namespaced-types-per-request`: namespaced types in one `beaconinfo:getforobserved`.
         public var maxNamespacedTypesPerRequest = 16
+        /// `max-query-terms`: terms in the `q` of a beacon listing.
+        public var maxQueryTerms = 16
 
         public init() {}
     }
@@ -126,7 +128,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
             "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
-            "max-observations-per-request", "max-namespaced-types-per-request",
+            "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms",
         ])
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
@@ -136,6 +138,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
         if let value = try limits.integer("max-stream-buffer-bytes") { configuration.limits.maxStreamBufferBytes = value }
         if let value = try limits.integer("max-observations-per-request") { configuration.limits.maxObservationsPerRequest = value }
+        if let value = try limits.integer("max-query-terms") { configuration.limits.maxQueryTerms = value }
         if let value = try limits.integer("max-namespaced-types-per-request") {
             configuration.limits.maxNamespacedTypesPerRequest = value
         }
@@ -194,6 +197,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(limits.maxStreamBufferBytes, in: (1 << 20)...(1 << 30), "[limits] max-stream-buffer-bytes")
         try Self.check(limits.maxObservationsPerRequest, in: 1...10_000, "[limits] max-observations-per-request")
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
+        // Each term is an expression of the listing's SQL: well under SQLite's depth and variable limits.
+        try Self.check(limits.maxQueryTerms, in: 1...100, "[limits] max-query-terms")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }

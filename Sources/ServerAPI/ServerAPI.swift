@@ -299,9 +299,9 @@ public struct SightingResults: Codable, Sendable, Equatable {
     }
 
     public enum Status: String, Codable, Sendable {
-        /// A valid token of a registered device.
+        /// A valid token of a registered device of the reporter's project.
         case ok
-        /// No device was ever issued this token.
+        /// No device of the reporter's project was ever issued this token.
         case unknown
         /// The token's lifetime is over.
         case expired

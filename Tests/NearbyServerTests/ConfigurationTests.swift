@@ -52,6 +52,7 @@ import Testing
             max-stream-buffer-bytes = 2000000
             max-observations-per-request = 50
             max-namespaced-types-per-request = 8
+            max-query-terms = 100
             [xmpp]
             listen = "0.0.0.0:5236"
             domain = "ccs.example.org"
@@ -76,6 +77,7 @@ import Testing
         #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
         #expect(configuration.limits.maxObservationsPerRequest == 50)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 8)
+        #expect(configuration.limits.maxQueryTerms == 100)
         #expect(configuration.xmpp.listen == ListenAddress(host: "0.0.0.0", port: 5236))
         #expect(configuration.xmpp.domain == "ccs.example.org")
         #expect(configuration.xmpp.certificatePath == "/etc/x.pem")
@@ -104,6 +106,8 @@ import Testing
         ("[limits]\nmax-observations-per-request = 10001", "[limits] max-observations-per-request is 10001"),
         ("[limits]\nmax-namespaced-types-per-request = 0", "[limits] max-namespaced-types-per-request is 0"),
         ("[limits]\nmax-namespaced-types-per-request = 1001", "[limits] max-namespaced-types-per-request is 1001"),
+        ("[limits]\nmax-query-terms = 0", "[limits] max-query-terms is 0"),
+        ("[limits]\nmax-query-terms = 101", "[limits] max-query-terms is 101"),
         ("[http]\nlisten = \"localhost\"", "must be HOST:PORT"),
         ("[http]\nlisten = \"localhost:70000\"", "port between 0 and 65535"),
         ("[database]\npath = \"\"", "[database] path must not be empty"),
