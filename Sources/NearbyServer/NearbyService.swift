@@ -31,7 +31,10 @@ public final class NearbyService: Sendable {
                           streamBufferBytes: configuration.limits.maxStreamBufferBytes)
         connections = ConnectionHub(storage: storage, clock: clock, domain: configuration.xmpp.domain,
                                     maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
-                                    maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice, logger: logger)
+                                    maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
+                                    deviceLimits: .init(channelQueue: configuration.limits.maxChannelQueue,
+                                                        upstreamPerDevice: configuration.limits.maxUpstreamPerDevice),
+                                    logger: logger)
     }
 
     /// A service over `storage`, with the devices, live tokens, publications

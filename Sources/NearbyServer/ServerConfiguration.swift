@@ -87,6 +87,12 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var maxNamespacedTypesPerRequest = 16
         /// `max-query-terms`: terms in the `q` of a beacon listing.
         public var maxQueryTerms = 16
+        /// `max-channel-queue`: events a device's direct channel may have
+        /// waiting for the device to read them before the server closes it.
+        public var maxChannelQueue = 256
+        /// `max-upstream-per-device`: upstream messages the connection server
+        /// keeps per device, pending or settled (kept to answer a repeat).
+        public var maxUpstreamPerDevice = 10_000
 
         public init() {}
     }
@@ -128,8 +134,11 @@ public struct ServerConfiguration: Sendable, Equatable {
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
             "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
-            "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms",
+            "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms", "max-channel-queue",
+            "max-upstream-per-device",
         ])
+        if let value = try limits.integer("max-channel-queue") { configuration.limits.maxChannelQueue = value }
+        if let value = try limits.integer("max-upstream-per-device") { configuration.limits.maxUpstreamPerDevice = value }
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
         if let value = try limits.integer("max-subscriptions-per-device") { configuration.limits.maxSubscriptionsPerDevice = value }
@@ -199,6 +208,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
         // Each term is an expression of the listing's SQL: well under SQLite's depth and variable limits.
         try Self.check(limits.maxQueryTerms, in: 1...100, "[limits] max-query-terms")
+        try Self.check(limits.maxUpstreamPerDevice, in: 1...10_000_000, "[limits] max-upstream-per-device")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }
@@ -211,6 +221,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.maxConnections, in: 1...100_000, "[xmpp] max-connections")
         try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
         try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
+        // A channel takes every message waiting for its device when it opens.
+        try Self.check(limits.maxChannelQueue, in: xmpp.maxPendingDownstreamPerDevice...1_000_000, "[limits] max-channel-queue",
+                       below: "every message waiting for a device, [xmpp] max-pending-downstream-per-device, goes on its channel at once")
         // The slowest is found by looking at them all (ConnectionAdmission): kept cheap.
         try Self.check(xmpp.maxUnauthenticatedConnections, in: 1...4096, "[xmpp] max-unauthenticated-connections")
         try Self.check(xmpp.maxUnauthenticatedConnectionsPerAddress, in: 1...xmpp.maxUnauthenticatedConnections,

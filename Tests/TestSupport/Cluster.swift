@@ -235,6 +235,9 @@ public final class Cluster: Sendable {
         guard result.status == 0 else { throw ChildProcessError(message: "beacon add failed: \(result.output)") }
     }
 
+    /// The server's process id.
+    public var serverPID: Int32 { serverProcess.withLock { $0.pid } }
+
     /// Kills the server outright (SIGKILL), as a crash would.
     public func killServer() async {
         let server = serverProcess.withLock { $0 }
