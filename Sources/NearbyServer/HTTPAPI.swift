@@ -270,6 +270,10 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case .alreadyExists: .conflict
         case .limitExceeded: .tooManyRequests
         case .payloadTooLarge: .contentTooLarge
+        case .uriTooLong: .uriTooLong
+        case .headersTooLarge: .requestHeaderFieldsTooLarge
+        case .requestTimeout: .requestTimeout
+        case .tooManyConnections: .serviceUnavailable
         case .internalError: .internalServerError
         }
     }

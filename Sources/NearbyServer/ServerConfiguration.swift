@@ -10,6 +10,8 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     /// `[http] listen`: the address the HTTP and WebSocket API is served on.
     public var listen = ListenAddress(host: "127.0.0.1", port: 8080)
+    /// `[http]`'s limits on connections and their requests.
+    public var http = HTTP()
     /// `[database] path`: the SQLite database file.
     public var databasePath = "/var/lib/nearby-server/nearby.sqlite"
     /// `[tokens] lifetime-seconds`: how long an issued token stays valid.
@@ -24,6 +26,28 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var limits = Limits()
     /// `[xmpp]`: the connection server's endpoint for application servers.
     public var xmpp = XMPP()
+
+    /// What one connection to the HTTP API may hold and for how long.
+    public struct HTTP: Sendable, Equatable {
+        /// `max-connections`: connections at once; beyond, the oldest idle one
+        /// is closed, or the new one refused (503) when none is idle.
+        public var maxConnections = 4096
+        /// `max-connections-per-address`: the same for one client address
+        /// (an IPv6 client's /64).
+        public var maxConnectionsPerAddress = 256
+        /// `header-timeout-seconds`: a new connection must send a whole request head within this.
+        public var headerTimeoutSeconds = 10
+        /// `idle-timeout-seconds`: after a response, the next request head must arrive within this.
+        public var idleTimeoutSeconds = 60
+        /// `request-timeout-seconds`: from a request's head to the end of its response (body included).
+        public var requestTimeoutSeconds = 30
+        /// `max-request-line-bytes`: a longer request line is answered 414.
+        public var maxRequestLineBytes = 8192
+        /// `max-header-bytes`: a longer request head (line and header fields) is answered 431.
+        public var maxHeaderBytes = 32_768
+
+        public init() {}
+    }
 
     public struct XMPP: Sendable, Equatable {
         /// `listen`: where application servers connect, TLS from the first byte.
@@ -120,10 +144,20 @@ public struct ServerConfiguration: Sendable, Equatable {
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> ServerConfiguration {
         var configuration = self
         try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp"])
-        let http = try file.section("http", keys: ["listen"])
+        let http = try file.section("http", keys: [
+            "listen", "max-connections", "max-connections-per-address", "header-timeout-seconds", "idle-timeout-seconds",
+            "request-timeout-seconds", "max-request-line-bytes", "max-header-bytes",
+        ])
         if let listen = try http.string("listen") {
             configuration.listen = try ListenAddress(parsing: listen, what: "\(file.source): [http] listen")
         }
+        if let value = try http.integer("max-connections") { configuration.http.maxConnections = value }
+        if let value = try http.integer("max-connections-per-address") { configuration.http.maxConnectionsPerAddress = value }
+        if let value = try http.integer("header-timeout-seconds") { configuration.http.headerTimeoutSeconds = value }
+        if let value = try http.integer("idle-timeout-seconds") { configuration.http.idleTimeoutSeconds = value }
+        if let value = try http.integer("request-timeout-seconds") { configuration.http.requestTimeoutSeconds = value }
+        if let value = try http.integer("max-request-line-bytes") { configuration.http.maxRequestLineBytes = value }
+        if let value = try http.integer("max-header-bytes") { configuration.http.maxHeaderBytes = value }
         let database = try file.section("database", keys: ["path"])
         if let path = try database.string("path") { configuration.databasePath = path }
         let tokens = try file.section("tokens", keys: ["lifetime-seconds", "overlap-seconds"])
@@ -187,6 +221,15 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// Checks every value against its range and the values against each other.
     public func validate() throws(ConfigurationError) {
         guard !databasePath.isEmpty else { throw ConfigurationError("[database] path must not be empty") }
+        try Self.check(http.maxConnections, in: 1...1_000_000, "[http] max-connections")
+        try Self.check(http.maxConnectionsPerAddress, in: 1...http.maxConnections, "[http] max-connections-per-address")
+        try Self.check(http.headerTimeoutSeconds, in: 1...3600, "[http] header-timeout-seconds")
+        try Self.check(http.idleTimeoutSeconds, in: 1...86_400, "[http] idle-timeout-seconds")
+        try Self.check(http.requestTimeoutSeconds, in: 1...3600, "[http] request-timeout-seconds")
+        // Room for the longest path the API has (a device id and an object id) and nearbyd's headers.
+        try Self.check(http.maxRequestLineBytes, in: 1024...(1 << 20), "[http] max-request-line-bytes")
+        try Self.check(http.maxHeaderBytes, in: max(4096, http.maxRequestLineBytes)...(1 << 20), "[http] max-header-bytes",
+                       below: "at least 4096 and max-request-line-bytes: the head holds the request line")
         try Self.check(tokenLifetimeSeconds, in: 60...86_400, "[tokens] lifetime-seconds")
         guard tokenOverlapSeconds >= 0, tokenOverlapSeconds < tokenLifetimeSeconds else {
             throw ConfigurationError("[tokens] overlap-seconds is \(tokenOverlapSeconds); it must be at least 0 and less than lifetime-seconds (\(tokenLifetimeSeconds))")

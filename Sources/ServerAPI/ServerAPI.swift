@@ -329,6 +329,14 @@ public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvert
         case alreadyExists = "already_exists"
         case limitExceeded = "limit_exceeded"
         case payloadTooLarge = "payload_too_large"
+        /// 414: the request line is longer than the server takes.
+        case uriTooLong = "uri_too_long"
+        /// 431: the request head (line and header fields) is larger than the server takes.
+        case headersTooLarge = "headers_too_large"
+        /// 408: the request did not arrive, or was not answered, in time; the connection is closed.
+        case requestTimeout = "request_timeout"
+        /// 503: every connection slot is busy (from this address, or at all); try again later.
+        case tooManyConnections = "too_many_connections"
         case internalError = "internal"
     }
 }

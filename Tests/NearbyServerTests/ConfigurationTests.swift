@@ -9,6 +9,13 @@ import Testing
         let configuration = try ServerConfiguration.parse("", source: "test.conf")
         #expect(configuration == ServerConfiguration())
         #expect(configuration.listen == ListenAddress(host: "127.0.0.1", port: 8080))
+        #expect(configuration.http.maxConnections == 4096)
+        #expect(configuration.http.maxConnectionsPerAddress == 256)
+        #expect(configuration.http.headerTimeoutSeconds == 10)
+        #expect(configuration.http.idleTimeoutSeconds == 60)
+        #expect(configuration.http.requestTimeoutSeconds == 30)
+        #expect(configuration.http.maxRequestLineBytes == 8192)
+        #expect(configuration.http.maxHeaderBytes == 32_768)
         #expect(configuration.databasePath == "/var/lib/nearby-server/nearby.sqlite")
         #expect(configuration.tokenLifetimeSeconds == 600)
         #expect(configuration.tokenOverlapSeconds == 60)
@@ -35,6 +42,13 @@ import Testing
         let configuration = try ServerConfiguration.parse("""
             [http]
             listen = "[::1]:9000"
+            max-connections = 100
+            max-connections-per-address = 20
+            header-timeout-seconds = 5
+            idle-timeout-seconds = 30
+            request-timeout-seconds = 15
+            max-request-line-bytes = 2048
+            max-header-bytes = 8192
             [database]
             path = "/tmp/x.sqlite"
             [tokens]
@@ -64,6 +78,13 @@ import Testing
             max-pending-downstream-per-device = 30
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
+        #expect(configuration.http.maxConnections == 100)
+        #expect(configuration.http.maxConnectionsPerAddress == 20)
+        #expect(configuration.http.headerTimeoutSeconds == 5)
+        #expect(configuration.http.idleTimeoutSeconds == 30)
+        #expect(configuration.http.requestTimeoutSeconds == 15)
+        #expect(configuration.http.maxRequestLineBytes == 2048)
+        #expect(configuration.http.maxHeaderBytes == 8192)
         #expect(configuration.databasePath == "/tmp/x.sqlite")
         #expect(configuration.tokenLifetimeSeconds == 300)
         #expect(configuration.tokenOverlapSeconds == 30)
@@ -92,6 +113,13 @@ import Testing
     @Test(arguments: [
         ("[nope]\nx = 1", "unknown section [nope]"),
         ("[http]\nport = 80", "unknown key 'port' in [http]"),
+        ("[http]\nmax-connections = 0", "[http] max-connections is 0"),
+        ("[http]\nmax-connections = 10\nmax-connections-per-address = 11", "[http] max-connections-per-address is 11; it must be between 1 and 10"),
+        ("[http]\nheader-timeout-seconds = 0", "[http] header-timeout-seconds is 0"),
+        ("[http]\nidle-timeout-seconds = 0", "[http] idle-timeout-seconds is 0"),
+        ("[http]\nrequest-timeout-seconds = 3601", "[http] request-timeout-seconds is 3601"),
+        ("[http]\nmax-request-line-bytes = 1023", "[http] max-request-line-bytes is 1023"),
+        ("[http]\nmax-request-line-bytes = 9000\nmax-header-bytes = 8999", "[http] max-header-bytes is 8999; it must be between 9000"),
         ("[tokens]\nlifetime-seconds = \"600\"", "[tokens] lifetime-seconds must be an integer"),
         ("[tokens]\nlifetime-seconds = 600\noverlap-seconds = 600", "overlap-seconds is 600"),
         ("[tokens]\nlifetime-seconds = 10", "[tokens] lifetime-seconds is 10"),
