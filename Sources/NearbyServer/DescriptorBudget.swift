@@ -25,7 +25,9 @@ public struct DescriptorBudget: Sendable, Equatable {
 
     public init(_ configuration: ServerConfiguration, processors: Int = System.coreCount) {
         httpConnections = configuration.http.maxConnections
-        xmppConnections = configuration.xmpp.isEnabled ? configuration.xmpp.maxConnections : 0
+        // The XMPP endpoint holds its logged-in connections and, apart, those not yet logged in.
+        xmppConnections = configuration.xmpp.isEnabled
+            ? configuration.xmpp.maxConnections + configuration.xmpp.maxUnauthenticatedConnections : 0
         self.processors = processors
     }
 
@@ -33,7 +35,8 @@ public struct DescriptorBudget: Sendable, Equatable {
 
     /// The sum, as doc/nearby-server.md writes it.
     public var arithmetic: String {
-        "[http] max-connections \(httpConnections) + [xmpp] max-connections \(xmppConnections) + \(Self.fixedReserve)"
+        "[http] max-connections \(httpConnections) + [xmpp] max-connections and max-unauthenticated-connections "
+            + "\(xmppConnections) + \(Self.fixedReserve)"
             + " + \(Self.perProcessor) × \(processors) processors = \(needed)"
     }
 

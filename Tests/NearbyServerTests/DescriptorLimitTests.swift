@@ -76,6 +76,6 @@ struct DescriptorLimitTests {
         #expect(DescriptorBudget(configuration, processors: 2).needed == 4096 + 64 + 8)
         configuration.xmpp.certificatePath = "/c"
         configuration.xmpp.privateKeyPath = "/k"
-        #expect(DescriptorBudget(configuration, processors: 2).needed == 4096 + 1000 + 64 + 8)
+        #expect(DescriptorBudget(configuration, processors: 2).needed == 4096 + 1000 + 256 + 64 + 8)
     }
 }
