@@ -48,6 +48,8 @@ test: setup
 	$(VENV)/bin/python -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
 	@echo "doc/server-api/openapi.yaml: valid OpenAPI"
 
+# The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
+bench: PACKAGES += python3-aiohttp
 bench: setup
 	$(SWIFT) build -c release --product nearby-bench
 	$(SWIFT) build -c release
