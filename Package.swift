@@ -235,7 +235,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "bench",
-            exclude: ["reference", "modem-compare", "ccs_appserver.py"]
+            exclude: ["reference", "modem-compare", "ccs_appserver.py", "nearbyd_calls.py", "soak_clients.py", "soak_devices.py",
+                      "isolation_load.py"]
         ),
 
         // Helpers for tests that start real processes: a private dbus-daemon,
