@@ -41,8 +41,10 @@ let package = Package(
             linkerSettings: [.linkedLibrary("systemd")]
         ),
         .target(name: "DBus", dependencies: ["CSystemd"]),
-        // C: glibc's <malloc.h> (mallopt), so nearbyd gives back what a large message took.
+        // C: glibc's <malloc.h> (mallinfo2, malloc_trim), so nearbyd gives back what large messages took.
         .target(name: "CMalloc"),
+        // C: one malloc arena for all of nearbyd's threads, set before main (nearbyd's executable only).
+        .target(name: "NearbydMalloc"),
         .target(
             name: "SystemdService",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
@@ -189,7 +191,7 @@ let package = Package(
         .executableTarget(
             name: "nearbyd",
             dependencies: [
-                "NearbyDaemon", "SystemdService", "ConfigFile",
+                "NearbyDaemon", "SystemdService", "ConfigFile", "NearbydMalloc",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
