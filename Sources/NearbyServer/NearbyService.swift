@@ -28,7 +28,8 @@ public final class NearbyService: Sendable {
         self.clock = clock
         self.logger = logger
         matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
-                          streamBufferBytes: configuration.limits.maxStreamBufferBytes)
+                          streamBufferBytes: configuration.limits.maxStreamBufferBytes,
+                          snapshotPageBytes: configuration.limits.snapshotPageBytes)
         connections = ConnectionHub(storage: storage, clock: clock, domain: configuration.xmpp.domain,
                                     maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
                                     maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice, logger: logger)

@@ -86,6 +86,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-stream-buffer-bytes`: bytes of events a device's stream may
         /// have waiting for its connection before the server closes the stream.
         public var maxStreamBufferBytes = 16 << 20
+        /// `snapshot-page-bytes`: about how much message content one page of a
+        /// snapshot carries; the next page goes out once this one is written.
+        public var snapshotPageBytes = 1 << 20
         /// `max-observations-per-request`: observations in one `beaconinfo:getforobserved`.
         public var maxObservationsPerRequest = 100
         /// `max-namespaced-types-per-request`: namespaced types in one `beaconinfo:getforobserved`.
@@ -141,7 +144,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
             "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
-            "max-observations-per-request", "max-namespaced-types-per-request",
+            "snapshot-page-bytes", "max-observations-per-request", "max-namespaced-types-per-request",
         ])
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
@@ -150,6 +153,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-changes-per-batch") { configuration.limits.maxChangesPerBatch = value }
         if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
         if let value = try limits.integer("max-stream-buffer-bytes") { configuration.limits.maxStreamBufferBytes = value }
+        if let value = try limits.integer("snapshot-page-bytes") { configuration.limits.snapshotPageBytes = value }
         if let value = try limits.integer("max-observations-per-request") { configuration.limits.maxObservationsPerRequest = value }
         if let value = try limits.integer("max-namespaced-types-per-request") {
             configuration.limits.maxNamespacedTypesPerRequest = value
@@ -207,6 +211,11 @@ public struct ServerConfiguration: Sendable, Equatable {
                        below: "nearbyd sends up to \(ClientBatchLimits.maxChangesPerBatch) changes at once")
         try Self.check(limits.maxDevicesPerProject, in: 1...1_000_000_000, "[limits] max-devices-per-project")
         try Self.check(limits.maxStreamBufferBytes, in: (1 << 20)...(1 << 30), "[limits] max-stream-buffer-bytes")
+        // A page waits in the stream's buffer until written, and nearbyd reads
+        // a page as one message: its JSON (content as base64) must stay well
+        // within ClientBatchLimits.maxStreamMessageBytes.
+        try Self.check(limits.snapshotPageBytes, in: (1 << 16)...min(limits.maxStreamBufferBytes, 1 << 24),
+                       "[limits] snapshot-page-bytes")
         try Self.check(limits.maxObservationsPerRequest, in: 1...10_000, "[limits] max-observations-per-request")
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {

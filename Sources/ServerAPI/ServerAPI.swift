@@ -375,11 +375,17 @@ public enum StreamEvent: Codable, Sendable, Equatable {
     /// It is no longer near (moved away, unpublished, expired).
     case lost(subscription: String, source: String)
     /// Every current match of the device's subscriptions, in answer to a
-    /// ``StreamRequest/snapshot`` (after a reconnect, to drop what was lost meanwhile).
-    case snapshot([Match])
+    /// ``StreamRequest/snapshot`` (after a reconnect, to drop what was lost
+    /// meanwhile), a page at a time: every page but the last has `more` set
+    /// (on the wire `"more": true`; absent on the last, so a snapshot of one
+    /// page is a plain snapshot). Events may come between the pages, in the
+    /// order things happened: a page lists the matches as they are when it is
+    /// sent. The snapshot is the matches of all its pages together with those
+    /// found since it began, less those lost since.
+    case snapshot([Match], more: Bool = false)
 
     private enum CodingKeys: String, CodingKey {
-        case event, match, subscription, source, matches
+        case event, match, subscription, source, matches, more
     }
 
     public init(from decoder: any Decoder) throws {
@@ -389,7 +395,9 @@ public enum StreamEvent: Codable, Sendable, Equatable {
         case "lost":
             self = .lost(subscription: try container.decode(String.self, forKey: .subscription),
                          source: try container.decode(String.self, forKey: .source))
-        case "snapshot": self = .snapshot(try container.decode([Match].self, forKey: .matches))
+        case "snapshot":
+            self = .snapshot(try container.decode([Match].self, forKey: .matches),
+                             more: try container.decodeIfPresent(Bool.self, forKey: .more) ?? false)
         case let other:
             throw DecodingError.dataCorruptedError(forKey: .event, in: container, debugDescription: "unknown event \(other)")
         }
@@ -405,9 +413,10 @@ public enum StreamEvent: Codable, Sendable, Equatable {
             try container.encode("lost", forKey: .event)
             try container.encode(subscription, forKey: .subscription)
             try container.encode(source, forKey: .source)
-        case .snapshot(let matches):
+        case .snapshot(let matches, let more):
             try container.encode("snapshot", forKey: .event)
             try container.encode(matches, forKey: .matches)
+            if more { try container.encode(true, forKey: .more) }
         }
     }
 }

@@ -27,6 +27,7 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 256)
         #expect(configuration.limits.maxDevicesPerProject == 100_000)
         #expect(configuration.limits.maxStreamBufferBytes == 16_777_216)
+        #expect(configuration.limits.snapshotPageBytes == 1_048_576)
         #expect(configuration.limits.maxObservationsPerRequest == 100)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 16)
         #expect(configuration.xmpp.listen == ListenAddress(host: "127.0.0.1", port: 5235))
@@ -64,6 +65,7 @@ import Testing
             max-changes-per-batch = 200
             max-devices-per-project = 13
             max-stream-buffer-bytes = 2000000
+            snapshot-page-bytes = 100000
             max-observations-per-request = 50
             max-namespaced-types-per-request = 8
             [xmpp]
@@ -95,6 +97,7 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 200)
         #expect(configuration.limits.maxDevicesPerProject == 13)
         #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
+        #expect(configuration.limits.snapshotPageBytes == 100_000)
         #expect(configuration.limits.maxObservationsPerRequest == 50)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 8)
         #expect(configuration.xmpp.listen == ListenAddress(host: "0.0.0.0", port: 5236))
@@ -128,6 +131,9 @@ import Testing
         ("[limits]\nmax-changes-per-batch = 100001", "[limits] max-changes-per-batch is 100001"),
         ("[limits]\nmax-stream-buffer-bytes = 1000", "[limits] max-stream-buffer-bytes is 1000"),
         ("[limits]\nmax-stream-buffer-bytes = 2000000000", "[limits] max-stream-buffer-bytes is 2000000000"),
+        ("[limits]\nsnapshot-page-bytes = 65535", "[limits] snapshot-page-bytes is 65535"),
+        ("[limits]\nmax-stream-buffer-bytes = 2000000\nsnapshot-page-bytes = 2000001", "[limits] snapshot-page-bytes is 2000001; it must be between 65536 and 2000000"),
+        ("[limits]\nsnapshot-page-bytes = 16777217\nmax-stream-buffer-bytes = 33554432", "[limits] snapshot-page-bytes is 16777217; it must be between 65536 and 16777216"),
         ("[limits]\nmax-observations-per-request = 0", "[limits] max-observations-per-request is 0"),
         ("[limits]\nmax-observations-per-request = 10001", "[limits] max-observations-per-request is 10001"),
         ("[limits]\nmax-namespaced-types-per-request = 0", "[limits] max-namespaced-types-per-request is 0"),
