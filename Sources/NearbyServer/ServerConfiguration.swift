@@ -93,6 +93,14 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var maxObservationsPerRequest = 100
         /// `max-namespaced-types-per-request`: namespaced types in one `beaconinfo:getforobserved`.
         public var maxNamespacedTypesPerRequest = 16
+        /// `registrations-per-address-per-minute`: devices one client address
+        /// (an IPv6 client's /64) may register a minute, as many at once.
+        public var registrationsPerAddressPerMinute = 10
+        /// `registrations-per-project-per-minute`: devices a project may gain a minute.
+        public var registrationsPerProjectPerMinute = 600
+        /// `device-idle-days`: a device that has not authenticated for this
+        /// long is deleted.
+        public var deviceIdleDays = 90
 
         public init() {}
     }
@@ -145,6 +153,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
             "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
             "snapshot-page-bytes", "max-observations-per-request", "max-namespaced-types-per-request",
+            "registrations-per-address-per-minute", "registrations-per-project-per-minute", "device-idle-days",
         ])
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
@@ -158,6 +167,13 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-namespaced-types-per-request") {
             configuration.limits.maxNamespacedTypesPerRequest = value
         }
+        if let value = try limits.integer("registrations-per-address-per-minute") {
+            configuration.limits.registrationsPerAddressPerMinute = value
+        }
+        if let value = try limits.integer("registrations-per-project-per-minute") {
+            configuration.limits.registrationsPerProjectPerMinute = value
+        }
+        if let value = try limits.integer("device-idle-days") { configuration.limits.deviceIdleDays = value }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
             "max-pending-downstream-per-device",
@@ -218,6 +234,9 @@ public struct ServerConfiguration: Sendable, Equatable {
                        "[limits] snapshot-page-bytes")
         try Self.check(limits.maxObservationsPerRequest, in: 1...10_000, "[limits] max-observations-per-request")
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
+        try Self.check(limits.registrationsPerAddressPerMinute, in: 1...60_000, "[limits] registrations-per-address-per-minute")
+        try Self.check(limits.registrationsPerProjectPerMinute, in: 1...600_000, "[limits] registrations-per-project-per-minute")
+        try Self.check(limits.deviceIdleDays, in: 1...3650, "[limits] device-idle-days")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }

@@ -328,6 +328,9 @@ public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvert
         /// The object exists already (a beacon id registered before).
         case alreadyExists = "already_exists"
         case limitExceeded = "limit_exceeded"
+        /// 429 with `Retry-After`: too many requests of this kind from this
+        /// address or for this project just now; the same request succeeds later.
+        case rateLimited = "rate_limited"
         case payloadTooLarge = "payload_too_large"
         /// 414: the request line is longer than the server takes.
         case uriTooLong = "uri_too_long"
