@@ -105,6 +105,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-stream-buffer-bytes`: bytes of events a device's stream may
         /// have waiting for its connection before the server closes the stream.
         public var maxStreamBufferBytes = 16 << 20
+        /// `snapshot-page-bytes`: about how much message content one page of a
+        /// snapshot carries; the next page goes out once this one is written.
+        public var snapshotPageBytes = 1 << 20
         /// `max-observations-per-request`: observations in one `beaconinfo:getforobserved`.
         public var maxObservationsPerRequest = 100
         /// `max-namespaced-types-per-request`: namespaced types in one `beaconinfo:getforobserved`.
@@ -117,6 +120,14 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-upstream-per-device`: upstream messages the connection server
         /// keeps per device, pending or settled (kept to answer a repeat).
         public var maxUpstreamPerDevice = 10_000
+        /// `registrations-per-address-per-minute`: devices one client address
+        /// (an IPv6 client's /64) may register a minute, as many at once.
+        public var registrationsPerAddressPerMinute = 10
+        /// `registrations-per-project-per-minute`: devices a project may gain a minute.
+        public var registrationsPerProjectPerMinute = 600
+        /// `device-idle-days`: a device that has not authenticated for this
+        /// long is deleted.
+        public var deviceIdleDays = 90
 
         public init() {}
     }
@@ -168,8 +179,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
             "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
-            "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms", "max-channel-queue",
-            "max-upstream-per-device",
+            "snapshot-page-bytes", "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms",
+            "max-channel-queue", "max-upstream-per-device",
+            "registrations-per-address-per-minute", "registrations-per-project-per-minute", "device-idle-days",
         ])
         if let value = try limits.integer("max-channel-queue") { configuration.limits.maxChannelQueue = value }
         if let value = try limits.integer("max-upstream-per-device") { configuration.limits.maxUpstreamPerDevice = value }
@@ -180,11 +192,19 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-changes-per-batch") { configuration.limits.maxChangesPerBatch = value }
         if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
         if let value = try limits.integer("max-stream-buffer-bytes") { configuration.limits.maxStreamBufferBytes = value }
+        if let value = try limits.integer("snapshot-page-bytes") { configuration.limits.snapshotPageBytes = value }
         if let value = try limits.integer("max-observations-per-request") { configuration.limits.maxObservationsPerRequest = value }
         if let value = try limits.integer("max-query-terms") { configuration.limits.maxQueryTerms = value }
         if let value = try limits.integer("max-namespaced-types-per-request") {
             configuration.limits.maxNamespacedTypesPerRequest = value
         }
+        if let value = try limits.integer("registrations-per-address-per-minute") {
+            configuration.limits.registrationsPerAddressPerMinute = value
+        }
+        if let value = try limits.integer("registrations-per-project-per-minute") {
+            configuration.limits.registrationsPerProjectPerMinute = value
+        }
+        if let value = try limits.integer("device-idle-days") { configuration.limits.deviceIdleDays = value }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
             "max-pending-downstream-per-device", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
@@ -247,11 +267,19 @@ public struct ServerConfiguration: Sendable, Equatable {
                        below: "nearbyd sends up to \(ClientBatchLimits.maxChangesPerBatch) changes at once")
         try Self.check(limits.maxDevicesPerProject, in: 1...1_000_000_000, "[limits] max-devices-per-project")
         try Self.check(limits.maxStreamBufferBytes, in: (1 << 20)...(1 << 30), "[limits] max-stream-buffer-bytes")
+        // A page waits in the stream's buffer until written, and nearbyd reads
+        // a page as one message: its JSON (content as base64) must stay well
+        // within ClientBatchLimits.maxStreamMessageBytes.
+        try Self.check(limits.snapshotPageBytes, in: (1 << 16)...min(limits.maxStreamBufferBytes, 1 << 24),
+                       "[limits] snapshot-page-bytes")
         try Self.check(limits.maxObservationsPerRequest, in: 1...10_000, "[limits] max-observations-per-request")
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
         // Each term is an expression of the listing's SQL: well under SQLite's depth and variable limits.
         try Self.check(limits.maxQueryTerms, in: 1...100, "[limits] max-query-terms")
         try Self.check(limits.maxUpstreamPerDevice, in: 1...10_000_000, "[limits] max-upstream-per-device")
+        try Self.check(limits.registrationsPerAddressPerMinute, in: 1...60_000, "[limits] registrations-per-address-per-minute")
+        try Self.check(limits.registrationsPerProjectPerMinute, in: 1...600_000, "[limits] registrations-per-project-per-minute")
+        try Self.check(limits.deviceIdleDays, in: 1...3650, "[limits] device-idle-days")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }

@@ -27,8 +27,12 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 256)
         #expect(configuration.limits.maxDevicesPerProject == 100_000)
         #expect(configuration.limits.maxStreamBufferBytes == 16_777_216)
+        #expect(configuration.limits.snapshotPageBytes == 1_048_576)
         #expect(configuration.limits.maxObservationsPerRequest == 100)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 16)
+        #expect(configuration.limits.registrationsPerAddressPerMinute == 10)
+        #expect(configuration.limits.registrationsPerProjectPerMinute == 600)
+        #expect(configuration.limits.deviceIdleDays == 90)
         #expect(configuration.xmpp.listen == ListenAddress(host: "127.0.0.1", port: 5235))
         #expect(configuration.xmpp.domain == "nearby.local")
         #expect(!configuration.xmpp.isEnabled)
@@ -64,9 +68,13 @@ import Testing
             max-changes-per-batch = 200
             max-devices-per-project = 13
             max-stream-buffer-bytes = 2000000
+            snapshot-page-bytes = 100000
             max-observations-per-request = 50
             max-namespaced-types-per-request = 8
             max-query-terms = 100
+            registrations-per-address-per-minute = 4
+            registrations-per-project-per-minute = 40
+            device-idle-days = 7
             [xmpp]
             listen = "0.0.0.0:5236"
             domain = "ccs.example.org"
@@ -96,9 +104,13 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 200)
         #expect(configuration.limits.maxDevicesPerProject == 13)
         #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
+        #expect(configuration.limits.snapshotPageBytes == 100_000)
         #expect(configuration.limits.maxObservationsPerRequest == 50)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 8)
         #expect(configuration.limits.maxQueryTerms == 100)
+        #expect(configuration.limits.registrationsPerAddressPerMinute == 4)
+        #expect(configuration.limits.registrationsPerProjectPerMinute == 40)
+        #expect(configuration.limits.deviceIdleDays == 7)
         #expect(configuration.xmpp.listen == ListenAddress(host: "0.0.0.0", port: 5236))
         #expect(configuration.xmpp.domain == "ccs.example.org")
         #expect(configuration.xmpp.certificatePath == "/etc/x.pem")
@@ -130,6 +142,12 @@ import Testing
         ("[limits]\nmax-changes-per-batch = 100001", "[limits] max-changes-per-batch is 100001"),
         ("[limits]\nmax-stream-buffer-bytes = 1000", "[limits] max-stream-buffer-bytes is 1000"),
         ("[limits]\nmax-stream-buffer-bytes = 2000000000", "[limits] max-stream-buffer-bytes is 2000000000"),
+        ("[limits]\nsnapshot-page-bytes = 65535", "[limits] snapshot-page-bytes is 65535"),
+        ("[limits]\nmax-stream-buffer-bytes = 2000000\nsnapshot-page-bytes = 2000001", "[limits] snapshot-page-bytes is 2000001; it must be between 65536 and 2000000"),
+        ("[limits]\nsnapshot-page-bytes = 16777217\nmax-stream-buffer-bytes = 33554432", "[limits] snapshot-page-bytes is 16777217; it must be between 65536 and 16777216"),
+        ("[limits]\nregistrations-per-address-per-minute = 0", "[limits] registrations-per-address-per-minute is 0"),
+        ("[limits]\nregistrations-per-project-per-minute = 600001", "[limits] registrations-per-project-per-minute is 600001"),
+        ("[limits]\ndevice-idle-days = 0", "[limits] device-idle-days is 0"),
         ("[limits]\nmax-observations-per-request = 0", "[limits] max-observations-per-request is 0"),
         ("[limits]\nmax-observations-per-request = 10001", "[limits] max-observations-per-request is 10001"),
         ("[limits]\nmax-namespaced-types-per-request = 0", "[limits] max-namespaced-types-per-request is 0"),

@@ -8,33 +8,17 @@ import Testing
 @Suite(.enabled(if: executable != nil, "needs the nearby-server executable (swift build --build-tests builds it)"),
        .timeLimit(.minutes(3)))
 struct DescriptorLimitTests {
-    func startServer(_ directory: URL, descriptors: Int, http: String) async throws -> (ChildProcess, Int) {
-        let config = directory.appendingPathComponent("nearby-server.conf")
-        try """
-            [http]
-            listen = "127.0.0.1:0"
-            \(http)
-            [database]
-            path = "\(directory.appendingPathComponent("nearby.sqlite").path)"
-            """.write(to: config, atomically: true, encoding: .utf8)
-        let server = try await ChildProcess(name: "nearby-server", executable: "/usr/bin/prlimit", arguments: [
-            "--nofile=\(descriptors):\(descriptors)", "--", executable!.path, "serve", "--config", config.path,
-        ])
-        let line = try await server.waitForLine(containing: "listening on http://127.0.0.1:")
-        let port = try #require(Int(line.split(separator: ":").last ?? ""))
-        return (server, port)
-    }
-
     /// The report's attack: connections that send `GET /v1/hea` and stop, more
     /// than the process has descriptors, took /v1/health down. Within the
     /// connection limit, sized to the descriptors, the oldest idle make room.
     @Test func halfSentHeadsBeyondTheDescriptorsDoNotTakeTheServerDown() async throws {
         try await withTemporaryDirectory { directory in
-            let (server, port) = try await startServer(directory, descriptors: 256, http: """
+            let server = try await ServerProcess.start(in: directory, http: """
                 max-connections = 128
                 max-connections-per-address = 128
                 header-timeout-seconds = 60
-                """)
+                """, descriptors: 256)
+            let port = server.port
             var attackers: [RawConnection] = []
             for _ in 0..<400 {
                 let connection = try await RawConnection.open(port: port)
@@ -51,7 +35,7 @@ struct DescriptorLimitTests {
             try await RawConnection.closedByServer(count: 400 - 128, of: attackers, within: 20)
             for attacker in attackers { await attacker.close() }
             await server.stop()
-            #expect(server.exitStatus == 0)
+            #expect(server.process.exitStatus == 0)
         }
     }
 

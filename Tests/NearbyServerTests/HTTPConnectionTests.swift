@@ -183,7 +183,7 @@ struct HTTPConnectionTests {
     static func devices(_ count: Int, _ harness: Harness) async throws -> [TestDevice] {
         let key = try await harness.createProject("alpha")
         var devices: [TestDevice] = []
-        for _ in 0..<count { devices.append(TestDevice(registration: try await harness.service.registerDevice(apiKey: key))) }
+        for _ in 0..<count { devices.append(TestDevice(registration: try await harness.service.registerDevice(apiKey: key, from: ClientAddress("test")))) }
         return devices
     }
 

@@ -140,14 +140,15 @@ final class ConnectionRegistry: Sendable {
 /// Who a connection counts against in the per-address limit: its IPv4
 /// address, or the /64 of its IPv6 address (one subscriber's network holds a
 /// whole /64, so counting single IPv6 addresses would bound nothing).
-struct ClientAddress: Hashable, Sendable, CustomStringConvertible {
-    let description: String
+public struct ClientAddress: Hashable, Sendable, CustomStringConvertible {
+    public let description: String
 
-    init(_ text: String) {
+    /// An address already in its counted form (tests, and callers without a socket).
+    public init(_ text: String) {
         description = text
     }
 
-    init(_ address: SocketAddress?) {
+    public init(_ address: SocketAddress?) {
         switch address {
         case .v4?:
             self.init(address?.ipAddress ?? "")
