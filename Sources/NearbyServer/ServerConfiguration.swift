@@ -31,7 +31,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     public struct HTTP: Sendable, Equatable {
         /// `max-connections`: connections at once; beyond, the oldest idle one
         /// is closed, or the new one refused (503) when none is idle.
-        public var maxConnections = 4096
+        public var maxConnections = 2048
         /// `max-connections-per-address`: the same for one client address
         /// (an IPv6 client's /64).
         public var maxConnectionsPerAddress = 256

@@ -9,7 +9,7 @@ import Testing
         let configuration = try ServerConfiguration.parse("", source: "test.conf")
         #expect(configuration == ServerConfiguration())
         #expect(configuration.listen == ListenAddress(host: "127.0.0.1", port: 8080))
-        #expect(configuration.http.maxConnections == 4096)
+        #expect(configuration.http.maxConnections == 2048)
         #expect(configuration.http.maxConnectionsPerAddress == 256)
         #expect(configuration.http.headerTimeoutSeconds == 10)
         #expect(configuration.http.idleTimeoutSeconds == 60)

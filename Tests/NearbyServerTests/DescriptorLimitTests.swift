@@ -54,6 +54,24 @@ struct DescriptorLimitTests {
         }
     }
 
+    /// Where nothing raised the limits (a shell, a container, a VM's init):
+    /// the kernel's own 1024 soft and 4096 hard. The defaults, XMPP's
+    /// included, fit below that hard limit, so the server starts as it ships.
+    @Test func theDefaultsFitTheKernelsDefaultLimit() async throws {
+        var configuration = ServerConfiguration()
+        configuration.xmpp.certificatePath = "/c"
+        configuration.xmpp.privateKeyPath = "/k"
+        #expect(DescriptorBudget(configuration, processors: 128).needed <= 4096)
+        try await withTemporaryDirectory { directory in
+            let server = try await ServerProcess.start(in: directory, descriptors: 1024, hardDescriptors: 4096)
+            let health = try await runProgram("/usr/bin/curl", [
+                "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "\(server.baseURL)/v1/health",
+            ])
+            #expect(health.output == "200", "\(health.output)")
+            await server.stop()
+        }
+    }
+
     @Test func theBudgetAddsTheConnectionLimitsAndTheReserve() {
         var configuration = ServerConfiguration()
         configuration.http.maxConnections = 4096

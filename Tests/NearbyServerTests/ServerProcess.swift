@@ -11,9 +11,10 @@ struct ServerProcess {
     let port: Int
     let databasePath: String
 
-    /// `configuration` is TOML for the file besides `[http] listen` and `[database] path`, each section once.
+    /// `configuration` is TOML for the file besides `[http] listen` and `[database] path`, each section once;
+    /// `descriptors` the soft and hard descriptor limit, `hardDescriptors` a higher hard one.
     static func start(in directory: URL, http: String = "", configuration: String = "",
-                      descriptors: Int? = nil) async throws -> ServerProcess {
+                      descriptors: Int? = nil, hardDescriptors: Int? = nil) async throws -> ServerProcess {
         let config = directory.appendingPathComponent("nearby-server.conf")
         let databasePath = directory.appendingPathComponent("nearby.sqlite").path
         try """
@@ -28,7 +29,7 @@ struct ServerProcess {
         let process = try await ChildProcess(
             name: "nearby-server",
             executable: descriptors == nil ? executable!.path : "/usr/bin/prlimit",
-            arguments: descriptors.map { ["--nofile=\($0):\($0)", "--"] + serve } ?? Array(serve.dropFirst()))
+            arguments: descriptors.map { ["--nofile=\($0):\(hardDescriptors ?? $0)", "--"] + serve } ?? Array(serve.dropFirst()))
         let line = try await process.waitForLine(containing: "listening on http://127.0.0.1:")
         let port = try #require(Int(line.split(separator: ":").last ?? ""))
         return ServerProcess(process: process, port: port, databasePath: databasePath)
