@@ -389,7 +389,7 @@ public final class NearbyService: Sendable {
             try await storage.deleteExpiredSubscriptions(nowMs: now)
             try await storage.purgeTokens(expiredBeforeMs: now > Self.tokenRetentionMs ? now - Self.tokenRetentionMs : 0)
             try await dropDeletedProjects()
-            try await expireIdleDevices(nowMs: now)
+            try await hourly(nowMs: now)
             try await dropDeletedDevices()
         } catch {
             logger.error("storage housekeeping failed", metadata: ["error": "\(error)"])
@@ -414,16 +414,23 @@ public final class NearbyService: Sendable {
         logger.info("projects deleted elsewhere were dropped", metadata: ["projects": "\(deletions.projects.sorted())"])
     }
 
-    /// Deletes the devices that have not authenticated for `[limits]
-    /// device-idle-days`, looking at most once an hour: an app uninstalled,
-    /// a registration an attacker made and dropped. Their subscribers lose
-    /// what they published.
-    private func expireIdleDevices(nowMs: UInt64) async throws {
+    /// What is looked at once an hour: idle devices, and the ids of deleted ones.
+    private func hourly(nowMs: UInt64) async throws {
         guard nextStaleSweepMs.withLock({ next in
             guard nowMs >= next else { return false }
             next = nowMs + Self.lastSeenResolutionMs
             return true
         }) else { return }
+        try await expireIdleDevices(nowMs: nowMs)
+        let keptMs = UInt64(configuration.limits.deletedDeviceDays) * 86_400_000
+        let forgotten = try await storage.purgeDeletedDevices(deletedBeforeMs: nowMs > keptMs ? nowMs - keptMs : 0)
+        if forgotten > 0 { logger.info("ids of deleted devices forgotten", metadata: ["count": "\(forgotten)"]) }
+    }
+
+    /// Deletes the devices that have not authenticated for `[limits]
+    /// device-idle-days`: an app uninstalled, a registration an attacker made
+    /// and dropped. Their subscribers lose what they published.
+    private func expireIdleDevices(nowMs: UInt64) async throws {
         let idleMs = UInt64(configuration.limits.deviceIdleDays) * 86_400_000
         guard nowMs > idleMs else { return }
         var expired = 0

@@ -254,6 +254,23 @@ public final class SQLiteStorage: ServerStorage {
                 END;
                 """)
         }
+        // When each device was deleted, so that the ids of deleted devices
+        // (kept to answer `DEVICE_UNREGISTERED`) are forgotten after `[limits]
+        // deleted-device-days` instead of piling up. By SQLite's clock, as
+        // the log of v6: the CLI deletes devices too. Those deleted before
+        // count from now.
+        migrator.registerMigration("v7") { db in
+            try db.execute(sql: """
+                ALTER TABLE deletedDevice ADD COLUMN deletedAtMs INTEGER NOT NULL DEFAULT 0;
+                UPDATE deletedDevice SET deletedAtMs = \(Self.sqliteNowMs);
+                CREATE INDEX deletedDevice_deletedAtMs ON deletedDevice(deletedAtMs);
+                DROP TRIGGER device_deleted;
+                CREATE TRIGGER device_deleted AFTER DELETE ON device BEGIN
+                    INSERT OR REPLACE INTO deletedDevice (id, project, deletedAtMs)
+                        SELECT OLD.id, OLD.project, \(Self.sqliteNowMs) WHERE EXISTS (SELECT 1 FROM project WHERE name = OLD.project);
+                END;
+                """)
+        }
         return migrator
     }
 
@@ -414,6 +431,13 @@ public final class SQLiteStorage: ServerStorage {
     }
 
     /// Now in milliseconds by SQLite's clock, for what only SQLite writes and reads.
+    public func purgeDeletedDevices(deletedBeforeMs: UInt64) async throws -> Int {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM deletedDevice WHERE deletedAtMs < ?", arguments: [Int64(clamping: deletedBeforeMs)])
+            return db.changesCount
+        }
+    }
+
     private static let sqliteNowMs = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
     private static let deviceQuery = "SELECT d.id, d.project, p.namespace, d.createdAtMs FROM device d JOIN project p ON p.name = d.project"

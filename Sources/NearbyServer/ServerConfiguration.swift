@@ -128,6 +128,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `device-idle-days`: a device that has not authenticated for this
         /// long is deleted.
         public var deviceIdleDays = 90
+        /// `deleted-device-days`: how long the id of a deleted device is kept,
+        /// so that an application server sending to it is told it is gone.
+        public var deletedDeviceDays = 30
 
         public init() {}
     }
@@ -182,6 +185,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "snapshot-page-bytes", "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms",
             "max-channel-queue", "max-upstream-per-device",
             "registrations-per-address-per-minute", "registrations-per-project-per-minute", "device-idle-days",
+            "deleted-device-days",
         ])
         if let value = try limits.integer("max-channel-queue") { configuration.limits.maxChannelQueue = value }
         if let value = try limits.integer("max-upstream-per-device") { configuration.limits.maxUpstreamPerDevice = value }
@@ -205,6 +209,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             configuration.limits.registrationsPerProjectPerMinute = value
         }
         if let value = try limits.integer("device-idle-days") { configuration.limits.deviceIdleDays = value }
+        if let value = try limits.integer("deleted-device-days") { configuration.limits.deletedDeviceDays = value }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
             "max-pending-downstream-per-device", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
@@ -280,6 +285,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(limits.registrationsPerAddressPerMinute, in: 1...60_000, "[limits] registrations-per-address-per-minute")
         try Self.check(limits.registrationsPerProjectPerMinute, in: 1...600_000, "[limits] registrations-per-project-per-minute")
         try Self.check(limits.deviceIdleDays, in: 1...3650, "[limits] device-idle-days")
+        try Self.check(limits.deletedDeviceDays, in: 1...3650, "[limits] deleted-device-days")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }

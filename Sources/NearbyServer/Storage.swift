@@ -58,6 +58,10 @@ public protocol ServerStorage: BeaconStorage, ConnectionStorage {
     /// The server asks every sweep, to notice devices removed by `nearby-server
     /// project devices --remove-stale`. The log keeps a day of deletions.
     func deviceDeletions(after: Int64) async throws -> DeviceDeletions
+    /// Forgets the ids of devices deleted before `deletedBeforeMs` (by the
+    /// database's clock): an application server sending to one is then told
+    /// `BAD_REGISTRATION` instead of `DEVICE_UNREGISTERED`. Returns how many.
+    func purgeDeletedDevices(deletedBeforeMs: UInt64) async throws -> Int
 
     // MARK: Tokens
 

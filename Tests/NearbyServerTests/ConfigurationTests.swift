@@ -33,6 +33,7 @@ import Testing
         #expect(configuration.limits.registrationsPerAddressPerMinute == 10)
         #expect(configuration.limits.registrationsPerProjectPerMinute == 600)
         #expect(configuration.limits.deviceIdleDays == 90)
+        #expect(configuration.limits.deletedDeviceDays == 30)
         #expect(configuration.xmpp.listen == ListenAddress(host: "127.0.0.1", port: 5235))
         #expect(configuration.xmpp.domain == "nearby.local")
         #expect(!configuration.xmpp.isEnabled)
@@ -75,6 +76,7 @@ import Testing
             registrations-per-address-per-minute = 4
             registrations-per-project-per-minute = 40
             device-idle-days = 7
+            deleted-device-days = 2
             [xmpp]
             listen = "0.0.0.0:5236"
             domain = "ccs.example.org"
@@ -111,6 +113,7 @@ import Testing
         #expect(configuration.limits.registrationsPerAddressPerMinute == 4)
         #expect(configuration.limits.registrationsPerProjectPerMinute == 40)
         #expect(configuration.limits.deviceIdleDays == 7)
+        #expect(configuration.limits.deletedDeviceDays == 2)
         #expect(configuration.xmpp.listen == ListenAddress(host: "0.0.0.0", port: 5236))
         #expect(configuration.xmpp.domain == "ccs.example.org")
         #expect(configuration.xmpp.certificatePath == "/etc/x.pem")
@@ -148,6 +151,7 @@ import Testing
         ("[limits]\nregistrations-per-address-per-minute = 0", "[limits] registrations-per-address-per-minute is 0"),
         ("[limits]\nregistrations-per-project-per-minute = 600001", "[limits] registrations-per-project-per-minute is 600001"),
         ("[limits]\ndevice-idle-days = 0", "[limits] device-idle-days is 0"),
+        ("[limits]\ndeleted-device-days = 3651", "[limits] deleted-device-days is 3651"),
         ("[limits]\nmax-observations-per-request = 0", "[limits] max-observations-per-request is 0"),
         ("[limits]\nmax-observations-per-request = 10001", "[limits] max-observations-per-request is 10001"),
         ("[limits]\nmax-namespaced-types-per-request = 0", "[limits] max-namespaced-types-per-request is 0"),

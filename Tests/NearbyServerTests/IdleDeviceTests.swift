@@ -80,4 +80,37 @@ struct IdleDeviceTests {
             }
         }
     }
+
+    /// The ids of deleted devices are kept, to tell application servers the
+    /// device is gone, for `deleted-device-days`, then forgotten: one row per
+    /// deletion no longer piles up.
+    @Test func theIdOfADeletedDeviceIsForgottenAfterTheDeletedDeviceDays() async throws {
+        try await withTemporaryDirectory { directory in
+            // Deletions are stamped by SQLite's clock: the server's starts at the real time.
+            let clock = ManualWallClock(nowMs: UInt64(Date().timeIntervalSince1970 * 1000))
+            var configuration = testConfiguration(databasePath: directory.appendingPathComponent("nearby.sqlite").path)
+            configuration.limits.deletedDeviceDays = 2
+            let server = try await NearbyServer.open(configuration: configuration, clock: clock, logger: quietLogger())
+            try await server.makeApplication(sweepInterval: nil).test(.router) { client in
+                let harness = Harness(server: server, clock: clock, client: client)
+                let device = try await harness.devices(1)[0]
+                #expect(try await harness.request(.delete, APIPath.device(device.id), headers: device.auth).status == .noContent)
+                let hub = harness.service.connections
+                let (session, _) = await hub.openSession(project: "alpha")
+                func error() async throws -> String? {
+                    let nack = try #require(await hub.received(#"{"to":"\#(device.id)","message_id":"x"}"#, from: session))
+                    return try #require(JSONSerialization.jsonObject(with: Data(nack.utf8)) as? [String: Any])["error"] as? String
+                }
+                await harness.service.sweep()
+                #expect(try await error() == "DEVICE_UNREGISTERED")
+                // Two days less a minute: still known; the sweep looks hourly.
+                clock.advance(bySeconds: 2 * Self.day - 60)
+                await harness.service.sweep()
+                #expect(try await error() == "DEVICE_UNREGISTERED")
+                clock.advance(bySeconds: 3600)
+                await harness.service.sweep()
+                #expect(try await error() == "BAD_REGISTRATION")
+            }
+        }
+    }
 }
