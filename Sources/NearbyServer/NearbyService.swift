@@ -42,7 +42,8 @@ public final class NearbyService: Sendable {
                                     maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
                                     maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
                                     deviceLimits: .init(channelQueue: configuration.limits.maxChannelQueue,
-                                                        upstreamPerDevice: configuration.limits.maxUpstreamPerDevice),
+                                                        upstreamPerDevice: configuration.limits.maxUpstreamPerDevice,
+                                                        receiptsPerProject: configuration.xmpp.maxPendingReceiptsPerProject),
                                     logger: logger)
     }
 

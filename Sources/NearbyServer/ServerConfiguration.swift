@@ -88,6 +88,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-pending-downstream-per-device`: messages waiting for a device;
         /// more are refused with DEVICE_MESSAGE_RATE_EXCEEDED.
         public var maxPendingDownstreamPerDevice = 100
+        /// `max-pending-receipts-per-project`: delivery receipts kept for a
+        /// project's application servers; beyond, the oldest are dropped.
+        public var maxPendingReceiptsPerProject = 10_000
 
         public init() {}
 
@@ -212,7 +215,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("deleted-device-days") { configuration.limits.deletedDeviceDays = value }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
-            "max-pending-downstream-per-device", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
+            "max-pending-downstream-per-device", "max-pending-receipts-per-project", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
             "tls-handshake-timeout-seconds", "negotiation-timeout-seconds", "idle-timeout-seconds", "ping-timeout-seconds",
         ])
         if let listen = try xmpp.string("listen") {
@@ -226,6 +229,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try xmpp.integer("max-unacked-per-connection") { configuration.xmpp.maxUnackedPerConnection = value }
         if let value = try xmpp.integer("max-pending-downstream-per-device") {
             configuration.xmpp.maxPendingDownstreamPerDevice = value
+        }
+        if let value = try xmpp.integer("max-pending-receipts-per-project") {
+            configuration.xmpp.maxPendingReceiptsPerProject = value
         }
         if let value = try xmpp.integer("max-unauthenticated-connections") { configuration.xmpp.maxUnauthenticatedConnections = value }
         if let value = try xmpp.integer("max-unauthenticated-connections-per-address") {
@@ -298,6 +304,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.maxConnections, in: 1...100_000, "[xmpp] max-connections")
         try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
         try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
+        try Self.check(xmpp.maxPendingReceiptsPerProject, in: 1...10_000_000, "[xmpp] max-pending-receipts-per-project")
         // A channel takes every message waiting for its device when it opens.
         try Self.check(limits.maxChannelQueue, in: xmpp.maxPendingDownstreamPerDevice...1_000_000, "[limits] max-channel-queue",
                        below: "every message waiting for a device, [xmpp] max-pending-downstream-per-device, goes on its channel at once")

@@ -41,6 +41,7 @@ import Testing
         #expect(configuration.xmpp.maxConnections == 1000)
         #expect(configuration.xmpp.maxUnackedPerConnection == 100)
         #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 100)
+        #expect(configuration.xmpp.maxPendingReceiptsPerProject == 10_000)
     }
 
     @Test func everyKeyIsRead() throws {
@@ -86,6 +87,7 @@ import Testing
             max-connections = 7
             max-unacked-per-connection = 20
             max-pending-downstream-per-device = 30
+            max-pending-receipts-per-project = 5
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
         #expect(configuration.http.maxConnections == 100)
@@ -123,6 +125,7 @@ import Testing
         #expect(configuration.xmpp.maxConnections == 7)
         #expect(configuration.xmpp.maxUnackedPerConnection == 20)
         #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 30)
+        #expect(configuration.xmpp.maxPendingReceiptsPerProject == 5)
     }
 
     @Test(arguments: [
@@ -168,6 +171,7 @@ import Testing
         ("[xmpp]\nmax-stanza-bytes = 1000", "[xmpp] max-stanza-bytes is 1000"),
         ("[xmpp]\nmax-unacked-per-connection = 0", "[xmpp] max-unacked-per-connection is 0"),
         ("[xmpp]\nmax-pending-downstream-per-device = 0", "[xmpp] max-pending-downstream-per-device is 0"),
+        ("[xmpp]\nmax-pending-receipts-per-project = 0", "[xmpp] max-pending-receipts-per-project is 0"),
         ("[xmpp]\nlisten = \"nowhere\"", "[xmpp] listen 'nowhere' must be HOST:PORT"),
     ])
     func rejectsWithAClearMessage(text: String, expected: String) {

@@ -192,6 +192,30 @@ import Testing
         }
     }
 
+    /// Receipts wait for the project's application servers, the newest
+    /// `max-pending-receipts-per-project` of them: one that never connects
+    /// does not make them pile up.
+    @Test func receiptsNobodyTakesAreBounded() async throws {
+        try await withServer(configure: { $0.xmpp.maxPendingReceiptsPerProject = 2 }) { h in
+            var s = try await Self.setUp(h)
+            for id in ["d-1", "d-2", "d-3"] {
+                _ = await s.hub.received(#"{"to":"\#(s.device)","message_id":"\#(id)","delivery_receipt_requested":true}"#,
+                                         from: s.sessionID)
+                _ = await s.channel.next()
+            }
+            await s.hub.closeSession(s.sessionID)
+            for id in ["d-1", "d-2"] { await s.hub.received(.ack(messageId: id), device: s.device, project: "alpha") }
+            #expect(try await h.service.storage.receipts(project: "alpha", after: 0, limit: 10).map(\.messageId)
+                == ["dr2:d-1", "dr2:d-2"])
+            await s.hub.received(.ack(messageId: "d-3"), device: s.device, project: "alpha")
+            #expect(try await h.service.storage.receipts(project: "alpha", after: 0, limit: 10).map(\.messageId)
+                == ["dr2:d-2", "dr2:d-3"])
+            var session = await s.hub.openSession(project: "alpha").output.makeAsyncIterator()
+            #expect(try Self.json(await session.next())["message_id"] as? String == "dr2:d-2")
+            #expect(try Self.json(await session.next())["message_id"] as? String == "dr2:d-3")
+        }
+    }
+
     @Test func aDeviceGetsWhatWaitedForItWhenItsChannelOpens() async throws {
         try await withServer { h in
             let s = try await Self.setUp(h)

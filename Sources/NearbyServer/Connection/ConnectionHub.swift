@@ -50,10 +50,15 @@ public actor ConnectionHub {
         /// Upstream messages kept per device, pending or settled (kept to
         /// answer a repeat until a day after their expiry).
         public var upstreamPerDevice: Int
+        /// Delivery receipts kept for a project's application servers; the
+        /// oldest go first (an application server that never connects must
+        /// not make them pile up).
+        public var receiptsPerProject: Int
 
-        public init(channelQueue: Int, upstreamPerDevice: Int) {
+        public init(channelQueue: Int, upstreamPerDevice: Int, receiptsPerProject: Int) {
             self.channelQueue = channelQueue
             self.upstreamPerDevice = upstreamPerDevice
+            self.receiptsPerProject = receiptsPerProject
         }
     }
 
@@ -316,7 +321,13 @@ public actor ConnectionHub {
         guard let message = try await storage.removeDownstream(device: device, messageId: messageId),
               message.receiptRequested else { return }
         let receipt = CCSPayload.receipt(originalMessageId: messageId, device: device, domain: domain, sentAtMs: clock.nowMs)
-        try await storage.addReceipt(StoredReceipt(project: message.project, messageId: receipt.messageId, payload: receipt.payload))
+        let dropped = try await storage.addReceipt(StoredReceipt(project: message.project, messageId: receipt.messageId,
+                                                                 payload: receipt.payload),
+                                                   limit: deviceLimits.receiptsPerProject)
+        if dropped > 0 {
+            logger.notice("delivery receipts nobody took were dropped",
+                          metadata: ["project": "\(message.project)", "count": "\(dropped)"])
+        }
         await pump(message.project)
     }
 

@@ -50,8 +50,10 @@ public protocol ConnectionStorage: Sendable {
 
     // MARK: Receipts
 
-    /// Keeps a message for the project's application servers (a delivery receipt).
-    func addReceipt(_ receipt: StoredReceipt) async throws
+    /// Keeps a message for the project's application servers (a delivery
+    /// receipt), dropping the project's oldest beyond `limit`; returns how
+    /// many were dropped.
+    func addReceipt(_ receipt: StoredReceipt, limit: Int) async throws -> Int
     /// The project's receipts, oldest first, after `position`.
     func receipts(project: String, after position: Int64, limit: Int) async throws -> [StoredReceipt]
     /// Removes the project's receipt with this message id; returns whether there was one.

@@ -166,10 +166,16 @@ extension SQLiteStorage {
 
     // MARK: Receipts
 
-    public func addReceipt(_ receipt: StoredReceipt) async throws {
+    public func addReceipt(_ receipt: StoredReceipt, limit: Int) async throws -> Int {
         try await pool.write { db in
             try db.execute(sql: "INSERT INTO receipt (project, messageId, payload) VALUES (?, ?, ?)",
                            arguments: [receipt.project, receipt.messageId, receipt.payload])
+            // The newest `limit` stay: those at or before the limit-th newest but one go.
+            try db.execute(sql: """
+                DELETE FROM receipt WHERE project = ? AND position <=
+                    (SELECT position FROM receipt WHERE project = ? ORDER BY position DESC LIMIT 1 OFFSET ?)
+                """, arguments: [receipt.project, receipt.project, limit])
+            return db.changesCount
         }
     }
 
