@@ -127,6 +127,10 @@ struct AirFrameDecoder: ByteToMessageDecoder {
             }
             return nil
         }
+        // Bounded here too: a long line whose newline came in the same read is no shorter.
+        guard newline - view.startIndex <= Self.maximumLineBytes else {
+            throw AirProtocolError("a line longer than \(Self.maximumLineBytes) bytes")
+        }
         var line = buffer.readSlice(length: newline - view.startIndex)!
         buffer.moveReaderIndex(forwardBy: 1)
         if line.readableBytesView.last == UInt8(ascii: "\r") { line.moveWriterIndex(to: line.writerIndex - 1) }

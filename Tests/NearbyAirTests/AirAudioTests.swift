@@ -265,6 +265,17 @@ import Testing
         #expect(throws: AirProtocolError.self) { try decode([UInt8](repeating: 65, count: 70_000)) }
     }
 
+    /// A line of the limit is read; one byte more is refused, also when its
+    /// newline came in the same read (found by air-fuzz: such a line was read
+    /// whatever its length, and refused only when the bytes came in pieces).
+    @Test func aLineIsBoundedWhenItsNewlineIsAlreadyThere() throws {
+        let longest = [UInt8](repeating: 65, count: AirFrameDecoder.maximumLineBytes)
+        #expect(describe(try decode(longest + [10], samplesFollow: false)) == ["line " + String(repeating: "A", count: longest.count)])
+        #expect(throws: AirProtocolError("a line longer than \(AirFrameDecoder.maximumLineBytes) bytes")) {
+            try decode(longest + [65, 10], samplesFollow: false)
+        }
+    }
+
     @Test func theAudioRequestRoundTrips() throws {
         let line = AirCoding.encode(id: 3, .audio(device: "kiosk"))
         #expect(line == #"{"device":"kiosk","id":3,"op":"audio"}"#)
