@@ -75,6 +75,8 @@ fuzz: setup
 	.build-fuzz/debug/ccs-fuzz -dict=Sources/CCSFuzz/ccs.dict -max_len=8192 $(FUZZ_RUN) \
 		.build-fuzz/corpus/ccs Sources/CCSFuzz/corpus
 
+# The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
+bench: PACKAGES += python3-aiohttp
 bench: setup
 	$(SWIFT) build -c release --product nearby-bench
 	$(SWIFT) build -c release

@@ -41,8 +41,10 @@ let package = Package(
             linkerSettings: [.linkedLibrary("systemd")]
         ),
         .target(name: "DBus", dependencies: ["CSystemd"]),
-        // C: glibc's <malloc.h> (mallopt), so nearbyd gives back what a large message took.
+        // C: glibc's <malloc.h> (mallinfo2, malloc_trim), so nearbyd gives back what large messages took.
         .target(name: "CMalloc"),
+        // C: one malloc arena for all of nearbyd's threads, set before main (nearbyd's executable only).
+        .target(name: "NearbydMalloc"),
         .target(
             name: "SystemdService",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
@@ -138,7 +140,11 @@ let package = Package(
             dependencies: [
                 "NearbyCore", "ServerAPI", "ConfigFile", "XMPP",
                 .product(name: "HeapModule", package: "swift-collections"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -185,7 +191,7 @@ let package = Package(
         .executableTarget(
             name: "nearbyd",
             dependencies: [
-                "NearbyDaemon", "SystemdService", "ConfigFile",
+                "NearbyDaemon", "SystemdService", "ConfigFile", "NearbydMalloc",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -231,7 +237,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "bench",
-            exclude: ["reference", "modem-compare", "ccs_appserver.py"]
+            exclude: ["reference", "modem-compare", "ccs_appserver.py", "nearbyd_calls.py", "soak_clients.py", "soak_devices.py",
+                      "isolation_load.py"]
         ),
 
         // Helpers for tests that start real processes: a private dbus-daemon,
@@ -262,9 +269,13 @@ let package = Package(
         .testTarget(
             name: "NearbyServerTests",
             dependencies: [
-                "NearbyServer", "ServerAPI", "ConfigFile",
+                "NearbyServer", "ServerAPI", "ConfigFile", "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "NearbyDaemonTests", dependencies: [

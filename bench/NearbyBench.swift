@@ -30,12 +30,25 @@ struct NearbyBench: AsyncParsableCommand {
                        that acks, from one sender and from 100 at once, against the
                        round trips the path cannot avoid (D-Bus, HTTP, an XMPP dry run)
                        and the dry-run rate of one XMPP connection.
+            isolation  One client's wait for nearbyd's answers (p50, p99) while other
+                       clients, of its own user or another, flood it with SetPermission,
+                       30 MiB arguments, Publish/Unpublish or SendMessage, against its
+                       wait alone and a C sd-bus service's under the same load.
+                       About 4 minutes.
+            soak       Churn: 10,000 D-Bus clients connecting, publishing, subscribing,
+                       sending upstream and leaving (cleanly, by closing, or killed),
+                       1,000 devices registering with nearby-server's HTTP API and
+                       vanishing, application servers connecting and dropping. Then
+                       every object, row, descriptor and thread against the baseline
+                       taken before; fails naming what is left, or resident memory
+                       more than 10 % over its baseline. About 6 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
             Markdown rows for doc/performance.md.
             """,
-        subcommands: [All.self, Discovery.self, Throughput.self, Memory.self, Scan.self, Upstream.self],
+        subcommands: [All.self, Discovery.self, Throughput.self, Memory.self, Scan.self, Upstream.self,
+                      Isolation.self, Soak.self],
         defaultSubcommand: All.self
     )
 }
@@ -68,6 +81,9 @@ struct All: AsyncParsableCommand {
         try await MemoryBenchmark.run(locations: locations, publications: 10_000)
         try await ScanBenchmark.run(locations: locations, rate: 1000, seconds: 10, rounds: 3)
         try await UpstreamBenchmark.run(messages: 500, senders: 100, total: 5000)
+        try await IsolationBenchmark.run(locations: locations, seconds: 10, interval: 2000, connections: 3, window: 16)
+        // Last: it fails (after printing its figures) when something is left.
+        try await SoakBenchmark.run(SoakBenchmark.Settings())
     }
 }
 
@@ -159,6 +175,86 @@ struct Upstream: AsyncParsableCommand {
     }
 }
 
+struct Soak: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Churn and soak: nothing left afterwards, memory back within 10 % of its baseline.",
+        discussion: """
+            A warm-up round (320 clients, 100 devices), a quiet period and the baseline; then the \
+            clients and devices in --rounds rounds, each measured the same way. In a round the \
+            clients run in processes of 500 (root's, --concurrency at once), a fifth of them in \
+            processes of 16 (nobody's) killed with SIGKILL once they have published and subscribed; \
+            half of all leave cleanly (Unpublish, Unsubscribe, Release), the rest close their \
+            connection. The devices register, publish, subscribe, open their stream, report hearing \
+            each other and nearbyd, and are deleted or go silent; application servers \
+            (bench/ccs_appserver.py) log in and drop meanwhile. After a round every app comes back \
+            once with an application server there, so that the outbox empties, and each figure is \
+            taken after --quiet seconds. The figures are read from outside: /proc, busctl, sqlite3.
+
+            Exits with a failure that names each figure over its limit after the last round.
+            """)
+
+    @OptionGroup var locations: Locations
+
+    @Option(help: "D-Bus clients over the run.")
+    var clients = 10_000
+
+    @Option(help: "Devices registering with nearby-server over the run.")
+    var devices = 1_000
+
+    @Option(help: "Rounds the clients and devices are split into, each measured (a leak grows from one to the next).")
+    var rounds = 2
+
+    @Option(help: "root's clients connected at once (nearbyd's max-clients-per-user is 64).")
+    var concurrency = 40
+
+    @Option(help: "Seed of the clients' and devices' choices.")
+    var seed = 1
+
+    @Option(help: "Seconds of quiet before each measurement (nearbyd's idle HTTP connections close after 60).")
+    var quiet = 70.0
+
+    func run() async throws {
+        locations.apply()
+        try await SoakBenchmark.run(SoakBenchmark.Settings(clients: clients, devices: devices, rounds: rounds, concurrency: concurrency,
+                                                           seed: seed, quiet: quiet))
+    }
+}
+
+struct Isolation: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "One client's wait for answers while others flood nearbyd.",
+        discussion: """
+            A probe (bench/reference/latency_probe, C sd-bus, root) calls Properties.Get of nearbyd's \
+            Version, then the reference C service's Register, one call at a time, a pair every \
+            --interval µs, for --seconds: alone, under each load in turn, and alone again. The loads \
+            (bench/isolation_load.py, dbus-next) are --connections connections of nobody's, then of \
+            root's, with --window calls in flight each: SetPermission, CreateManager with a 30 MiB \
+            argument (one at a time; also sent to the reference service instead, by root), \
+            Publish/Unpublish, SendMessage with the direct channel open. Each row gives nearbyd's p50, \
+            p99 and maximum, its p99 against the probe's alone, and the reference's under the same load.
+            """)
+
+    @OptionGroup var locations: Locations
+
+    @Option(help: "Seconds each load is probed.")
+    var seconds = 10.0
+
+    @Option(help: ArgumentHelp("Microseconds between the probe's pairs of calls.", valueName: "us"))
+    var interval = 2000
+
+    @Option(help: "Connections of each load.")
+    var connections = 3
+
+    @Option(help: "Calls in flight on each load connection.")
+    var window = 16
+
+    func run() async throws {
+        locations.apply()
+        try await IsolationBenchmark.run(locations: locations, seconds: seconds, interval: interval,
+                                         connections: connections, window: window)
+    }
+}
+
 /// Percentiles of a sample, in the sample's unit.
 struct Sample {
     private let sorted: [Double]
@@ -173,6 +269,24 @@ struct Sample {
 
     var p50: Double { percentile(0.5) }
     var p99: Double { percentile(0.99) }
+    var max: Double { sorted.last ?? .nan }
+}
+
+/// A line on standard error, for a long benchmark's watcher; the results go to standard output.
+func progress(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// Whether `done` came true within `seconds`, asked every quarter second:
+/// what it looks at (files, /proc, other processes' state) tells nobody when
+/// it changes.
+func poll(within seconds: Double, _ done: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while ContinuousClock.now < deadline {
+        if try await done() { return true }
+        try await Task.sleep(for: .milliseconds(250))
+    }
+    return false
 }
 
 func milliseconds(_ duration: Duration) -> Double {

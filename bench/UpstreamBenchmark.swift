@@ -111,9 +111,11 @@ enum UpstreamBenchmark {
             """)
     }
 
-    /// bench/ccs_appserver.py acking every upstream message, on the project's Python environment.
-    private static func startAppServer(_ cluster: Cluster, _ keys: Cluster.ProjectKeys) async throws -> ChildProcess {
-        let server = try await ChildProcess(name: "app-server", executable: python, arguments: appServerArguments(cluster, keys),
+    /// bench/ccs_appserver.py acking every upstream message of `project`
+    /// (whose keys are `keys`), on the project's Python environment.
+    static func startAppServer(_ cluster: Cluster, _ keys: Cluster.ProjectKeys, project: String = "bench") async throws -> ChildProcess {
+        let server = try await ChildProcess(name: "app-server", executable: python,
+                                            arguments: appServerArguments(cluster, keys, project: project),
                                             environment: ["PYTHONUNBUFFERED": "1"])
         try await server.waitForLine(containing: "ready")
         return server
@@ -154,9 +156,9 @@ enum UpstreamBenchmark {
     private static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     private static let python = root.appendingPathComponent(".build/venv/bin/python").path
 
-    private static func appServerArguments(_ cluster: Cluster, _ keys: Cluster.ProjectKeys) -> [String] {
+    private static func appServerArguments(_ cluster: Cluster, _ keys: Cluster.ProjectKeys, project: String = "bench") -> [String] {
         [root.appendingPathComponent("bench/ccs_appserver.py").path, "--port", "\(cluster.xmppPort ?? 0)",
-         "--jid", "bench@\(Cluster.xmppDomain)", "--key", keys.serverKey, "--ca", cluster.certificatePath]
+         "--jid", "\(project)@\(Cluster.xmppDomain)", "--key", keys.serverKey, "--ca", cluster.certificatePath]
     }
 }
 

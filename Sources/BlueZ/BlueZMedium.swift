@@ -55,6 +55,8 @@ public final class BlueZMedium: BeaconScanner {
 
     /// The connection and what bluetoothd (its current instance) holds of ours.
     private var connection: BusConnection?
+    /// bluetoothd's name and its owner: the only caller of the objects exported for it.
+    private var bluezService: BusService?
     private var subscriptions: [SignalSubscription] = []
     /// bluetoothd's name changing hands: a crash, a restart.
     private var ownerChanges: OwnerObservation?
@@ -132,6 +134,7 @@ public final class BlueZMedium: BeaconScanner {
         connection.onDisconnect { onLost.finish() }
         self.connection = connection
         let bluez = try await BusService(BlueZ.service, on: connection)
+        bluezService = bluez
         // A change before this is in what synchronise() reads below.
         ownerChanges = bluez.onOwnerChange { [weak self] owner in self?.bluezChanged(owner: owner) }
         subscriptions = [
@@ -151,6 +154,7 @@ public final class BlueZMedium: BeaconScanner {
     /// drops a client's advertisements and discovery when it leaves the bus.
     private func tearDown() {
         ownerChanges = nil
+        bluezService = nil
         subscriptions = []
         connection?.close()
         connection = nil
@@ -545,6 +549,15 @@ public final class BlueZMedium: BeaconScanner {
         }
     }
 
+    /// What other programs get for calling an object exported for bluetoothd
+    /// (a `Release` or `DeviceFound` of their own making).
+    private func bluetoothdOnly() throws(DBusError) -> Access {
+        guard let bluezService else { throw .failed("not connected to bluetoothd") }
+        return .service(bluezService, denied: Self.notBluetoothd)
+    }
+
+    private static let notBluetoothd = DBusError.accessDenied("only bluetoothd (the owner of org.bluez) calls this object")
+
     private func exportAdvertisement(_ token: Token, on connection: BusConnection) throws(DBusError) -> LEAdvertisement {
         if let existing = advertisements[token] { return existing }
         let advertisement = LEAdvertisement(token: token, under: Self.root) { [weak self] token in
@@ -553,7 +566,8 @@ public final class BlueZMedium: BeaconScanner {
             self.advertisements.removeValue(forKey: token)?.exported?.unregister()
             Task { await self.reconcile() }
         }
-        advertisement.exported = try connection.export([LEAdvertisement.interface.bind(advertisement)], at: advertisement.path)
+        advertisement.exported = try connection.export([LEAdvertisement.interface.bind(advertisement)], at: advertisement.path,
+                                                       access: try bluetoothdOnly())
         advertisements[token] = advertisement
         return advertisement
     }
@@ -576,7 +590,7 @@ public final class BlueZMedium: BeaconScanner {
                 self.monitor = nil
                 Task { await self.reconcile() }
             })
-        try monitor.export(on: connection)
+        try monitor.export(on: connection, access: try bluetoothdOnly())
         self.monitor = monitor
         return monitor
     }

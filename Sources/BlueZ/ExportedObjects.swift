@@ -73,8 +73,8 @@ final class AdvertisementMonitor {
         self.released = released
     }
 
-    func export(on connection: BusConnection) throws(DBusError) {
-        exported = try connection.export([Self.interface.bind(self)], at: path)
+    func export(on connection: BusConnection, access: Access) throws(DBusError) {
+        exported = try connection.export([Self.interface.bind(self)], at: path, access: access)
         objectManager = try connection.addObjectManager(at: root)
     }
 

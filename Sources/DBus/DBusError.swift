@@ -15,6 +15,10 @@ public struct DBusError: Error, Equatable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(name): \(message)" }
 
+    public static func accessDenied(_ message: String) -> DBusError {
+        DBusError("org.freedesktop.DBus.Error.AccessDenied", message)
+    }
+
     public static func invalidArgs(_ message: String) -> DBusError {
         DBusError("org.freedesktop.DBus.Error.InvalidArgs", message)
     }

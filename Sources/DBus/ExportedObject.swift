@@ -7,10 +7,21 @@ public enum Access: Sendable {
     /// Only the connection with this unique name; anyone else is answered `denied`.
     /// Signals and PropertiesChanged of such an object are unicast to the owner.
     case owner(String, denied: DBusError)
+    /// Only the connection that owns the service's name now (an object a
+    /// service calls back, such as bluetoothd's advertisements); anyone else
+    /// is answered `denied`.
+    case service(BusService, denied: DBusError)
 
+    @BusActor
     func check(_ sender: UnsafePointer<CChar>?) throws(DBusError) {
-        guard case .owner(let owner, let denied) = self else { return }
-        guard let sender, owner.withCString({ strcmp($0, sender) }) == 0 else { throw denied }
+        switch self {
+        case .anyone:
+            return
+        case .owner(let owner, let denied):
+            guard let sender, owner.withCString({ strcmp($0, sender) }) == 0 else { throw denied }
+        case .service(let service, let denied):
+            guard let sender, service.isOwner(String(cString: sender)) else { throw denied }
+        }
     }
 
     var destination: String? {

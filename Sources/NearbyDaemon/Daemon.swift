@@ -28,7 +28,8 @@ public struct Daemon: Service {
     }
 
     public func run() async throws {
-        Self.returnFreedMemory()
+        let trimming = Self.giveBackFreedMemory()
+        defer { trimming.cancel() }
         try FileManager.default.createDirectory(atPath: configuration.stateDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         let (busLost, busLostSignal) = AsyncStream.makeStream(of: Void.self)
@@ -67,14 +68,21 @@ public struct Daemon: Service {
         if lostTheBus { throw DaemonError.busLost }
     }
 
-    /// glibc raises its mmap and trim thresholds after a large block is freed,
-    /// up to 32 and 64 MiB, and then keeps freed memory of that size: one
-    /// client's large message (sd-bus reads each whole) would stay resident
-    /// for good. Fixed thresholds turn that off, so what a call took is given
-    /// back when its message goes.
-    private static func returnFreedMemory() {
-        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
-        mallopt(M_TRIM_THRESHOLD, 1024 * 1024)
+    /// sd-bus reads each message whole, and glibc keeps what a large one took
+    /// for the next (it raises its mmap and trim thresholds after freeing a
+    /// large block): a flood of large messages then costs no page faults
+    /// each (returning each at once tripled what nearbyd spent per message,
+    /// all in the kernel), but would stay resident for good. So what is free
+    /// is given back once the flood is over: checked every five seconds, off
+    /// the bus thread. `malloc_trim` gives back the top of the main arena
+    /// only: the nearbyd executable makes it the only one (NearbydMalloc).
+    private static func giveBackFreedMemory() -> Task<Void, Never> {
+        Task.detached(priority: .background) {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(5))
+                if mallinfo2().fordblks > 16 << 20 { malloc_trim(0) }
+            }
+        }
     }
 
     /// Why the daemon stopped other than by request.

@@ -764,6 +764,8 @@ final class NearbyService {
         case .disconnected:
             state.connected = false
             state.registered = []
+            // A snapshot cut short says nothing; the next connection asks for a new one.
+            state.snapshotSources = nil
             refreshStatuses(of: state)
         case .waiting(let reason):
             state.waiting = reason
@@ -794,14 +796,25 @@ final class NearbyService {
     private func handle(_ event: StreamEvent, from state: LinkState) {
         switch event {
         case .found(let match):
+            state.snapshotSources?[match.subscription, default: []].insert(match.source)
             found(match, from: state)
         case .lost(let id, let source):
             guard let object = subscription(id, of: state),
                   let (message, info) = object.subscription.found.remove(source: source) else { return }
             object.emitLost(message, info)
             record("message lost", by: object.subscription.manager, ["object": "\(object.path)", "source": "\(source)"])
-        case .snapshot(let matches):
-            let sources = Dictionary(grouping: matches, by: \.subscription).mapValues { Set($0.map(\.source)) }
+        case .snapshot(let matches, let more):
+            // A snapshot comes a page at a time: what the pages list, and what
+            // is found meanwhile, is current; what was found before and is in
+            // neither is lost once the last page is in.
+            var sources = state.snapshotSources ?? [:]
+            for match in matches { sources[match.subscription, default: []].insert(match.source) }
+            if more {
+                state.snapshotSources = sources
+                for match in matches { found(match, from: state) }
+                return
+            }
+            state.snapshotSources = nil
             for object in subscriptions.values where object.subscription.manager.account == state.link.account {
                 // Beacon sources are the watch's, not the server's.
                 let kept = (sources[object.subscription.id] ?? []).union(
@@ -1136,6 +1149,9 @@ final class LinkState {
     var token: Token?
     var registered: Set<String> = []
     var usage: [Medium: Usage] = [:]
+    /// While a snapshot arrives in pages: the sources each subscription has
+    /// been told of since it began.
+    var snapshotSources: [String: Set<String>]?
 
     init(link: ServerLink, task: Task<Void, Never>) {
         self.link = link

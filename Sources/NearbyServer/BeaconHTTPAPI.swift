@@ -6,7 +6,7 @@ import ServerAPI
 /// under /v1beta1: authenticates (the admin key, or the API key for
 /// `beaconinfo:getforobserved`), decodes, calls the registry, encodes.
 extension HTTPAPI {
-    func addBeaconRoutes(to router: Router<BasicRequestContext>) {
+    func addBeaconRoutes(to router: Router<APIRequestContext>) {
         let registry = BeaconRegistry(storage: service.storage, clock: service.clock, limits: service.configuration.limits)
         @Sendable func admin(_ request: Request) async throws -> ProjectRecord {
             try await registry.project(adminAuthorization: request.headers[.authorization])
@@ -91,7 +91,7 @@ extension HTTPAPI {
     }
 
     /// `beacons/` and the path's beacon segment, percent-decoded (`!` may come as `%21`).
-    private static func beaconName(_ context: BasicRequestContext) throws -> String {
+    private static func beaconName(_ context: APIRequestContext) throws -> String {
         let segment = try parameter("beacon", context)
         return "beacons/\(segment.removingPercentEncoding ?? segment)"
     }

@@ -3,10 +3,15 @@ import ServerAPI
 /// The `q` of `GET /v1beta1/beacons`: terms `FIELD:VALUE` separated by
 /// spaces, all of which must hold. A value with spaces is quoted
 /// (`description:"room 3"`). Fields and values are read without regard to case.
+/// At most `maxTerms` terms: each is an expression of the listing's query.
 enum BeaconQuery {
-    static func filter(_ query: String) throws(APIError) -> BeaconFilter {
+    static func filter(_ query: String, maxTerms: Int) throws(APIError) -> BeaconFilter {
         var filter = BeaconFilter()
-        for term in try terms(query) {
+        let terms = try terms(query)
+        guard terms.count <= maxTerms else {
+            throw APIError(.invalidArgument, "q has \(terms.count) terms; at most \(maxTerms) are taken ([limits] max-query-terms)")
+        }
+        for term in terms {
             guard let colon = term.firstIndex(of: ":") else {
                 throw APIError(.invalidArgument, "q term '\(term)' is not FIELD:VALUE (fields: status, type, description)")
             }

@@ -72,7 +72,7 @@ public struct BeaconRegistry: Sendable {
     /// `GET /v1beta1/beacons`: one page of the caller's beacons that pass
     /// `query` (see ``BeaconQuery``), in the order they were registered.
     public func list(query: String?, pageSize: Int?, pageToken: String?, by caller: ProjectRecord) async throws -> ListBeaconsResponse {
-        let filter = try BeaconQuery.filter(query ?? "")
+        let filter = try BeaconQuery.filter(query ?? "", maxTerms: limits.maxQueryTerms)
         let size = pageSize ?? Self.defaultPageSize
         guard (1...Self.maxPageSize).contains(size) else {
             throw APIError(.invalidArgument, "pageSize is \(size); it must be between 1 and \(Self.maxPageSize)")

@@ -12,6 +12,9 @@ struct DeviceCache {
     /// Secret hashes by project and device id, for removals.
     private var byProject: [String: [String: Data]] = [:]
     private(set) var generation: UInt64 = 0
+    /// When each device's last-seen time was last written, so that it is
+    /// written at most once per ``NearbyService/lastSeenResolutionMs``.
+    private var seenWrittenAtMs: [String: UInt64] = [:]
 
     func device(secretHash: Data) -> DeviceRecord? {
         bySecretHash[secretHash]
@@ -26,10 +29,23 @@ struct DeviceCache {
     }
 
     mutating func remove(_ device: DeviceRecord) {
+        remove(id: device.id, project: device.project)
+    }
+
+    mutating func remove(id: String, project: String) {
         generation += 1
-        guard let secretHash = byProject[device.project]?.removeValue(forKey: device.id) else { return }
+        seenWrittenAtMs[id] = nil
+        guard let secretHash = byProject[project]?.removeValue(forKey: id) else { return }
         bySecretHash[secretHash] = nil
-        if byProject[device.project]?.isEmpty == true { byProject[device.project] = nil }
+        if byProject[project]?.isEmpty == true { byProject[project] = nil }
+    }
+
+    /// Whether the device's last-seen time is due to be written at `nowMs`
+    /// (it was not within `resolutionMs`); if so it counts as written.
+    mutating func seenWriteIsDue(_ id: String, nowMs: UInt64, resolutionMs: UInt64) -> Bool {
+        if let written = seenWrittenAtMs[id], written + resolutionMs > nowMs { return false }
+        seenWrittenAtMs[id] = nowMs
+        return true
     }
 
     /// Removes the devices of `projects` except those in `keeping`; returns
@@ -41,6 +57,7 @@ struct DeviceCache {
             guard var devices = byProject[project] else { continue }
             for (id, secretHash) in devices where !keeping.contains(id) {
                 bySecretHash[secretHash] = nil
+                seenWrittenAtMs[id] = nil
                 devices[id] = nil
                 removed.insert(id)
             }

@@ -15,15 +15,16 @@ struct HTTPAPI: Sendable {
     private var maxBodyBytes: Int { service.configuration.limits.maxBodyBytes }
 
     /// A router with every route of the API behind the error middleware.
-    func makeRouter() -> Router<BasicRequestContext> {
-        let router = Router(context: BasicRequestContext.self)
+    func makeRouter() -> Router<APIRequestContext> {
+        let router = Router(context: APIRequestContext.self)
         router.add(middleware: APIErrorMiddleware(logger: service.logger))
 
         router.get("/v1/health") { _, _ in
             try Self.json(["status": "ok"])
         }
-        router.post("/v1/devices") { request, _ in
-            let registration = try await service.registerDevice(apiKey: request.headers[Self.apiKeyField])
+        router.post("/v1/devices") { request, context in
+            let registration = try await service.registerDevice(apiKey: request.headers[Self.apiKeyField],
+                                                                from: ClientAddress(context.remoteAddress))
             return try Self.json(registration, status: .created)
         }
         router.delete("/v1/devices/:device") { request, context in
@@ -86,7 +87,7 @@ struct HTTPAPI: Sendable {
         return router
     }
 
-    private func authenticate(_ request: Request, _ context: BasicRequestContext) async throws -> DeviceRecord {
+    private func authenticate(_ request: Request, _ context: APIRequestContext) async throws -> DeviceRecord {
         try await service.authenticate(device: try Self.parameter("device", context),
                                        authorization: request.headers[.authorization])
     }
@@ -113,7 +114,7 @@ struct HTTPAPI: Sendable {
 
     static let apiKeyField = HTTPField.Name(ServerAPI.apiKeyHeader)!
 
-    static func parameter(_ name: String, _ context: BasicRequestContext) throws -> String {
+    static func parameter(_ name: String, _ context: APIRequestContext) throws -> String {
         guard let value = context.parameters.get(name) else {
             throw APIError(.internalError, "route parameter '\(name)' is missing")
         }
@@ -218,6 +219,13 @@ struct HTTPAPI: Sendable {
     }
 }
 
+/// An ``APIError`` that goes away by itself: the same request succeeds
+/// after `afterSeconds` (its `Retry-After`).
+struct RetryLater: Error {
+    let error: APIError
+    let afterSeconds: Int
+}
+
 /// Turns every error into an ``APIError`` response with its status, so no
 /// request ends without a named error, and logs what is the server's fault.
 struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
@@ -226,6 +234,10 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
+        } catch let error as RetryLater {
+            var response = Self.response(error.error, for: request)
+            response.headers[.retryAfter] = String(error.afterSeconds)
+            return response
         } catch let error as APIError {
             if error.error == .internalError {
                 logger.error("request failed", metadata: ["path": "\(request.uri.path)", "error": "\(error.message)"])
@@ -268,8 +280,12 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case .permissionDenied: .forbidden
         case .notFound: .notFound
         case .alreadyExists: .conflict
-        case .limitExceeded: .tooManyRequests
+        case .limitExceeded, .rateLimited: .tooManyRequests
         case .payloadTooLarge: .contentTooLarge
+        case .uriTooLong: .uriTooLong
+        case .headersTooLarge: .requestHeaderFieldsTooLarge
+        case .requestTimeout: .requestTimeout
+        case .tooManyConnections: .serviceUnavailable
         case .internalError: .internalServerError
         }
     }

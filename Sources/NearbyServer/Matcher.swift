@@ -5,6 +5,10 @@ import ServerAPI
 /// What a device's stream writer is handed, in order.
 enum StreamOutput: Sendable {
     case event(StreamEvent)
+    /// A page of a snapshot with more to come (`more` is set): once it is
+    /// written the writer asks for the next (``Matcher/continueSnapshot(device:streamID:generation:)``),
+    /// so a stream holds one page of a snapshot at a time, whatever its size.
+    case snapshotPage(StreamEvent, generation: UInt64)
     /// The server ends the stream, saying why (a newer stream replaced it, the
     /// device was unregistered).
     case close(String)
@@ -157,6 +161,27 @@ actor Matcher {
         let id: UInt64
         let continuation: AsyncStream<StreamOutputs.Queued>.Continuation
         let backlog: StreamBacklog
+        /// The snapshot being sent, if one is.
+        var snapshot: SnapshotCursor?
+    }
+
+    /// Where a snapshot sent a page at a time has got to. It walks the
+    /// subscriber's matches in order (publisher device, then subscription,
+    /// then publication, as ids sort) against the matcher's state as each page
+    /// is made, so it holds ids, never content: what changes meanwhile goes
+    /// out as found and lost in the stream's order, and a match already lost
+    /// is not listed.
+    private struct SnapshotCursor {
+        let generation: UInt64
+        /// The publisher devices the subscriber had matches with when the snapshot began, sorted.
+        let publishers: [String]
+        var publisherIndex = 0
+        /// The subscriber's subscription ids, sorted, for the current publisher.
+        var subscriptions: [String] = []
+        var subscriptionIndex = 0
+        /// The current subscription's candidate publications at the current publisher, sorted.
+        var candidates: [String] = []
+        var candidateIndex = 0
     }
 
     private enum Deadline: Hashable {
@@ -169,6 +194,7 @@ actor Matcher {
     private let edgeTimeoutMs: UInt64
     private let streamBufferLimit: Int
     private let streamBufferBytes: Int
+    private let snapshotPageBytes: Int
 
     private var devices: [String: Device] = [:]
     private var projectDevices: [String: Set<String>] = [:]
@@ -182,16 +208,21 @@ actor Matcher {
     private var sessions: [String: Session] = [:]
     private var deadlines = DeadlineQueue<Deadline>()
     private var lastSessionID: UInt64 = 0
+    private var lastSnapshotGeneration: UInt64 = 0
 
     /// `streamBufferLimit` and `streamBufferBytes`: events, and bytes of
     /// events, a stream may have waiting for a slow connection; beyond either
     /// the stream is closed (its device reconnects and asks for a snapshot)
-    /// instead of the server holding ever more memory.
-    init(clock: any WallClock, edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192, streamBufferBytes: Int = 16 << 20) {
+    /// instead of the server holding ever more memory. `snapshotPageBytes`:
+    /// about how much of the matches' content one page of a snapshot holds
+    /// (at least one match, however large).
+    init(clock: any WallClock, edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192, streamBufferBytes: Int = 16 << 20,
+         snapshotPageBytes: Int = 1 << 20) {
         self.clock = clock
         self.edgeTimeoutMs = edgeTimeoutMs
         self.streamBufferLimit = streamBufferLimit
         self.streamBufferBytes = streamBufferBytes
+        self.snapshotPageBytes = snapshotPageBytes
     }
 
     /// Fills an empty matcher from storage at start.
@@ -335,11 +366,16 @@ actor Matcher {
     /// Applies one report of `observer`: `seen` makes or refreshes edges, then
     /// `gone` takes tokens off them (an edge lasts while any token of the
     /// observed device is heard, so token rotation does not break it).
-    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge]) {
-        guard devices[observer] != nil else { return }
+    /// Returns the tokens of devices of other projects among `seen`: they
+    /// make no edge, and their observer is told they are unknown, as any
+    /// token it could not have been given.
+    @discardableResult
+    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge]) -> Set<Token> {
+        guard let project = devices[observer]?.project else { return Set(seen.map(\.token)) }
+        let foreign = Set(seen.filter { devices[$0.observed].map { $0.project != project } ?? false }.map(\.token))
         let now = clock.nowMs
         var changed = Set<String>()
-        for sighting in seen where sighting.observed != observer && devices[sighting.observed] != nil {
+        for sighting in seen where sighting.observed != observer && devices[sighting.observed]?.project == project {
             let key = EdgeKey(observer: observer, observed: sighting.observed, medium: sighting.medium)
             if var edge = edges[key] {
                 let wasInEarshot = edge.inEarshot(key.medium)
@@ -371,6 +407,7 @@ actor Matcher {
             recompute(subscriber: observer, publisher: other)
             recompute(subscriber: other, publisher: observer)
         }
+        return foreign
     }
 
     // MARK: Streams
@@ -411,23 +448,91 @@ actor Matcher {
         }
     }
 
-    /// Answers a snapshot request in the stream's order of events.
+    /// Answers a snapshot request in the stream's order of events: its first
+    /// page now, the next each time the writer has written one. A request
+    /// while a snapshot is being sent starts it again.
     func sendSnapshot(device: String, streamID: UInt64) {
-        guard let session = sessions[device], session.id == streamID else { return }
-        emit(.snapshot(snapshot(of: device)), to: device)
+        guard sessions[device]?.id == streamID else { return }
+        lastSnapshotGeneration += 1
+        let publishers = (matchedPublishers[device] ?? []).sorted()
+        sessions[device]!.snapshot = SnapshotCursor(generation: lastSnapshotGeneration, publishers: publishers)
+        emitSnapshotPage(device: device)
     }
 
-    /// Every current match of the device's subscriptions.
-    func snapshot(of device: String) -> [Match] {
-        var result: [Match] = []
-        for publisher in (matchedPublishers[device] ?? []).sorted() {
-            for key in (matches[Pair(subscriber: device, publisher: publisher)] ?? []).sorted() {
-                if let match = makeMatch(subscriber: device, publisher: publisher, key: key) {
-                    result.append(match)
-                }
-            }
+    /// The writer wrote the page of snapshot `generation`: the next one, unless
+    /// that snapshot was started again or the stream ended meanwhile.
+    func continueSnapshot(device: String, streamID: UInt64, generation: UInt64) {
+        guard let session = sessions[device], session.id == streamID, session.snapshot?.generation == generation else { return }
+        emitSnapshotPage(device: device)
+    }
+
+    private func emitSnapshotPage(device: String) {
+        guard var cursor = sessions[device]?.snapshot else { return }
+        let (page, more) = nextPage(of: device, &cursor)
+        sessions[device]!.snapshot = more ? cursor : nil
+        if more {
+            emit(.snapshot(page, more: true), to: device, generation: cursor.generation)
+        } else {
+            emit(.snapshot(page, more: false), to: device)
         }
-        return result
+    }
+
+    /// Every current match of the device's subscriptions, all pages together.
+    func snapshot(of device: String) -> [Match] {
+        var cursor = SnapshotCursor(generation: 0, publishers: (matchedPublishers[device] ?? []).sorted())
+        var matches: [Match] = []
+        while true {
+            let (page, more) = nextPage(of: device, &cursor)
+            matches += page
+            if !more { return matches }
+        }
+    }
+
+    /// The matches from `cursor` on, up to about `snapshotPageBytes` of them
+    /// (at least one), and whether any may follow.
+    private func nextPage(of subscriber: String, _ cursor: inout SnapshotCursor) -> (page: [Match], more: Bool) {
+        var page: [Match] = []
+        var bytes = 0
+        while let (publisher, key) = nextKey(of: subscriber, &cursor) {
+            guard matches[Pair(subscriber: subscriber, publisher: publisher)]?.contains(key) == true,
+                  let match = makeMatch(subscriber: subscriber, publisher: publisher, key: key) else { continue }
+            let matchBytes = match.bufferedBytes
+            if !page.isEmpty && bytes + matchBytes > snapshotPageBytes {
+                // Its page is the next one.
+                cursor.candidateIndex -= 1
+                return (page, true)
+            }
+            page.append(match)
+            bytes += matchBytes
+        }
+        return (page, false)
+    }
+
+    /// The next (publisher, subscription, publication) the cursor passes that
+    /// may be a match, or nil at the end.
+    private func nextKey(of subscriber: String, _ cursor: inout SnapshotCursor) -> (String, MatchKey)? {
+        while true {
+            if cursor.candidateIndex < cursor.candidates.count {
+                let publication = cursor.candidates[cursor.candidateIndex]
+                cursor.candidateIndex += 1
+                return (cursor.publishers[cursor.publisherIndex - 1],
+                        MatchKey(subscription: cursor.subscriptions[cursor.subscriptionIndex - 1], publication: publication))
+            }
+            if cursor.publisherIndex > 0 && cursor.subscriptionIndex < cursor.subscriptions.count {
+                let subscription = devices[subscriber]?.subscriptions[cursor.subscriptions[cursor.subscriptionIndex]]
+                let publisher = devices[cursor.publishers[cursor.publisherIndex - 1]]
+                cursor.subscriptionIndex += 1
+                cursor.candidates = subscription.flatMap { publisher?.candidates(for: $0).sorted() } ?? []
+                cursor.candidateIndex = 0
+                continue
+            }
+            guard cursor.publisherIndex < cursor.publishers.count else { return nil }
+            cursor.publisherIndex += 1
+            cursor.subscriptions = (devices[subscriber]?.subscriptions.keys).map { $0.sorted() } ?? []
+            cursor.subscriptionIndex = 0
+            cursor.candidates = []
+            cursor.candidateIndex = 0
+        }
     }
 
     // MARK: Time
@@ -548,12 +653,14 @@ actor Matcher {
         }
     }
 
-    private func emit(_ event: StreamEvent, to device: String) {
+    /// Queues `event` on the device's stream; `generation` marks a snapshot
+    /// page with more to come.
+    private func emit(_ event: StreamEvent, to device: String, generation: UInt64? = nil) {
         guard let session = sessions[device] else { return }
         // The connection cannot keep up (too many events or bytes waiting):
         // end the stream rather than lose events silently; the device
         // reconnects and takes a snapshot. An event over the byte budget on
-        // its own (a large snapshot) still goes out when nothing waits.
+        // its own (one large match) still goes out when nothing waits.
         let bytes = event.bufferedBytes
         let waiting = session.backlog.waiting
         guard waiting == 0 || waiting + bytes <= streamBufferBytes else {
@@ -561,7 +668,8 @@ actor Matcher {
             return
         }
         session.backlog.add(bytes)
-        if case .dropped = session.continuation.yield(StreamOutputs.Queued(output: .event(event), bytes: bytes)) {
+        let output: StreamOutput = generation.map { .snapshotPage(event, generation: $0) } ?? .event(event)
+        if case .dropped = session.continuation.yield(StreamOutputs.Queued(output: output, bytes: bytes)) {
             session.continuation.finish()
         }
     }

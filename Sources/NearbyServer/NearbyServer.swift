@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import ServiceLifecycle
@@ -7,11 +8,15 @@ import ServiceLifecycle
 /// WebSocket, with a periodic sweep for what expires.
 public struct NearbyServer: Sendable {
     public let service: NearbyService
+    /// The HTTP connections open, with their limits (`[http]`).
+    let connections: ConnectionRegistry
 
     public var configuration: ServerConfiguration { service.configuration }
 
     public init(service: NearbyService) {
         self.service = service
+        let http = service.configuration.http
+        connections = ConnectionRegistry(limits: .init(total: http.maxConnections, perAddress: http.maxConnectionsPerAddress))
     }
 
     /// Opens (creating when missing) the SQLite database the configuration
@@ -37,7 +42,12 @@ public struct NearbyServer: Sendable {
     ) -> some ApplicationProtocol {
         let service = self.service
         let listen = configuration.listen
+        let http = configuration.http
         let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(
+            // The guard holds heads to [http]'s limits before the parser sees
+            // them; the parser's own are no tighter, a backstop.
+            http1: HTTP1Channel.Configuration(httpDecoderConfiguration: .init(maxHeaderFieldSize: http.maxHeaderBytes,
+                                                                              maxHeaderListSize: http.maxHeaderBytes)),
             ws: WebSocketServerConfiguration(
                 // Clients' default (WSClient's too): larger events go out as
                 // fragmented messages of frames this size.
@@ -46,11 +56,18 @@ public struct NearbyServer: Sendable {
                 autoPing: .enabled(timePeriod: .seconds(30))
             )
         )
+        let connections = self.connections
+        let guardSettings = ConnectionGuard.Settings(http)
+        let server = HTTPServerBuilder { responder in
+            GuardedChildChannel(
+                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, _, _ in
+                    await DeviceSockets.shouldUpgrade(head, service: service)
+                },
+                registry: connections, settings: guardSettings, logger: service.logger)
+        }
         return Application(
             router: HTTPAPI(service: service).makeRouter(),
-            server: .http1WebSocketUpgrade(configuration: webSocket) { head, _, _ in
-                await DeviceSockets.shouldUpgrade(head, service: service)
-            },
+            server: server,
             configuration: ApplicationConfiguration(address: .hostname(listen.host, port: listen.port),
                                                     serverName: "nearby-server"),
             services: sweepInterval.map { [SweepService(service: service, interval: $0)] } ?? [],

@@ -20,18 +20,30 @@ public final class NearbyService: Sendable {
     let authenticated = Mutex(DeviceCache())
     /// How far the log of project deletions has been read.
     private let projectDeletionPosition = Mutex<Int64>(0)
+    /// How far the log of device deletions has been read.
+    private let deviceDeletionPosition = Mutex<Int64>(0)
+    /// When the next look for devices idle past `[limits] device-idle-days` is due.
+    private let nextStaleSweepMs = Mutex<UInt64>(0)
     private let serializer = DeviceSerializer()
+    let registrations: RegistrationLimiter
 
     private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
         self.storage = storage
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
+        registrations = RegistrationLimiter(limits: .init(
+            perAddressPerMinute: configuration.limits.registrationsPerAddressPerMinute,
+            perProjectPerMinute: configuration.limits.registrationsPerProjectPerMinute))
         matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
-                          streamBufferBytes: configuration.limits.maxStreamBufferBytes)
+                          streamBufferBytes: configuration.limits.maxStreamBufferBytes,
+                          snapshotPageBytes: configuration.limits.snapshotPageBytes)
         connections = ConnectionHub(storage: storage, clock: clock, domain: configuration.xmpp.domain,
                                     maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
-                                    maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice, logger: logger)
+                                    maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
+                                    deviceLimits: .init(channelQueue: configuration.limits.maxChannelQueue,
+                                                        upstreamPerDevice: configuration.limits.maxUpstreamPerDevice),
+                                    logger: logger)
     }
 
     /// A service over `storage`, with the devices, live tokens, publications
@@ -43,6 +55,8 @@ public final class NearbyService: Sendable {
         // Read before the devices: a project deleted while they load is noticed at the first sweep.
         let deletions = try await storage.projectDeletions(after: 0)
         service.projectDeletionPosition.withLock { $0 = deletions.position }
+        let deviceDeletions = try await storage.deviceDeletions(after: 0)
+        service.deviceDeletionPosition.withLock { $0 = deviceDeletions.position }
         let now = clock.nowMs
         let live = try await storage.liveTokens(nowMs: now)
         service.tokens.withLock { cache in live.forEach { cache.insert($0) } }
@@ -68,20 +82,39 @@ public final class NearbyService: Sendable {
     }
 
     /// The device a secret belongs to: from memory, or read from storage and
-    /// then kept in memory.
+    /// then kept in memory. Its last-seen time is written when due.
     private func knownDevice(secretHash: Data) async throws -> DeviceRecord? {
         let (cached, generation) = authenticated.withLock { ($0.device(secretHash: secretHash), $0.generation) }
-        if let cached { return cached }
-        guard let stored = try await storage.device(secretHash: secretHash) else { return nil }
-        authenticated.withLock { $0.insert(stored, secretHash: secretHash, readAt: generation) }
-        return stored
+        let record: DeviceRecord
+        if let cached {
+            record = cached
+        } else {
+            guard let stored = try await storage.device(secretHash: secretHash) else { return nil }
+            authenticated.withLock { $0.insert(stored, secretHash: secretHash, readAt: generation) }
+            record = stored
+        }
+        let now = clock.nowMs
+        if authenticated.withLock({ $0.seenWriteIsDue(record.id, nowMs: now, resolutionMs: Self.lastSeenResolutionMs) }) {
+            try await storage.touchDevice(id: record.id, atMs: now)
+        }
+        return record
     }
+
+    /// How often at most a device's last-seen time is written: idle devices
+    /// expire after days, so an hour's precision costs nothing.
+    static let lastSeenResolutionMs: UInt64 = 3_600_000
 
     // MARK: Devices
 
-    /// `POST /v1/devices`: a new device of the API key's project.
-    public func registerDevice(apiKey: String?) async throws -> DeviceRegistration {
+    /// `POST /v1/devices`: a new device of the API key's project, within the
+    /// registration rates of the caller's address and of the project.
+    public func registerDevice(apiKey: String?, from address: ClientAddress) async throws -> DeviceRegistration {
         let project = try await CallerCredentials.project(apiKey: apiKey, storage: storage)
+        do {
+            try registrations.admit(from: address, project: project.name, nowMs: clock.nowMs)
+        } catch {
+            throw Self.rateLimited(error, project: project.name, limits: configuration.limits)
+        }
         let limit = configuration.limits.maxDevicesPerProject
         let record = DeviceRecord(id: Credentials.newDeviceID(), project: project.name, namespace: project.namespace,
                                   createdAtMs: clock.nowMs)
@@ -98,6 +131,20 @@ public final class NearbyService: Sendable {
         await matcher.addDevice(record.id, project: project.name)
         logger.info("device registered", metadata: ["device": "\(record.id)", "project": "\(project.name)"])
         return DeviceRegistration(device: record.id, secret: secret, project: project.name, namespace: project.namespace)
+    }
+
+    private static func rateLimited(_ refusal: RegistrationLimiter.Refusal, project: String,
+                                    limits: ServerConfiguration.Limits) -> RetryLater {
+        let seconds = Int((refusal.retryAfterMs + 999) / 1000)
+        let error = switch refusal.limit {
+        case .address:
+            APIError(.rateLimited, "this address registered \(limits.registrationsPerAddressPerMinute) devices in the last minute, "
+                     + "its limit ([limits] registrations-per-address-per-minute); try again in \(seconds) s")
+        case .project:
+            APIError(.rateLimited, "project '\(project)' registered \(limits.registrationsPerProjectPerMinute) devices in the last "
+                     + "minute, its limit ([limits] registrations-per-project-per-minute); try again in \(seconds) s")
+        }
+        return RetryLater(error: error, afterSeconds: seconds)
     }
 
     /// `DELETE /v1/devices/{device}`: the device and all it had; subscribers
@@ -297,7 +344,11 @@ public final class NearbyService: Sendable {
         let gone = report.gone.compactMap { entry in
             records[entry.token].map { GoneEdge(observed: $0.device, token: entry.token, medium: entry.medium) }
         }
-        await matcher.applySightings(observer: device.id, seen: seen, gone: gone)
+        // Tokens of another project are unknown to this device: no edge, and no hint that they are valid.
+        let foreign = await matcher.applySightings(observer: device.id, seen: seen, gone: gone)
+        if !foreign.isEmpty {
+            for index in results.indices where foreign.contains(results[index].token) { results[index].status = .unknown }
+        }
         return SightingResults(results: results)
     }
 
@@ -332,11 +383,14 @@ public final class NearbyService: Sendable {
         await matcher.sweep()
         await connections.sweep()
         tokens.withLock { $0.removeExpired(nowMs: now) }
+        registrations.sweep(nowMs: now)
         do {
             try await storage.deleteExpiredPublications(nowMs: now)
             try await storage.deleteExpiredSubscriptions(nowMs: now)
             try await storage.purgeTokens(expiredBeforeMs: now > Self.tokenRetentionMs ? now - Self.tokenRetentionMs : 0)
             try await dropDeletedProjects()
+            try await expireIdleDevices(nowMs: now)
+            try await dropDeletedDevices()
         } catch {
             logger.error("storage housekeeping failed", metadata: ["error": "\(error)"])
         }
@@ -358,6 +412,55 @@ public final class NearbyService: Sendable {
         await matcher.removeDevices(gone)
         projectDeletionPosition.withLock { $0 = deletions.position }
         logger.info("projects deleted elsewhere were dropped", metadata: ["projects": "\(deletions.projects.sorted())"])
+    }
+
+    /// Deletes the devices that have not authenticated for `[limits]
+    /// device-idle-days`, looking at most once an hour: an app uninstalled,
+    /// a registration an attacker made and dropped. Their subscribers lose
+    /// what they published.
+    private func expireIdleDevices(nowMs: UInt64) async throws {
+        guard nextStaleSweepMs.withLock({ next in
+            guard nowMs >= next else { return false }
+            next = nowMs + Self.lastSeenResolutionMs
+            return true
+        }) else { return }
+        let idleMs = UInt64(configuration.limits.deviceIdleDays) * 86_400_000
+        guard nowMs > idleMs else { return }
+        var expired = 0
+        while true {
+            let stale = try await storage.staleDevices(lastSeenBeforeMs: nowMs - idleMs, limit: 1000)
+            for device in stale {
+                try await serializer.run(device.id) {
+                    _ = try await self.storage.deleteDevice(id: device.id)
+                }
+            }
+            await forget(Dictionary(stale.map { ($0.id, $0.project) }, uniquingKeysWith: { first, _ in first }))
+            expired += stale.count
+            if stale.count < 1000 { break }
+        }
+        if expired > 0 {
+            logger.info("idle devices expired", metadata: ["devices": "\(expired)", "idleDays": "\(configuration.limits.deviceIdleDays)"])
+        }
+    }
+
+    /// Forgets the devices another process deleted (`nearby-server project
+    /// devices --remove-stale`) since the last look: they stop
+    /// authenticating, their streams close, their publications are lost.
+    private func dropDeletedDevices() async throws {
+        let deletions = try await storage.deviceDeletions(after: deviceDeletionPosition.withLock { $0 })
+        guard !deletions.devices.isEmpty else { return }
+        await forget(deletions.devices)
+        deviceDeletionPosition.withLock { $0 = deletions.position }
+    }
+
+    /// Drops devices deleted from storage (id to project) from memory: the
+    /// caches, and the matcher, which closes their streams.
+    private func forget(_ devices: [String: String]) async {
+        authenticated.withLock { cache in
+            for (id, project) in devices { cache.remove(id: id, project: project) }
+        }
+        tokens.withLock { $0.remove(devices: Set(devices.keys)) }
+        await matcher.removeDevices(Set(devices.keys))
     }
 
     /// How long an expired token is still told apart from an unknown one.

@@ -67,6 +67,23 @@ public struct ProjectAdmin: Sendable {
         try await storage.projects()
     }
 
+    /// The project's devices, by id; with `staleDays`, only those not seen
+    /// for that many days or more. Throws when there is no such project.
+    public func devices(project: String, staleDays: Int? = nil) async throws -> [DeviceActivity] {
+        guard try await storage.project(name: project) != nil else { throw StorageError.projectNotFound(project) }
+        let devices = try await storage.deviceActivity(project: project)
+        guard let staleDays else { return devices }
+        let now = clock.nowMs
+        let idleMs = UInt64(staleDays) * 86_400_000
+        return devices.filter { $0.lastSeenAtMs + idleMs <= now }
+    }
+
+    /// Deletes these devices with their tokens, publications and
+    /// subscriptions; a running server drops them at its next sweep.
+    public func remove(devices: [String]) async throws {
+        for device in devices { _ = try await storage.deleteDevice(id: device) }
+    }
+
     /// Deletes a project and everything of it. Throws when there is none of that name.
     public func delete(name: String) async throws {
         guard try await storage.deleteProject(name: name) else { throw StorageError.projectNotFound(name) }

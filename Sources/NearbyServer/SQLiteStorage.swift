@@ -233,6 +233,27 @@ public final class SQLiteStorage: ServerStorage {
                 END;
                 """)
         }
+        // When each device last authenticated, so that devices nobody uses
+        // any more expire; and a log of device deletions, from which a running
+        // server learns of devices the CLI removed (it keeps a day, by
+        // SQLite's clock, which alone writes and purges it).
+        migrator.registerMigration("v6") { db in
+            try db.execute(sql: """
+                ALTER TABLE device ADD COLUMN lastSeenAtMs INTEGER NOT NULL DEFAULT 0;
+                UPDATE device SET lastSeenAtMs = createdAtMs;
+                CREATE INDEX device_lastSeenAtMs ON device(lastSeenAtMs);
+                CREATE TABLE deviceDeletion (
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    device TEXT NOT NULL,
+                    project TEXT NOT NULL,
+                    deletedAtMs INTEGER NOT NULL
+                );
+                CREATE TRIGGER device_deletion_logged AFTER DELETE ON device BEGIN
+                    DELETE FROM deviceDeletion WHERE deletedAtMs < \(Self.sqliteNowMs) - 86400000;
+                    INSERT INTO deviceDeletion (device, project, deletedAtMs) VALUES (OLD.id, OLD.project, \(Self.sqliteNowMs));
+                END;
+                """)
+        }
         return migrator
     }
 
@@ -323,8 +344,9 @@ public final class SQLiteStorage: ServerStorage {
             try Self.requireProject(device.project, db)
             let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM device WHERE project = ?", arguments: [device.project]) ?? 0
             guard count < limit else { return false }
-            try db.execute(sql: "INSERT INTO device (id, project, secretHash, createdAtMs) VALUES (?, ?, ?, ?)",
-                           arguments: [device.id, device.project, secretHash, Int64(clamping: device.createdAtMs)])
+            try db.execute(sql: "INSERT INTO device (id, project, secretHash, createdAtMs, lastSeenAtMs) VALUES (?, ?, ?, ?, ?)",
+                           arguments: [device.id, device.project, secretHash, Int64(clamping: device.createdAtMs),
+                                       Int64(clamping: device.createdAtMs)])
             return true
         }
     }
@@ -357,6 +379,42 @@ public final class SQLiteStorage: ServerStorage {
             return db.changesCount > 0
         }
     }
+
+    public func touchDevice(id: String, atMs: UInt64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE device SET lastSeenAtMs = ? WHERE id = ?", arguments: [Int64(clamping: atMs), id])
+        }
+    }
+
+    public func deviceActivity(project: String) async throws -> [DeviceActivity] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, createdAtMs, lastSeenAtMs FROM device WHERE project = ? ORDER BY id",
+                             arguments: [project]).map { row in
+                DeviceActivity(device: row["id"], createdAtMs: milliseconds(row["createdAtMs"]),
+                               lastSeenAtMs: milliseconds(row["lastSeenAtMs"]))
+            }
+        }
+    }
+
+    public func staleDevices(lastSeenBeforeMs: UInt64, limit: Int) async throws -> [DeviceRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "\(Self.deviceQuery) WHERE d.lastSeenAtMs < ? ORDER BY d.lastSeenAtMs LIMIT ?",
+                             arguments: [Int64(clamping: lastSeenBeforeMs), limit]).map(Self.device)
+        }
+    }
+
+    public func deviceDeletions(after position: Int64) async throws -> DeviceDeletions {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT position, device, project FROM deviceDeletion WHERE position > ? ORDER BY position",
+                                        arguments: [position])
+            var devices: [String: String] = [:]
+            for row in rows { devices[row["device"]] = row["project"] }
+            return DeviceDeletions(position: rows.last?["position"] ?? position, devices: devices)
+        }
+    }
+
+    /// Now in milliseconds by SQLite's clock, for what only SQLite writes and reads.
+    private static let sqliteNowMs = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
     private static let deviceQuery = "SELECT d.id, d.project, p.namespace, d.createdAtMs FROM device d JOIN project p ON p.name = d.project"
 

@@ -10,6 +10,8 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     /// `[http] listen`: the address the HTTP and WebSocket API is served on.
     public var listen = ListenAddress(host: "127.0.0.1", port: 8080)
+    /// `[http]`'s limits on connections and their requests.
+    public var http = HTTP()
     /// `[database] path`: the SQLite database file.
     public var databasePath = "/var/lib/nearby-server/nearby.sqlite"
     /// `[tokens] lifetime-seconds`: how long an issued token stays valid.
@@ -24,6 +26,28 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var limits = Limits()
     /// `[xmpp]`: the connection server's endpoint for application servers.
     public var xmpp = XMPP()
+
+    /// What one connection to the HTTP API may hold and for how long.
+    public struct HTTP: Sendable, Equatable {
+        /// `max-connections`: connections at once; beyond, the oldest idle one
+        /// is closed, or the new one refused (503) when none is idle.
+        public var maxConnections = 2048
+        /// `max-connections-per-address`: the same for one client address
+        /// (an IPv6 client's /64).
+        public var maxConnectionsPerAddress = 256
+        /// `header-timeout-seconds`: a new connection must send a whole request head within this.
+        public var headerTimeoutSeconds = 10
+        /// `idle-timeout-seconds`: after a response, the next request head must arrive within this.
+        public var idleTimeoutSeconds = 60
+        /// `request-timeout-seconds`: from a request's head to the end of its response (body included).
+        public var requestTimeoutSeconds = 30
+        /// `max-request-line-bytes`: a longer request line is answered 414.
+        public var maxRequestLineBytes = 8192
+        /// `max-header-bytes`: a longer request head (line and header fields) is answered 431.
+        public var maxHeaderBytes = 32_768
+
+        public init() {}
+    }
 
     public struct XMPP: Sendable, Equatable {
         /// `listen`: where application servers connect, TLS from the first byte.
@@ -81,10 +105,29 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-stream-buffer-bytes`: bytes of events a device's stream may
         /// have waiting for its connection before the server closes the stream.
         public var maxStreamBufferBytes = 16 << 20
+        /// `snapshot-page-bytes`: about how much message content one page of a
+        /// snapshot carries; the next page goes out once this one is written.
+        public var snapshotPageBytes = 1 << 20
         /// `max-observations-per-request`: observations in one `beaconinfo:getforobserved`.
         public var maxObservationsPerRequest = 100
         /// `max-namespaced-types-per-request`: namespaced types in one `beaconinfo:getforobserved`.
         public var maxNamespacedTypesPerRequest = 16
+        /// `max-query-terms`: terms in the `q` of a beacon listing.
+        public var maxQueryTerms = 16
+        /// `max-channel-queue`: events a device's direct channel may have
+        /// waiting for the device to read them before the server closes it.
+        public var maxChannelQueue = 256
+        /// `max-upstream-per-device`: upstream messages the connection server
+        /// keeps per device, pending or settled (kept to answer a repeat).
+        public var maxUpstreamPerDevice = 10_000
+        /// `registrations-per-address-per-minute`: devices one client address
+        /// (an IPv6 client's /64) may register a minute, as many at once.
+        public var registrationsPerAddressPerMinute = 10
+        /// `registrations-per-project-per-minute`: devices a project may gain a minute.
+        public var registrationsPerProjectPerMinute = 600
+        /// `device-idle-days`: a device that has not authenticated for this
+        /// long is deleted.
+        public var deviceIdleDays = 90
 
         public init() {}
     }
@@ -112,10 +155,20 @@ public struct ServerConfiguration: Sendable, Equatable {
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> ServerConfiguration {
         var configuration = self
         try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp"])
-        let http = try file.section("http", keys: ["listen"])
+        let http = try file.section("http", keys: [
+            "listen", "max-connections", "max-connections-per-address", "header-timeout-seconds", "idle-timeout-seconds",
+            "request-timeout-seconds", "max-request-line-bytes", "max-header-bytes",
+        ])
         if let listen = try http.string("listen") {
             configuration.listen = try ListenAddress(parsing: listen, what: "\(file.source): [http] listen")
         }
+        if let value = try http.integer("max-connections") { configuration.http.maxConnections = value }
+        if let value = try http.integer("max-connections-per-address") { configuration.http.maxConnectionsPerAddress = value }
+        if let value = try http.integer("header-timeout-seconds") { configuration.http.headerTimeoutSeconds = value }
+        if let value = try http.integer("idle-timeout-seconds") { configuration.http.idleTimeoutSeconds = value }
+        if let value = try http.integer("request-timeout-seconds") { configuration.http.requestTimeoutSeconds = value }
+        if let value = try http.integer("max-request-line-bytes") { configuration.http.maxRequestLineBytes = value }
+        if let value = try http.integer("max-header-bytes") { configuration.http.maxHeaderBytes = value }
         let database = try file.section("database", keys: ["path"])
         if let path = try database.string("path") { configuration.databasePath = path }
         let tokens = try file.section("tokens", keys: ["lifetime-seconds", "overlap-seconds"])
@@ -126,8 +179,12 @@ public struct ServerConfiguration: Sendable, Equatable {
         let limits = try file.section("limits", keys: [
             "max-body-bytes", "max-publications-per-device", "max-subscriptions-per-device",
             "max-sightings-per-report", "max-changes-per-batch", "max-devices-per-project", "max-stream-buffer-bytes",
-            "max-observations-per-request", "max-namespaced-types-per-request",
+            "snapshot-page-bytes", "max-observations-per-request", "max-namespaced-types-per-request", "max-query-terms",
+            "max-channel-queue", "max-upstream-per-device",
+            "registrations-per-address-per-minute", "registrations-per-project-per-minute", "device-idle-days",
         ])
+        if let value = try limits.integer("max-channel-queue") { configuration.limits.maxChannelQueue = value }
+        if let value = try limits.integer("max-upstream-per-device") { configuration.limits.maxUpstreamPerDevice = value }
         if let value = try limits.integer("max-body-bytes") { configuration.limits.maxBodyBytes = value }
         if let value = try limits.integer("max-publications-per-device") { configuration.limits.maxPublicationsPerDevice = value }
         if let value = try limits.integer("max-subscriptions-per-device") { configuration.limits.maxSubscriptionsPerDevice = value }
@@ -135,10 +192,19 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("max-changes-per-batch") { configuration.limits.maxChangesPerBatch = value }
         if let value = try limits.integer("max-devices-per-project") { configuration.limits.maxDevicesPerProject = value }
         if let value = try limits.integer("max-stream-buffer-bytes") { configuration.limits.maxStreamBufferBytes = value }
+        if let value = try limits.integer("snapshot-page-bytes") { configuration.limits.snapshotPageBytes = value }
         if let value = try limits.integer("max-observations-per-request") { configuration.limits.maxObservationsPerRequest = value }
+        if let value = try limits.integer("max-query-terms") { configuration.limits.maxQueryTerms = value }
         if let value = try limits.integer("max-namespaced-types-per-request") {
             configuration.limits.maxNamespacedTypesPerRequest = value
         }
+        if let value = try limits.integer("registrations-per-address-per-minute") {
+            configuration.limits.registrationsPerAddressPerMinute = value
+        }
+        if let value = try limits.integer("registrations-per-project-per-minute") {
+            configuration.limits.registrationsPerProjectPerMinute = value
+        }
+        if let value = try limits.integer("device-idle-days") { configuration.limits.deviceIdleDays = value }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
             "max-pending-downstream-per-device", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
@@ -175,6 +241,15 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// Checks every value against its range and the values against each other.
     public func validate() throws(ConfigurationError) {
         guard !databasePath.isEmpty else { throw ConfigurationError("[database] path must not be empty") }
+        try Self.check(http.maxConnections, in: 1...1_000_000, "[http] max-connections")
+        try Self.check(http.maxConnectionsPerAddress, in: 1...http.maxConnections, "[http] max-connections-per-address")
+        try Self.check(http.headerTimeoutSeconds, in: 1...3600, "[http] header-timeout-seconds")
+        try Self.check(http.idleTimeoutSeconds, in: 1...86_400, "[http] idle-timeout-seconds")
+        try Self.check(http.requestTimeoutSeconds, in: 1...3600, "[http] request-timeout-seconds")
+        // Room for the longest path the API has (a device id and an object id) and nearbyd's headers.
+        try Self.check(http.maxRequestLineBytes, in: 1024...(1 << 20), "[http] max-request-line-bytes")
+        try Self.check(http.maxHeaderBytes, in: max(4096, http.maxRequestLineBytes)...(1 << 20), "[http] max-header-bytes",
+                       below: "at least 4096 and max-request-line-bytes: the head holds the request line")
         try Self.check(tokenLifetimeSeconds, in: 60...86_400, "[tokens] lifetime-seconds")
         guard tokenOverlapSeconds >= 0, tokenOverlapSeconds < tokenLifetimeSeconds else {
             throw ConfigurationError("[tokens] overlap-seconds is \(tokenOverlapSeconds); it must be at least 0 and less than lifetime-seconds (\(tokenLifetimeSeconds))")
@@ -192,8 +267,19 @@ public struct ServerConfiguration: Sendable, Equatable {
                        below: "nearbyd sends up to \(ClientBatchLimits.maxChangesPerBatch) changes at once")
         try Self.check(limits.maxDevicesPerProject, in: 1...1_000_000_000, "[limits] max-devices-per-project")
         try Self.check(limits.maxStreamBufferBytes, in: (1 << 20)...(1 << 30), "[limits] max-stream-buffer-bytes")
+        // A page waits in the stream's buffer until written, and nearbyd reads
+        // a page as one message: its JSON (content as base64) must stay well
+        // within ClientBatchLimits.maxStreamMessageBytes.
+        try Self.check(limits.snapshotPageBytes, in: (1 << 16)...min(limits.maxStreamBufferBytes, 1 << 24),
+                       "[limits] snapshot-page-bytes")
         try Self.check(limits.maxObservationsPerRequest, in: 1...10_000, "[limits] max-observations-per-request")
         try Self.check(limits.maxNamespacedTypesPerRequest, in: 1...1000, "[limits] max-namespaced-types-per-request")
+        // Each term is an expression of the listing's SQL: well under SQLite's depth and variable limits.
+        try Self.check(limits.maxQueryTerms, in: 1...100, "[limits] max-query-terms")
+        try Self.check(limits.maxUpstreamPerDevice, in: 1...10_000_000, "[limits] max-upstream-per-device")
+        try Self.check(limits.registrationsPerAddressPerMinute, in: 1...60_000, "[limits] registrations-per-address-per-minute")
+        try Self.check(limits.registrationsPerProjectPerMinute, in: 1...600_000, "[limits] registrations-per-project-per-minute")
+        try Self.check(limits.deviceIdleDays, in: 1...3650, "[limits] device-idle-days")
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }
@@ -206,6 +292,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.maxConnections, in: 1...100_000, "[xmpp] max-connections")
         try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
         try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
+        // A channel takes every message waiting for its device when it opens.
+        try Self.check(limits.maxChannelQueue, in: xmpp.maxPendingDownstreamPerDevice...1_000_000, "[limits] max-channel-queue",
+                       below: "every message waiting for a device, [xmpp] max-pending-downstream-per-device, goes on its channel at once")
         // The slowest is found by looking at them all (ConnectionAdmission): kept cheap.
         try Self.check(xmpp.maxUnauthenticatedConnections, in: 1...4096, "[xmpp] max-unauthenticated-connections")
         try Self.check(xmpp.maxUnauthenticatedConnectionsPerAddress, in: 1...xmpp.maxUnauthenticatedConnections,

@@ -47,6 +47,17 @@ public protocol ServerStorage: BeaconStorage, ConnectionStorage {
     /// Deletes a device with its tokens, publications and subscriptions.
     /// Returns whether it existed.
     func deleteDevice(id: String) async throws -> Bool
+    /// Records that the device authenticated at `atMs`: its last-seen time.
+    func touchDevice(id: String, atMs: UInt64) async throws
+    /// A project's devices with when each was created and last seen, by id.
+    func deviceActivity(project: String) async throws -> [DeviceActivity]
+    /// Up to `limit` devices last seen before `lastSeenBeforeMs`, least recently seen first.
+    func staleDevices(lastSeenBeforeMs: UInt64, limit: Int) async throws -> [DeviceRecord]
+    /// The devices deleted, by anyone, after position `after` of the log of
+    /// device deletions, and the log's position after them (0 before any).
+    /// The server asks every sweep, to notice devices removed by `nearby-server
+    /// project devices --remove-stale`. The log keeps a day of deletions.
+    func deviceDeletions(after: Int64) async throws -> DeviceDeletions
 
     // MARK: Tokens
 
@@ -91,6 +102,33 @@ public struct ProjectRecord: Sendable, Equatable, Codable {
         self.name = name
         self.namespace = namespace
         self.createdAtMs = createdAtMs
+    }
+}
+
+/// A device as `project devices` shows it.
+public struct DeviceActivity: Sendable, Equatable, Codable {
+    public var device: String
+    public var createdAtMs: UInt64
+    /// When it last authenticated (to the hour: the server writes it at most hourly).
+    public var lastSeenAtMs: UInt64
+
+    public init(device: String, createdAtMs: UInt64, lastSeenAtMs: UInt64) {
+        self.device = device
+        self.createdAtMs = createdAtMs
+        self.lastSeenAtMs = lastSeenAtMs
+    }
+}
+
+/// Devices deleted since a position of the log of device deletions.
+public struct DeviceDeletions: Sendable, Equatable {
+    /// The log's position after these deletions: where the next question starts.
+    public var position: Int64
+    /// Each deleted device and its project.
+    public var devices: [String: String]
+
+    public init(position: Int64, devices: [String: String]) {
+        self.position = position
+        self.devices = devices
     }
 }
 

@@ -54,13 +54,13 @@ extension StreamEvent {
         switch self {
         case .found(let match): match.bufferedBytes
         case .lost(let subscription, let source): 64 + subscription.utf8.count + source.utf8.count
-        case .snapshot(let matches): matches.reduce(64) { $0 + $1.bufferedBytes }
+        case .snapshot(let matches, _): matches.reduce(64) { $0 + $1.bufferedBytes }
         }
     }
 }
 
 extension Match {
-    fileprivate var bufferedBytes: Int {
+    var bufferedBytes: Int {
         64 + content.count + subscription.utf8.count + source.utf8.count + namespace.utf8.count + type.utf8.count
     }
 }

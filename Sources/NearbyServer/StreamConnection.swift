@@ -24,7 +24,7 @@ enum StreamEndpoint {
         defer { logger.debug("stream closed", metadata: ["device": "\(device)", "stream": "\(handle.id)"]) }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                await writeEvents(handle, to: outbound, logger: logger)
+                await writeEvents(handle, device: device, matcher: service.matcher, to: outbound, logger: logger)
             }
             group.addTask {
                 await readRequests(device: device, handle: handle, service: service, inbound: inbound, outbound: outbound)
@@ -36,15 +36,21 @@ enum StreamEndpoint {
         await service.matcher.closeStream(device: device, id: handle.id)
     }
 
-    private static func writeEvents(_ handle: StreamHandle, to outbound: WebSocketOutboundWriter, logger: Logger) async {
+    /// Writes the stream's outputs in order. A snapshot page with more to
+    /// come is followed by the next only once it is written, so one page of
+    /// a snapshot at most is held for the connection, however large the snapshot.
+    private static func writeEvents(_ handle: StreamHandle, device: String, matcher: Matcher,
+                                    to outbound: WebSocketOutboundWriter, logger: Logger) async {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
         do {
             for await output in handle.outputs {
                 switch output {
                 case .event(let event):
-                    let text = String(decoding: try encoder.encode(event), as: UTF8.self)
-                    try await outbound.writeTextMessage(text)
+                    try await outbound.writeTextMessage(String(decoding: try encoder.encode(event), as: UTF8.self))
+                case .snapshotPage(let page, let generation):
+                    try await outbound.writeTextMessage(String(decoding: try encoder.encode(page), as: UTF8.self))
+                    await matcher.continueSnapshot(device: device, streamID: handle.id, generation: generation)
                 case .close(let reason):
                     try await outbound.close(.normalClosure, reason: reason)
                     return

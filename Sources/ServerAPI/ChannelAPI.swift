@@ -52,7 +52,8 @@ public struct ChannelFailure: Codable, Sendable, Equatable {
     public var app: String
     public var messageId: String
     /// `SERVICE_NOT_AVAILABLE` (TTL 0 and no application server connected),
-    /// `TTL_EXCEEDED`, `INVALID_PARAMETERS` (not addressed to the device's project).
+    /// `TTL_EXCEEDED`, `INVALID_PARAMETERS` (not addressed to the device's project),
+    /// `DEVICE_MESSAGE_RATE_EXCEEDED` (the device has its limit of messages kept).
     public var error: String
     public var description: String
 

@@ -14,7 +14,8 @@ public enum ClientBatchLimits {
     public static let maxChangesPerBatch = 128
     /// Entries, `seen` and `gone` together, in one `POST /v1/devices/{device}/sightings`.
     public static let maxSightingsPerReport = 256
-    /// The largest stream message nearbyd reads: a snapshot carries whole
-    /// messages, so this bounds the matches one snapshot can hold.
+    /// The largest stream message nearbyd reads: a found event or a page of
+    /// a snapshot, which nearby-server keeps to `[limits]
+    /// snapshot-page-bytes` (at most 16 MiB) of content and one match more.
     public static let maxStreamMessageBytes = 64 << 20
 }

@@ -299,9 +299,9 @@ public struct SightingResults: Codable, Sendable, Equatable {
     }
 
     public enum Status: String, Codable, Sendable {
-        /// A valid token of a registered device.
+        /// A valid token of a registered device of the reporter's project.
         case ok
-        /// No device was ever issued this token.
+        /// No device of the reporter's project was ever issued this token.
         case unknown
         /// The token's lifetime is over.
         case expired
@@ -328,7 +328,18 @@ public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvert
         /// The object exists already (a beacon id registered before).
         case alreadyExists = "already_exists"
         case limitExceeded = "limit_exceeded"
+        /// 429 with `Retry-After`: too many requests of this kind from this
+        /// address or for this project just now; the same request succeeds later.
+        case rateLimited = "rate_limited"
         case payloadTooLarge = "payload_too_large"
+        /// 414: the request line is longer than the server takes.
+        case uriTooLong = "uri_too_long"
+        /// 431: the request head (line and header fields) is larger than the server takes.
+        case headersTooLarge = "headers_too_large"
+        /// 408: the request did not arrive, or was not answered, in time; the connection is closed.
+        case requestTimeout = "request_timeout"
+        /// 503: every connection slot is busy (from this address, or at all); try again later.
+        case tooManyConnections = "too_many_connections"
         case internalError = "internal"
     }
 }
@@ -367,11 +378,17 @@ public enum StreamEvent: Codable, Sendable, Equatable {
     /// It is no longer near (moved away, unpublished, expired).
     case lost(subscription: String, source: String)
     /// Every current match of the device's subscriptions, in answer to a
-    /// ``StreamRequest/snapshot`` (after a reconnect, to drop what was lost meanwhile).
-    case snapshot([Match])
+    /// ``StreamRequest/snapshot`` (after a reconnect, to drop what was lost
+    /// meanwhile), a page at a time: every page but the last has `more` set
+    /// (on the wire `"more": true`; absent on the last, so a snapshot of one
+    /// page is a plain snapshot). Events may come between the pages, in the
+    /// order things happened: a page lists the matches as they are when it is
+    /// sent. The snapshot is the matches of all its pages together with those
+    /// found since it began, less those lost since.
+    case snapshot([Match], more: Bool = false)
 
     private enum CodingKeys: String, CodingKey {
-        case event, match, subscription, source, matches
+        case event, match, subscription, source, matches, more
     }
 
     public init(from decoder: any Decoder) throws {
@@ -381,7 +398,9 @@ public enum StreamEvent: Codable, Sendable, Equatable {
         case "lost":
             self = .lost(subscription: try container.decode(String.self, forKey: .subscription),
                          source: try container.decode(String.self, forKey: .source))
-        case "snapshot": self = .snapshot(try container.decode([Match].self, forKey: .matches))
+        case "snapshot":
+            self = .snapshot(try container.decode([Match].self, forKey: .matches),
+                             more: try container.decodeIfPresent(Bool.self, forKey: .more) ?? false)
         case let other:
             throw DecodingError.dataCorruptedError(forKey: .event, in: container, debugDescription: "unknown event \(other)")
         }
@@ -397,9 +416,10 @@ public enum StreamEvent: Codable, Sendable, Equatable {
             try container.encode("lost", forKey: .event)
             try container.encode(subscription, forKey: .subscription)
             try container.encode(source, forKey: .source)
-        case .snapshot(let matches):
+        case .snapshot(let matches, let more):
             try container.encode("snapshot", forKey: .event)
             try container.encode(matches, forKey: .matches)
+            if more { try container.encode(true, forKey: .more) }
         }
     }
 }

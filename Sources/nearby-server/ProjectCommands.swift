@@ -7,7 +7,7 @@ import SystemdService
 struct ProjectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "project",
-        abstract: "Create, list and delete projects, and issue their admin and server keys.",
+        abstract: "Create, list and delete projects, issue their admin and server keys, and see and clean their devices.",
         discussion: """
             A project is one application's world: its API keys, its devices and their publications \
             and subscriptions, its beacons and their attachments. Messages never cross projects. A \
@@ -16,7 +16,7 @@ struct ProjectCommand: AsyncParsableCommand {
 
             These commands work on the database directly and may run while the server runs.
             """,
-        subcommands: [Create.self, List.self, Delete.self, AdminKey.self, ServerKey.self]
+        subcommands: [Create.self, List.self, Delete.self, AdminKey.self, ServerKey.self, Devices.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -168,6 +168,75 @@ struct ProjectCommand: AsyncParsableCommand {
         func run() async throws {
             let issued = try await admin(arguments.storage).issueServerKey(name: arguments.name)
             try arguments.show(issued, project: issued.project, label: "server-key", key: issued.serverKey)
+        }
+    }
+}
+
+extension ProjectCommand {
+    struct Devices: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List a project's devices, and remove those that have gone quiet.",
+            discussion: """
+                A device is registered by an install of an app with the project's API key, which \
+                ships inside the app: anyone may register one. Each device's last-seen time is when \
+                it last authenticated (written at most once an hour). The server deletes devices \
+                that have not been seen for [limits] device-idle-days by itself (90 by default); \
+                this command shows them and removes them sooner.
+
+                Without options, lists every device of the project. With --stale-days N, only the \
+                devices not seen for N days or more. With --remove-stale as well, removes those \
+                devices, with their tokens, publications and subscriptions; a running server notices \
+                within a second (their credentials stop working, their streams close, subscribers \
+                lose what they published). --remove-stale without --stale-days takes [limits] \
+                device-idle-days from the configuration.
+
+                Output: one line per device, tab-separated: the device id, created=TIME and \
+                last-seen=TIME (UTC), then with --remove-stale a line 'removed N devices'. With \
+                --json: an array of {"device","createdAtMs","lastSeenAtMs"}, the devices listed \
+                (and removed, with --remove-stale).
+
+                A project that does not exist is an error (exit status 1).
+                """
+        )
+
+        @Argument(help: "The project.")
+        var name: String
+
+        @Option(help: ArgumentHelp("Only devices not seen for this many days or more.", valueName: "days"))
+        var staleDays: Int?
+
+        @Flag(help: "Remove the stale devices listed.")
+        var removeStale = false
+
+        @OptionGroup var storage: StorageOptions
+
+        @Flag(help: "Print JSON instead of text.")
+        var json = false
+
+        func validate() throws {
+            if let staleDays, !(0...36_500).contains(staleDays) {
+                throw ValidationError("--stale-days must be between 0 and 36500")
+            }
+        }
+
+        func run() async throws {
+            let configuration = try storage.load()
+            let admin = ProjectAdmin(storage: try openStorage(storage))
+            let days = staleDays ?? (removeStale ? configuration.limits.deviceIdleDays : nil)
+            let devices = try await admin.devices(project: name, staleDays: days)
+            if removeStale {
+                try await admin.remove(devices: devices.map(\.device))
+            }
+            if json {
+                try printJSON(devices)
+                return
+            }
+            let formatter = ISO8601DateFormatter()
+            func time(_ ms: UInt64) -> String { formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)) }
+            for device in devices {
+                print("\(device.device)\tcreated=\(time(device.createdAtMs))\tlast-seen=\(time(device.lastSeenAtMs))")
+            }
+            if removeStale { print("removed \(devices.count) devices") }
         }
     }
 }

@@ -23,6 +23,11 @@ struct Serve: AsyncParsableCommand {
 
               nearby-server: xmpp on HOST:PORT
 
+            The connection limits ([http] max-connections, [xmpp] max-connections) must fit the \
+            file descriptors the process may open: it raises its soft RLIMIT_NOFILE to what they \
+            need, and refuses to start, saying the sum, when the hard limit (systemd's \
+            LimitNOFILE=) is lower.
+
             SIGTERM or SIGINT shut it down gracefully: application servers are told \
             CONNECTION_DRAINING and given 3 seconds, open streams are closed, requests in flight \
             finish, and it exits with status 0.
@@ -57,6 +62,8 @@ struct Serve: AsyncParsableCommand {
         if let xmppListen {
             configuration.xmpp.listen = try ListenAddress(parsing: xmppListen, what: "--xmpp-listen")
         }
+        // Before anything opens a descriptor: the connection limits must fit the process's.
+        let descriptors = try DescriptorBudget(configuration).apply()
         ServiceLogging.bootstrap(identifier: "nearby-server", level: Logger.Level(rawValue: logLevel) ?? .info)
         let logger = Logger(label: "nearby-server")
         let server = try await NearbyServer.open(configuration: configuration, logger: logger)
@@ -66,7 +73,8 @@ struct Serve: AsyncParsableCommand {
                 // Unbuffered, so a parent waiting on the pipe sees the line at once.
                 FileHandle.standardOutput.write(Data("nearby-server: listening on http://\(address)\n".utf8))
                 ServiceNotifier.ready(status: "listening on \(address)")
-                logger.info("listening", metadata: ["address": "\(address)", "database": "\(databasePath)"])
+                logger.info("listening", metadata: ["address": "\(address)", "database": "\(databasePath)",
+                                                    "descriptors": "\(descriptors)"])
             },
             onXMPPListening: { address in
                 FileHandle.standardOutput.write(Data("nearby-server: xmpp on \(address)\n".utf8))

@@ -261,7 +261,14 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
                 #expect(outcomes[call]?.name == Self.invalid, "\(call): \(String(describing: outcomes[call]))")
                 #expect(outcomes[call]?.message.contains(text) == true, "\(call): \(String(describing: outcomes[call]))")
             }
-            let after = try Self.residentMiB(device.daemon.pid)
+            // Given back once the burst is over (nearbyd checks every five seconds): no event says
+            // when, so the resident size is read until it is back or 20 s have passed.
+            var after = try Self.residentMiB(device.daemon.pid)
+            let deadline = ContinuousClock.now + .seconds(20)
+            while after - before >= 24, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+                after = try Self.residentMiB(device.daemon.pid)
+            }
             #expect(after - before < 24, "resident \(before) MiB before, \(after) MiB after")
         }
     }

@@ -209,6 +209,48 @@ struct ForgedSignalTests {
     }
 
     /// The token a daemon broadcasts through `radio`, as bytes.
+    /// The objects nearbyd exports for bluetoothd (its advertisements, its
+    /// advertisement monitor) answer bluetoothd alone: another program's
+    /// `Release` (which would make nearbyd drop and register its advertisement
+    /// again) is AccessDenied. The caller here is root, whom the bus lets call
+    /// anything, so nearbyd's own check is what refuses it.
+    @Test func nearbydAnswersCallsForBluetoothdOnlyFromBluetoothd() async throws {
+        let radio = try await BlueZStandIn()
+        do {
+            try await withCluster { cluster in
+                let key = try await cluster.createProject("callbacks")
+                let a = try await cluster.addDevice("A", ble: radio.configuration())
+                let publication = try await MessageManager(a, apiKey: key).publish("hello")
+                let token = try await Self.token(advertisedOn: radio)
+                // nearbyd's connection to bluetoothd's bus, found by its pid.
+                let names = try await runProgram("/usr/bin/busctl", ["--address=\(radio.bus.address)", "list", "--unique", "--no-legend"])
+                let own = try #require(names.output.split(separator: "\n").first {
+                    $0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first == "\(a.daemon.pid)"
+                }?.split(separator: " ").first.map(String.init), "\(names.output)")
+                let path = "/org/nearbyd/ble/advertisement_" + token.map { String(format: "%02x", $0) }.joined()
+                let release = try await runProgram("/usr/bin/gdbus", [
+                    "call", "--address", radio.bus.address, "--dest", own, "--object-path", path,
+                    "--method", "org.bluez.LEAdvertisement1.Release",
+                ])
+                #expect(release.status != 0 && release.output.contains("only bluetoothd"), "\(release.output)")
+                let found = try await runProgram("/usr/bin/busctl", [
+                    "--address=\(radio.bus.address)", "call", own, "/org/nearbyd/ble/monitor/token_frame",
+                    "org.bluez.AdvertisementMonitor1", "DeviceFound", "o", "/org/bluez/hci0/dev_C0_00_00_00_00_99",
+                ])
+                #expect(found.status != 0, "\(found.output)")
+                // bluetoothd's own Release is still heard.
+                try await radio.releaseAdvertisements()
+                _ = try await radio.call("RegisterAdvertisement") { $0.outcome == "ok" && ($0.n ?? 0) >= 2 }
+                withExtendedLifetime(publication) {}
+            }
+        } catch {
+            print(radio.output)
+            await radio.stop()
+            throw error
+        }
+        await radio.stop()
+    }
+
     static func token(advertisedOn radio: BlueZStandIn) async throws -> [UInt8] {
         let advertisement = try #require(try await radio.call("RegisterAdvertisement") { $0.outcome == "ok" }.advertisement)
         return try #require(BlueZBackendTests.bytes(advertisement.serviceData[BlueZStandIn.serviceUUID]))

@@ -150,9 +150,13 @@ import Testing
             #expect(try await list(#"description:"room 3" status:inactive type:ibeacon"#) == [room33])
             #expect(try await list("status:active status:inactive") == [])
 
+            // The limit on terms at its edge (16 by default) passes; one more is refused by name. (3,000,
+            // a 500 from the database once, are longer than [http] max-request-line-bytes now: a 414.)
+            #expect(try await list(Array(repeating: "description:o", count: 16).joined(separator: " ")) == [lobby, room3, room33])
+            let tooMany = ("q has 17 terms; at most 16", Array(repeating: "description:o", count: 17).joined(separator: " "))
             for (query, message) in [("colour:red", "unknown field 'colour'"), ("status:lost", "status is one of"),
                                      ("type:uribeacon", "type is one of"), ("active", "is not FIELD:VALUE"),
-                                     (#"description:"open"#, "unclosed")] {
+                                     (#"description:"open"#, "unclosed"), (tooMany.1, tooMany.0)] {
                 let encoded = query.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? query
                 expectError(try await harness.request(.get, "\(BeaconAPIPath.beacons)?q=\(encoded)", headers: alpha.admin),
                             .badRequest, .invalidArgument, mentioning: message)

@@ -9,6 +9,13 @@ import Testing
         let configuration = try ServerConfiguration.parse("", source: "test.conf")
         #expect(configuration == ServerConfiguration())
         #expect(configuration.listen == ListenAddress(host: "127.0.0.1", port: 8080))
+        #expect(configuration.http.maxConnections == 2048)
+        #expect(configuration.http.maxConnectionsPerAddress == 256)
+        #expect(configuration.http.headerTimeoutSeconds == 10)
+        #expect(configuration.http.idleTimeoutSeconds == 60)
+        #expect(configuration.http.requestTimeoutSeconds == 30)
+        #expect(configuration.http.maxRequestLineBytes == 8192)
+        #expect(configuration.http.maxHeaderBytes == 32_768)
         #expect(configuration.databasePath == "/var/lib/nearby-server/nearby.sqlite")
         #expect(configuration.tokenLifetimeSeconds == 600)
         #expect(configuration.tokenOverlapSeconds == 60)
@@ -20,8 +27,12 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 256)
         #expect(configuration.limits.maxDevicesPerProject == 100_000)
         #expect(configuration.limits.maxStreamBufferBytes == 16_777_216)
+        #expect(configuration.limits.snapshotPageBytes == 1_048_576)
         #expect(configuration.limits.maxObservationsPerRequest == 100)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 16)
+        #expect(configuration.limits.registrationsPerAddressPerMinute == 10)
+        #expect(configuration.limits.registrationsPerProjectPerMinute == 600)
+        #expect(configuration.limits.deviceIdleDays == 90)
         #expect(configuration.xmpp.listen == ListenAddress(host: "127.0.0.1", port: 5235))
         #expect(configuration.xmpp.domain == "nearby.local")
         #expect(!configuration.xmpp.isEnabled)
@@ -35,6 +46,13 @@ import Testing
         let configuration = try ServerConfiguration.parse("""
             [http]
             listen = "[::1]:9000"
+            max-connections = 100
+            max-connections-per-address = 20
+            header-timeout-seconds = 5
+            idle-timeout-seconds = 30
+            request-timeout-seconds = 15
+            max-request-line-bytes = 2048
+            max-header-bytes = 8192
             [database]
             path = "/tmp/x.sqlite"
             [tokens]
@@ -50,8 +68,13 @@ import Testing
             max-changes-per-batch = 200
             max-devices-per-project = 13
             max-stream-buffer-bytes = 2000000
+            snapshot-page-bytes = 100000
             max-observations-per-request = 50
             max-namespaced-types-per-request = 8
+            max-query-terms = 100
+            registrations-per-address-per-minute = 4
+            registrations-per-project-per-minute = 40
+            device-idle-days = 7
             [xmpp]
             listen = "0.0.0.0:5236"
             domain = "ccs.example.org"
@@ -63,6 +86,13 @@ import Testing
             max-pending-downstream-per-device = 30
             """, source: "test.conf")
         #expect(configuration.listen == ListenAddress(host: "::1", port: 9000))
+        #expect(configuration.http.maxConnections == 100)
+        #expect(configuration.http.maxConnectionsPerAddress == 20)
+        #expect(configuration.http.headerTimeoutSeconds == 5)
+        #expect(configuration.http.idleTimeoutSeconds == 30)
+        #expect(configuration.http.requestTimeoutSeconds == 15)
+        #expect(configuration.http.maxRequestLineBytes == 2048)
+        #expect(configuration.http.maxHeaderBytes == 8192)
         #expect(configuration.databasePath == "/tmp/x.sqlite")
         #expect(configuration.tokenLifetimeSeconds == 300)
         #expect(configuration.tokenOverlapSeconds == 30)
@@ -74,8 +104,13 @@ import Testing
         #expect(configuration.limits.maxChangesPerBatch == 200)
         #expect(configuration.limits.maxDevicesPerProject == 13)
         #expect(configuration.limits.maxStreamBufferBytes == 2_000_000)
+        #expect(configuration.limits.snapshotPageBytes == 100_000)
         #expect(configuration.limits.maxObservationsPerRequest == 50)
         #expect(configuration.limits.maxNamespacedTypesPerRequest == 8)
+        #expect(configuration.limits.maxQueryTerms == 100)
+        #expect(configuration.limits.registrationsPerAddressPerMinute == 4)
+        #expect(configuration.limits.registrationsPerProjectPerMinute == 40)
+        #expect(configuration.limits.deviceIdleDays == 7)
         #expect(configuration.xmpp.listen == ListenAddress(host: "0.0.0.0", port: 5236))
         #expect(configuration.xmpp.domain == "ccs.example.org")
         #expect(configuration.xmpp.certificatePath == "/etc/x.pem")
@@ -90,6 +125,13 @@ import Testing
     @Test(arguments: [
         ("[nope]\nx = 1", "unknown section [nope]"),
         ("[http]\nport = 80", "unknown key 'port' in [http]"),
+        ("[http]\nmax-connections = 0", "[http] max-connections is 0"),
+        ("[http]\nmax-connections = 10\nmax-connections-per-address = 11", "[http] max-connections-per-address is 11; it must be between 1 and 10"),
+        ("[http]\nheader-timeout-seconds = 0", "[http] header-timeout-seconds is 0"),
+        ("[http]\nidle-timeout-seconds = 0", "[http] idle-timeout-seconds is 0"),
+        ("[http]\nrequest-timeout-seconds = 3601", "[http] request-timeout-seconds is 3601"),
+        ("[http]\nmax-request-line-bytes = 1023", "[http] max-request-line-bytes is 1023"),
+        ("[http]\nmax-request-line-bytes = 9000\nmax-header-bytes = 8999", "[http] max-header-bytes is 8999; it must be between 9000"),
         ("[tokens]\nlifetime-seconds = \"600\"", "[tokens] lifetime-seconds must be an integer"),
         ("[tokens]\nlifetime-seconds = 600\noverlap-seconds = 600", "overlap-seconds is 600"),
         ("[tokens]\nlifetime-seconds = 10", "[tokens] lifetime-seconds is 10"),
@@ -100,10 +142,18 @@ import Testing
         ("[limits]\nmax-changes-per-batch = 100001", "[limits] max-changes-per-batch is 100001"),
         ("[limits]\nmax-stream-buffer-bytes = 1000", "[limits] max-stream-buffer-bytes is 1000"),
         ("[limits]\nmax-stream-buffer-bytes = 2000000000", "[limits] max-stream-buffer-bytes is 2000000000"),
+        ("[limits]\nsnapshot-page-bytes = 65535", "[limits] snapshot-page-bytes is 65535"),
+        ("[limits]\nmax-stream-buffer-bytes = 2000000\nsnapshot-page-bytes = 2000001", "[limits] snapshot-page-bytes is 2000001; it must be between 65536 and 2000000"),
+        ("[limits]\nsnapshot-page-bytes = 16777217\nmax-stream-buffer-bytes = 33554432", "[limits] snapshot-page-bytes is 16777217; it must be between 65536 and 16777216"),
+        ("[limits]\nregistrations-per-address-per-minute = 0", "[limits] registrations-per-address-per-minute is 0"),
+        ("[limits]\nregistrations-per-project-per-minute = 600001", "[limits] registrations-per-project-per-minute is 600001"),
+        ("[limits]\ndevice-idle-days = 0", "[limits] device-idle-days is 0"),
         ("[limits]\nmax-observations-per-request = 0", "[limits] max-observations-per-request is 0"),
         ("[limits]\nmax-observations-per-request = 10001", "[limits] max-observations-per-request is 10001"),
         ("[limits]\nmax-namespaced-types-per-request = 0", "[limits] max-namespaced-types-per-request is 0"),
         ("[limits]\nmax-namespaced-types-per-request = 1001", "[limits] max-namespaced-types-per-request is 1001"),
+        ("[limits]\nmax-query-terms = 0", "[limits] max-query-terms is 0"),
+        ("[limits]\nmax-query-terms = 101", "[limits] max-query-terms is 101"),
         ("[http]\nlisten = \"localhost\"", "must be HOST:PORT"),
         ("[http]\nlisten = \"localhost:70000\"", "port between 0 and 65535"),
         ("[database]\npath = \"\"", "[database] path must not be empty"),

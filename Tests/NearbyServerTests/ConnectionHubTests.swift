@@ -5,7 +5,7 @@ import Testing
 
 /// The connection server's routing between devices' channels and application
 /// servers' sessions, over real storage, without the transports.
-@Suite struct ConnectionHubTests {
+@Suite(.timeLimit(.minutes(2))) struct ConnectionHubTests {
     /// A project with a device, its channel and one application server session.
     struct Setup {
         let hub: ConnectionHub
@@ -107,6 +107,51 @@ import Testing
             await s.hub.sweep()
             guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
             #expect(failure.error == "TTL_EXCEEDED")
+        }
+    }
+
+    /// A device's word for how long its message is worth keeping is taken up
+    /// to CCS's longest TTL (four weeks), however far it says.
+    @Test func noMessageIsKeptLongerThanTheLongestTTL() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h, session: false)
+            await s.hub.received(Self.upstream("forever", expiresAtMs: .max), device: s.device, project: "alpha")
+            h.clock.advance(bySeconds: 2_419_200 - 1)
+            await s.hub.sweep()
+            h.clock.advance(bySeconds: 1)
+            await s.hub.sweep()
+            guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(failure.messageId == "forever" && failure.error == "TTL_EXCEEDED")
+        }
+    }
+
+    @Test func aDeviceKeepsAtMostItsLimitOfUpstreamMessages() async throws {
+        try await withServer(configure: { $0.limits.maxUpstreamPerDevice = 2 }) { h in
+            var s = try await Self.setUp(h, session: false)
+            for id in ["m-1", "m-2", "m-3"] { await s.hub.received(Self.upstream(id), device: s.device, project: "alpha") }
+            guard case .failed(let failure) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(failure.messageId == "m-3" && failure.error == "DEVICE_MESSAGE_RATE_EXCEEDED", "\(failure)")
+            #expect(failure.description.contains("max-upstream-per-device"))
+            // A repeat of one it keeps is still answered as a repeat, not refused.
+            await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
+            let (_, output) = await s.hub.openSession(project: "alpha")
+            var session = output.makeAsyncIterator()
+            #expect(try Self.json(await session.next())["message_id"] as? String == "m-1")
+        }
+    }
+
+    /// A device that writes and never reads loses its channel once its queue
+    /// is full, and no answer costs much more than the question.
+    @Test func aDeviceThatDoesNotReadLosesItsChannel() async throws {
+        try await withServer(configure: { $0.limits.maxChannelQueue = 3 }) { h in
+            var s = try await Self.setUp(h, session: false)
+            let long = "x" + String(repeating: "y", count: 15_000) + "@nearby.local"
+            for index in 1...4 { await s.hub.received(Self.upstream("m-\(index)", to: long), device: s.device, project: "alpha") }
+            var events: [ChannelEvent] = []
+            while let event = await s.channel.next() { events.append(event) }
+            #expect(events.count == 3)
+            for case .failed(let failure) in events { #expect(failure.description.utf8.count < 200, "\(failure.description.utf8.count)") }
+            #expect(await s.hub.endReason(of: s.channelID).contains("max-channel-queue"))
         }
     }
 

@@ -128,7 +128,7 @@ import Testing
         #expect(Self.isFound(await outputs.next()))
         // A snapshot over the budget too: the device reads it rather than reconnecting forever.
         await matcher.sendSnapshot(device: "sub", streamID: stream.id)
-        guard case .event(.snapshot(let matches))? = await outputs.next() else { Issue.record("expected a snapshot"); return }
+        guard case .event(.snapshot(let matches, more: false))? = await outputs.next() else { Issue.record("expected a snapshot"); return }
         #expect(matches.count == 1)
     }
 

@@ -259,15 +259,20 @@ final class TestStream: Sendable {
         commands.yield(text)
     }
 
-    /// Asks for a snapshot and returns it. The next event must be the
-    /// snapshot: this is also how a test checks that nothing else was pushed.
+    /// Asks for a snapshot and returns it, all its pages together. The next
+    /// events must be its pages: this is also how a test checks that nothing
+    /// else was pushed.
     func snapshot() async throws -> [Match] {
         send(#"{"request":"snapshot"}"#)
-        let event = try await next()
-        guard case .snapshot(let matches) = event else {
-            throw UnexpectedResponse(description: "expected a snapshot, got \(event)")
+        var matches: [Match] = []
+        while true {
+            let event = try await next()
+            guard case .snapshot(let page, let more) = event else {
+                throw UnexpectedResponse(description: "expected a snapshot, got \(event)")
+            }
+            matches += page
+            if !more { return matches }
         }
-        return matches
     }
 
     /// Checks that no event arrived since the last one taken.

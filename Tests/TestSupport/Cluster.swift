@@ -235,6 +235,15 @@ public final class Cluster: Sendable {
         guard result.status == 0 else { throw ChildProcessError(message: "beacon add failed: \(result.output)") }
     }
 
+    /// The process id of nearby-server now (it changes when restarted).
+    public var serverPID: Int32 { serverProcess.withLock { $0.pid } }
+
+    /// The server's SQLite database.
+    public var serverDatabase: String { directory.file("server.sqlite") }
+
+    /// The state directory of a device's nearbyd (`--state-dir`).
+    public func stateDirectory(of name: String) -> String { directory.file("state-\(name)") }
+
     /// Kills the server outright (SIGKILL), as a crash would.
     public func killServer() async {
         let server = serverProcess.withLock { $0 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the reference sd-bus service and load client from ../shared/bench/dbus-reference
-# (read in place, not copied) and nearbyd's own load client, into bench/reference/bin.
+# (read in place, not copied), and nearbyd's own load client and latency probe, into bench/reference/bin.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 reference=${NEARBY_DBUS_REFERENCE:-$here/../../../shared/bench/dbus-reference}
@@ -11,3 +11,4 @@ gcc -O2 -o "$here/bin/bench" "$reference/bench.c" $flags
 gcc -O2 -o "$here/bin/svc_sdbus" "$reference/svc_sdbus.c" $flags
 gcc -O2 -Wall -o "$here/bin/pairs" "$here/pairs.c" $flags
 gcc -O2 -Wall -o "$here/bin/scan_floor" "$here/scan_floor.c" $flags
+gcc -O2 -Wall -o "$here/bin/latency_probe" "$here/latency_probe.c" $flags

@@ -21,8 +21,8 @@ enum ChannelEndpoint {
                     for await event in events {
                         try await outbound.writeTextMessage(String(decoding: try encoder.encode(event), as: UTF8.self))
                     }
-                    // Finished: the device opened another channel.
-                    try await outbound.close(.normalClosure, reason: "replaced by a newer channel")
+                    // Finished: the device opened another channel, or left this one unread.
+                    try await outbound.close(.normalClosure, reason: await hub.endReason(of: id))
                 } catch {
                     logger.debug("channel write failed", metadata: ["error": "\(error)"])
                 }

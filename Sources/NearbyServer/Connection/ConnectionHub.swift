@@ -40,6 +40,23 @@ public actor ConnectionHub {
         let output: AsyncStream<ChannelEvent>.Continuation
     }
 
+    /// How much the hub keeps for devices: events waiting to be written on
+    /// a channel, and upstream messages kept per device.
+    public struct DeviceLimits: Sendable {
+        /// Events a channel may have waiting for its device to read; one
+        /// more closes the channel (the device reconnects, and what it had
+        /// waiting is kept and sent again).
+        public var channelQueue: Int
+        /// Upstream messages kept per device, pending or settled (kept to
+        /// answer a repeat until a day after their expiry).
+        public var upstreamPerDevice: Int
+
+        public init(channelQueue: Int, upstreamPerDevice: Int) {
+            self.channelQueue = channelQueue
+            self.upstreamPerDevice = upstreamPerDevice
+        }
+    }
+
     private let storage: any ServerStorage
     private let clock: any WallClock
     private let logger: Logger
@@ -47,6 +64,9 @@ public actor ConnectionHub {
     public let domain: String
     private let maxUnackedPerSession: Int
     private let maxPendingDownstreamPerDevice: Int
+    private let deviceLimits: DeviceLimits
+    /// Channels closed because their device did not read them.
+    private var overflowed: Set<UInt64> = []
 
     private var sessions: [UInt64: AppSession] = [:]
     /// What is out with some session, per project, so that no two get it.
@@ -68,12 +88,13 @@ public actor ConnectionHub {
     private var draining = false
 
     public init(storage: any ServerStorage, clock: any WallClock, domain: String, maxUnackedPerSession: Int,
-                maxPendingDownstreamPerDevice: Int, logger: Logger) {
+                maxPendingDownstreamPerDevice: Int, deviceLimits: DeviceLimits, logger: Logger) {
         self.storage = storage
         self.clock = clock
         self.domain = domain
         self.maxUnackedPerSession = maxUnackedPerSession
         self.maxPendingDownstreamPerDevice = maxPendingDownstreamPerDevice
+        self.deviceLimits = deviceLimits
         self.logger = logger
     }
 
@@ -197,12 +218,13 @@ public actor ConnectionHub {
     /// what to write on it. Its waiting downstream messages go first.
     public func openChannel(device: String, project: String) async -> (id: UInt64, output: AsyncStream<ChannelEvent>) {
         nextID += 1
-        let (output, continuation) = AsyncStream.makeStream(of: ChannelEvent.self)
+        let (output, continuation) = AsyncStream.makeStream(of: ChannelEvent.self,
+                                                            bufferingPolicy: .bufferingOldest(deviceLimits.channelQueue))
         channels[device]?.output.finish()
         channels[device] = Channel(id: nextID, project: project, output: continuation)
         do {
             for message in try await storage.pendingDownstream(device: device) {
-                continuation.yield(.message(ChannelDownstream(messageId: message.messageId, from: message.project, data: message.data)))
+                tell(device, .message(ChannelDownstream(messageId: message.messageId, from: message.project, data: message.data)))
             }
         } catch {
             logger.error("connection server storage failed: \(error)")
@@ -211,8 +233,17 @@ public actor ConnectionHub {
     }
 
     public func closeChannel(device: String, id: UInt64) {
+        overflowed.remove(id)
         guard channels[device]?.id == id else { return }
         channels.removeValue(forKey: device)?.output.finish()
+    }
+
+    /// Why the hub ended channel `id`'s events: its device did not read them,
+    /// or it opened another channel.
+    public func endReason(of id: UInt64) -> String {
+        overflowed.contains(id)
+            ? "the device left \(deviceLimits.channelQueue) events unread ([limits] max-channel-queue)"
+            : "replaced by a newer channel"
     }
 
     /// What a device wrote on its channel.
@@ -232,13 +263,19 @@ public actor ConnectionHub {
             tell(device, .failed(ChannelFailure(app: message.app, messageId: message.messageId, error: error, description: description)))
         }
         guard message.to == "\(project)@\(domain)" else {
-            return fail("INVALID_PARAMETERS", "to '\(message.to)' is not this project's application server (\(project)@\(domain))")
+            // Said back in a few words: the answer never costs more than the question.
+            return fail("INVALID_PARAMETERS", "to '\(message.to.prefix(64))' is not this project's application server (\(project)@\(domain))")
         }
         if let problem = Self.problem(with: message) { return fail("INVALID_PARAMETERS", problem) }
         let now = clock.nowMs
+        // No message is kept longer than CCS's longest TTL, whatever its device says.
+        let expiresAtMs = min(message.expiresAtMs, now + UInt64(CCSPayload.maximumTimeToLive) * 1000)
         let stored = StoredUpstream(project: project, device: device, app: message.app, messageId: message.messageId,
-                                    data: message.data, receivedAtMs: now, expiresAtMs: message.expiresAtMs)
-        if let known = try await storage.acceptUpstream(stored) {
+                                    data: message.data, receivedAtMs: now, expiresAtMs: expiresAtMs)
+        switch try await storage.acceptUpstream(stored, limit: deviceLimits.upstreamPerDevice) {
+        case .kept:
+            break
+        case .known(let known):
             // A repeat after a reconnect: its verdict, or nothing until it has one.
             switch known.verdict {
             case .sent: tell(device, .sent([ChannelMessageRef(app: known.app, messageId: known.messageId)]))
@@ -246,14 +283,17 @@ public actor ConnectionHub {
             case nil: break
             }
             return
+        case .full(let kept):
+            return fail("DEVICE_MESSAGE_RATE_EXCEEDED",
+                        "the device has \(kept) upstream messages kept already ([limits] max-upstream-per-device); send again later")
         }
-        if message.expiresAtMs <= now, !sessions.values.contains(where: { $0.project == project && !$0.draining }) {
+        if expiresAtMs <= now, !sessions.values.contains(where: { $0.project == project && !$0.draining }) {
             // TTL 0 (or out of time already) and no application server to take it now.
             _ = try await storage.settleUpstream(project: project, device: device, messageId: message.messageId,
                                                  verdict: Self.expiredVerdict(stored), atMs: now)
             return fail(Self.expiredVerdict(stored).code, "no application server of '\(project)' is connected")
         }
-        if message.expiresAtMs <= now { fresh[project, default: []].insert(message.messageId) }
+        if expiresAtMs <= now { fresh[project, default: []].insert(message.messageId) }
         await pump(project)
     }
 
@@ -280,8 +320,17 @@ public actor ConnectionHub {
         await pump(message.project)
     }
 
+    /// Queues an event on the device's channel; a device that leaves its
+    /// queue full loses the channel (what it lost is kept and sent again on
+    /// the next one).
     private func tell(_ device: String, _ event: ChannelEvent) {
-        channels[device]?.output.yield(event)
+        guard let channel = channels[device] else { return }
+        if case .dropped = channel.output.yield(event) {
+            logger.notice("a device does not read its channel; closed", metadata: ["device": "\(device)"])
+            overflowed.insert(channel.id)
+            channels.removeValue(forKey: device)
+            channel.output.finish()
+        }
     }
 
     // MARK: Handing out

@@ -20,9 +20,11 @@ public protocol ConnectionStorage: Sendable {
 
     // MARK: Upstream
 
-    /// Keeps a device's upstream message, unless the device sent it before:
-    /// then the message as first kept, with its verdict if it has one.
-    func acceptUpstream(_ message: StoredUpstream) async throws -> StoredUpstream?
+    /// Keeps a device's upstream message, unless the device sent it before
+    /// (then the message as first kept, with its verdict if it has one), or
+    /// the device has `limit` messages kept already (pending, or settled and
+    /// kept to answer a repeat).
+    func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance
     /// The project's messages without a verdict, oldest first, after `position`.
     func pendingUpstream(project: String, after position: Int64, limit: Int) async throws -> [StoredUpstream]
     /// Gives the pending message with this id of the project's device (at
@@ -54,6 +56,16 @@ public protocol ConnectionStorage: Sendable {
     func receipts(project: String, after position: Int64, limit: Int) async throws -> [StoredReceipt]
     /// Removes the project's receipt with this message id; returns whether there was one.
     func removeReceipt(project: String, messageId: String) async throws -> Bool
+}
+
+/// What became of a device's upstream message offered to storage.
+public enum UpstreamAcceptance: Sendable, Equatable {
+    /// Kept, for the first time.
+    case kept
+    /// Sent before: the message as first kept, with its verdict if it has one.
+    case known(StoredUpstream)
+    /// Not kept: the device has this many messages kept already.
+    case full(Int)
 }
 
 /// A registration id (a device id) as one project's application server sees it.

@@ -37,18 +37,21 @@ extension SQLiteStorage {
     private static let upstreamColumns =
         "position, project, device, app, messageId, data, receivedAtMs, expiresAtMs, verdict, verdictDescription"
 
-    public func acceptUpstream(_ message: StoredUpstream) async throws -> StoredUpstream? {
+    public func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance {
         let data = try Self.json(message.data)
         return try await pool.write { db in
             if let known = try Row.fetchOne(db, sql: "SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND app = ? AND messageId = ?",
                                             arguments: [message.device, message.app, message.messageId]) {
-                return try Self.upstream(known)
+                return .known(try Self.upstream(known))
             }
+            // The unique (device, app, messageId) index counts them.
+            let kept = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM upstream WHERE device = ?", arguments: [message.device]) ?? 0
+            guard kept < limit else { return .full(kept) }
             try db.execute(sql: """
                 INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs) VALUES (?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [message.project, message.device, message.app, message.messageId, data,
                                  Int64(clamping: message.receivedAtMs), Int64(clamping: message.expiresAtMs)])
-            return nil
+            return .kept
         }
     }
 

@@ -1,0 +1,34 @@
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// A child channel of Hummingbird's (`inner`, the HTTP/1 channel with its
+/// WebSocket upgrade) with a ``ConnectionGuard`` in front of everything and
+/// its ``RequestObserver`` right after the HTTP parser.
+struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
+    typealias Value = Inner.Value
+
+    let inner: Inner
+    let registry: ConnectionRegistry
+    let settings: ConnectionGuard.Settings
+    let logger: Logger
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        let connectionGuard = ConnectionGuard(registry: registry, settings: settings, logger: self.logger)
+        do {
+            try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return inner.setup(channel: channel, logger: logger).assumeIsolated().flatMapThrowing { value in
+            let parser = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try channel.pipeline.syncOperations.addHandler(RequestObserver(guard: connectionGuard), position: .after(parser))
+            return value
+        }.nonisolated()
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await inner.handle(value: value, logger: logger)
+    }
+}

@@ -1,0 +1,52 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// The real `nearby-server` executable, serving a fresh database in
+/// `directory` on a free port, optionally under a descriptor limit (prlimit,
+/// as systemd's LimitNOFILE= sets it). Stopped with SIGTERM by ``stop()``,
+/// killed at the latest when the object goes.
+struct ServerProcess {
+    let process: ChildProcess
+    let port: Int
+    let databasePath: String
+
+    /// `configuration` is TOML for the file besides `[http] listen` and `[database] path`, each section once;
+    /// `descriptors` the soft and hard descriptor limit, `hardDescriptors` a higher hard one.
+    static func start(in directory: URL, http: String = "", configuration: String = "",
+                      descriptors: Int? = nil, hardDescriptors: Int? = nil) async throws -> ServerProcess {
+        let config = directory.appendingPathComponent("nearby-server.conf")
+        let databasePath = directory.appendingPathComponent("nearby.sqlite").path
+        try """
+            [http]
+            listen = "127.0.0.1:0"
+            \(http)
+            [database]
+            path = "\(databasePath)"
+            \(configuration)
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let serve = [executable!.path, "serve", "--config", config.path]
+        let process = try await ChildProcess(
+            name: "nearby-server",
+            executable: descriptors == nil ? executable!.path : "/usr/bin/prlimit",
+            arguments: descriptors.map { ["--nofile=\($0):\(hardDescriptors ?? $0)", "--"] + serve } ?? Array(serve.dropFirst()))
+        let line = try await process.waitForLine(containing: "listening on http://127.0.0.1:")
+        let port = try #require(Int(line.split(separator: ":").last ?? ""))
+        return ServerProcess(process: process, port: port, databasePath: databasePath)
+    }
+
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// The most memory the process has had resident so far (VmHWM), in bytes.
+    var peakResidentBytes: Int {
+        get throws {
+            let status = try String(contentsOfFile: "/proc/\(process.pid)/status", encoding: .utf8)
+            let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") })
+            return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])) * 1024
+        }
+    }
+
+    func stop() async {
+        await process.stop()
+    }
+}
