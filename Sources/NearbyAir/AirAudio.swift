@@ -151,6 +151,11 @@ struct AirFrameDecoder: ByteToMessageDecoder {
 typealias AirChannel = NIOAsyncChannel<AirFrame, ByteBuffer>
 
 enum AirFraming {
+    /// Whether a connection's first line makes it an audio link: an `audio` request.
+    @Sendable static func opensAudioLink(_ line: ByteBuffer) -> Bool {
+        if case .audio? = try? AirCoding.decodeRequest(String(buffer: line)).request { true } else { false }
+    }
+
     /// Sets up line-then-frame decoding on a fresh channel and wraps it for async use.
     static func wrap(_ channel: any Channel,
                      samplesFollowFirstLine: @escaping @Sendable (ByteBuffer) -> Bool) -> EventLoopFuture<AirChannel> {
