@@ -134,7 +134,7 @@ let package = Package(
             name: "config-fuzz",
             dependencies: ["NearbyDaemon", "NearbyServer", "ConfigFile", "NearbyCore", "FuzzDriver", "FuzzReplay"],
             path: "Sources/ConfigFuzz",
-            exclude: ["config.dict", "README.md", "corpus"]
+            exclude: ["config.dict", "lsan.supp", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "modem-fuzz",

@@ -114,10 +114,11 @@ struct ArgumentProgram {
         case UInt8(ascii: "d"): value = .double(Double(bitPattern: fixed(UInt64.self)))
         case UInt8(ascii: "o"):
             // Path elements of letters: what the text's bytes say, within the rules.
-            // At most 64 KiB: the readers refuse a path past 4 KiB, and building a huge one
-            // byte by byte would cost the harness seconds.
+            // At most 64 KiB with its leading '/' (sd-bus refuses longer paths to the writer; the
+            // readers refuse a path past 4 KiB), and building a huge one byte by byte would cost
+            // the harness seconds.
             let text = string()
-            let elements = text.text.utf8.prefix(Self.maximumPathBytes).split(separator: UInt8(ascii: "/")).map { element in
+            let elements = text.text.utf8.prefix(Self.maximumPathBytes - 1).split(separator: UInt8(ascii: "/")).map { element in
                 String(decoding: element.map { Self.pathAlphabet[Int($0) % Self.pathAlphabet.count] }, as: UTF8.self)
             }
             let path = ObjectPath(trustedElements: elements)
@@ -138,6 +139,7 @@ struct ArgumentProgram {
         return value
     }
 
+    /// The longest object path sd-bus appends.
     static let maximumPathBytes = 64 << 10
     private static let pathAlphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_".utf8)
 

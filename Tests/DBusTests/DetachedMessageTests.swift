@@ -65,6 +65,17 @@ import Testing
         ])
     }
 
+    @Test @BusActor func aStringWithNULIsRefusedWhateverItsSize() throws {
+        let message = try DetachedMessage()
+        for text in ["a\0b", String(repeating: "x", count: 1 << 20) + "\0"] {
+            #expect(throws: DBusError.invalidArgs("strings cannot contain NUL")) {
+                try message.append { writer throws(DBusError) in try writer.append(text) }
+            }
+        }
+        try message.append { writer throws(DBusError) in try writer.append(String(repeating: "x", count: 1 << 20)) }
+        #expect(try message.read { reader throws(DBusError) in try reader.read(String.self) }.utf8.count == 1 << 20)
+    }
+
     // The bounded reads nearbyd's arguments go through, at their edges.
 
     @Test @BusActor func stringsAreBoundedInPlace() throws {
