@@ -2,7 +2,7 @@
 #
 #   make demo     set up, build and run the two-device demo
 #   make test     set up, build and run every test
-#   make fuzz     run each libFuzzer harness for FUZZ_SECONDS (60)
+#   make fuzz     run each libFuzzer harness for FUZZ_SECONDS (60; CI runs 10)
 #   make bench    run the benchmarks (release build), figures for doc/performance.md
 #   make bench-modem  the audio modem against ggwave (about 25 minutes)
 
@@ -43,11 +43,21 @@ build: setup
 demo: build
 	dist/demo.sh .build/debug
 
+# The fuzz harnesses' committed seeds, replayed through their properties
+# (Sources/*Fuzz/README.md): a few seconds each.
+REPLAY := timeout 300
+
 test: setup
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	.build/debug/xmpp-fuzz Sources/XMPPFuzz/corpus
-	.build/debug/ccs-fuzz Sources/CCSFuzz/corpus
+	$(REPLAY) .build/debug/xmpp-fuzz Sources/XMPPFuzz/corpus
+	$(REPLAY) .build/debug/ccs-fuzz Sources/CCSFuzz/corpus
+	$(REPLAY) .build/debug/server-fuzz Sources/ServerFuzz/corpus
+	$(REPLAY) .build/debug/air-fuzz Sources/AirFuzz/corpus
+	$(REPLAY) .build/debug/hci-fuzz Sources/HCIFuzz/corpus
+	$(REPLAY) .build/debug/dbus-fuzz Sources/DBusFuzz/corpus
+	$(REPLAY) .build/debug/config-fuzz Sources/ConfigFuzz/corpus
+	$(REPLAY) .build/debug/modem-fuzz Sources/ModemFuzz/corpus
 	$(VENV)/bin/python -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
 	@echo "doc/server-api/openapi.yaml: valid OpenAPI"
 
@@ -57,23 +67,37 @@ test: setup
 # a hang, an allocation over the limits) stops the run with its input saved
 # as .build-fuzz/crash-* (or leak-, timeout-, oom-).
 FUZZ_SECONDS ?= 60
+FUZZ_HARNESSES := beacons-fuzz xmpp-fuzz ccs-fuzz server-fuzz air-fuzz hci-fuzz dbus-fuzz config-fuzz modem-fuzz
 FUZZ_FLAGS := -Xswiftc -sanitize=fuzzer,address \
-	-Xswiftc -DBEACONS_LIBFUZZER -Xswiftc -DXMPP_LIBFUZZER -Xswiftc -DCCS_LIBFUZZER
+	-Xswiftc -DBEACONS_LIBFUZZER -Xswiftc -DXMPP_LIBFUZZER -Xswiftc -DCCS_LIBFUZZER \
+	-Xswiftc -DSERVER_LIBFUZZER -Xswiftc -DAIR_LIBFUZZER -Xswiftc -DHCI_LIBFUZZER \
+	-Xswiftc -DDBUS_LIBFUZZER -Xswiftc -DCONFIG_LIBFUZZER -Xswiftc -DMODEM_LIBFUZZER
 FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
 	-artifact_prefix=.build-fuzz/
 
 fuzz: setup
 	$(SWIFT) build --product beacons-fuzz
-	for p in beacons-fuzz xmpp-fuzz ccs-fuzz; do \
+	for p in $(FUZZ_HARNESSES); do \
 		$(SWIFT) build -c debug --scratch-path .build-fuzz --product $$p $(FUZZ_FLAGS) || exit 1; \
 	done
-	mkdir -p .build-fuzz/corpus/beacons .build-fuzz/corpus/xmpp .build-fuzz/corpus/ccs
+	for c in beacons xmpp ccs server air hci dbus config modem; do mkdir -p .build-fuzz/corpus/$$c; done
 	.build/debug/beacons-fuzz --write-seeds .build-fuzz/corpus/beacons
 	.build-fuzz/debug/beacons-fuzz -dict=Sources/BeaconsFuzz/beacons.dict -max_len=64 $(FUZZ_RUN) .build-fuzz/corpus/beacons
 	.build-fuzz/debug/xmpp-fuzz -dict=Sources/XMPPFuzz/xmpp.dict -max_len=4096 $(FUZZ_RUN) \
 		.build-fuzz/corpus/xmpp Sources/XMPPFuzz/corpus
 	.build-fuzz/debug/ccs-fuzz -dict=Sources/CCSFuzz/ccs.dict -max_len=8192 $(FUZZ_RUN) \
 		.build-fuzz/corpus/ccs Sources/CCSFuzz/corpus
+	.build-fuzz/debug/server-fuzz -dict=Sources/ServerFuzz/server.dict -max_len=8192 $(FUZZ_RUN) \
+		.build-fuzz/corpus/server Sources/ServerFuzz/corpus
+	.build-fuzz/debug/air-fuzz -dict=Sources/AirFuzz/air.dict -max_len=16384 $(FUZZ_RUN) \
+		.build-fuzz/corpus/air Sources/AirFuzz/corpus
+	.build-fuzz/debug/hci-fuzz -dict=Sources/HCIFuzz/hci.dict -max_len=300 $(FUZZ_RUN) \
+		.build-fuzz/corpus/hci Sources/HCIFuzz/corpus
+	.build-fuzz/debug/dbus-fuzz -dict=Sources/DBusFuzz/dbus.dict -max_len=4096 $(FUZZ_RUN) \
+		.build-fuzz/corpus/dbus Sources/DBusFuzz/corpus
+	LSAN_OPTIONS=suppressions=Sources/ConfigFuzz/lsan.supp .build-fuzz/debug/config-fuzz -dict=Sources/ConfigFuzz/config.dict -max_len=8192 $(FUZZ_RUN) \
+		.build-fuzz/corpus/config Sources/ConfigFuzz/corpus
+	.build-fuzz/debug/modem-fuzz -max_len=65536 $(FUZZ_RUN) .build-fuzz/corpus/modem Sources/ModemFuzz/corpus
 
 # The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
 bench: PACKAGES += python3-aiohttp

@@ -101,6 +101,47 @@ let package = Package(
             path: "Sources/CCSFuzz",
             exclude: ["ccs.dict", "README.md", "corpus"]
         ),
+        // libFuzzer harnesses of the other parsers of outside input (each
+        // Sources/*Fuzz/README.md): nearby-server's request bodies and query
+        // strings, nearby-air's connections, HCI events, nearbyd's D-Bus
+        // arguments, the configuration and static publication files, and the
+        // audio demodulator; plain builds replay inputs.
+        .executableTarget(
+            name: "server-fuzz",
+            dependencies: ["NearbyServer", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/ServerFuzz",
+            exclude: ["server.dict", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "air-fuzz",
+            dependencies: ["NearbyAir", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/AirFuzz",
+            exclude: ["air.dict", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "hci-fuzz",
+            dependencies: ["BluetoothHCI", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/HCIFuzz",
+            exclude: ["hci.dict", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "dbus-fuzz",
+            dependencies: ["NearbyDaemon", "DBus", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/DBusFuzz",
+            exclude: ["dbus.dict", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "config-fuzz",
+            dependencies: ["NearbyDaemon", "NearbyServer", "ConfigFile", "NearbyCore", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/ConfigFuzz",
+            exclude: ["config.dict", "lsan.supp", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "modem-fuzz",
+            dependencies: ["AudioModem", "NearbyCore", "FuzzDriver", "FuzzReplay"],
+            path: "Sources/ModemFuzz",
+            exclude: ["README.md", "corpus"]
+        ),
         // C: libasound, for playback and capture.
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .target(name: "ALSA", dependencies: ["CALSA"]),

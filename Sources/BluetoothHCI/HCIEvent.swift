@@ -81,7 +81,8 @@ public struct AdvertisingReport: Equatable, Sendable {
     /// The advertising data: AD structures, at most 31 bytes (229 from an
     /// extended report).
     public var data: [UInt8]
-    /// dBm, -127...20; nil when the controller says it has none (127).
+    /// dBm, -127...20; nil when the controller says it has none (127) or
+    /// gives a value outside that range.
     public var rssi: Int?
 
     public init(eventType: UInt8, addressType: UInt8, address: DeviceAddress, data: [UInt8], rssi: Int?) {
@@ -114,13 +115,13 @@ public struct AdvertisingReport: Equatable, Sendable {
             guard next <= parameters.endIndex else { break }
             defer { index = next }
             guard length <= AdvertisingData.maximumLength else { continue }
-            let rssi = Int8(bitPattern: parameters[next - 1])
+            let rssi = AdvertisingReport.rssi(parameters[next - 1])
             reports.append(AdvertisingReport(
                 eventType: parameters[index],
                 addressType: parameters[index + 1],
                 address: DeviceAddress(littleEndian: Array(parameters[(index + 2)..<(index + 8)]))!,
                 data: Array(parameters[(index + 9)..<(index + 9 + length)]),
-                rssi: rssi == 127 ? nil : Int(rssi)
+                rssi: rssi
             ))
         }
         return reports
@@ -155,16 +156,23 @@ extension AdvertisingReport {
             defer { index = next }
             let eventType = UInt16(parameters[index]) | UInt16(parameters[index + 1]) << 8
             guard (eventType >> 5) & 0b11 == 0, length <= maximumExtendedLength else { continue }
-            let rssi = Int8(bitPattern: parameters[index + 13])
+            let rssi = AdvertisingReport.rssi(parameters[index + 13])
             reports.append(AdvertisingReport(
                 eventType: legacyType(eventType),
                 addressType: parameters[index + 2],
                 address: DeviceAddress(littleEndian: Array(parameters[(index + 3)..<(index + 9)]))!,
                 data: Array(parameters[(index + 24)..<next]),
-                rssi: rssi == 127 ? nil : Int(rssi)
+                rssi: rssi
             ))
         }
         return reports
+    }
+
+    /// An RSSI byte: dBm within the spec's -127...+20, or nil for 127 ("not
+    /// available") and for the values the spec does not allow.
+    static func rssi(_ byte: UInt8) -> Int? {
+        let value = Int(Int8(bitPattern: byte))
+        return (-127...20).contains(value) ? value : nil
     }
 
     /// Event_Type bits 0 connectable, 1 scannable, 2 directed, 3 scan response.

@@ -87,6 +87,9 @@ struct AirFrameDecoder: ByteToMessageDecoder {
     private let samplesFollow: @Sendable (ByteBuffer) -> Bool
     private var firstLine = true
     private var carriesSamples = false
+    /// How many of the buffer's bytes are known to hold no newline: a line
+    /// that arrives in pieces is searched once, not once per piece.
+    private var scanned = 0
 
     init(samplesFollowFirstLine samplesFollow: @escaping @Sendable (ByteBuffer) -> Bool) {
         self.samplesFollow = samplesFollow
@@ -121,11 +124,17 @@ struct AirFrameDecoder: ByteToMessageDecoder {
             return .samples(buffer.readSlice(length: 4 * Int(count))!)
         }
         let view = buffer.readableBytesView
-        guard let newline = view.firstIndex(of: UInt8(ascii: "\n")) else {
+        guard let newline = view.dropFirst(scanned).firstIndex(of: UInt8(ascii: "\n")) else {
             guard buffer.readableBytes <= Self.maximumLineBytes else {
                 throw AirProtocolError("a line longer than \(Self.maximumLineBytes) bytes")
             }
+            scanned = buffer.readableBytes
             return nil
+        }
+        scanned = 0
+        // Bounded here too: a long line whose newline came in the same read is no shorter.
+        guard newline - view.startIndex <= Self.maximumLineBytes else {
+            throw AirProtocolError("a line longer than \(Self.maximumLineBytes) bytes")
         }
         var line = buffer.readSlice(length: newline - view.startIndex)!
         buffer.moveReaderIndex(forwardBy: 1)
@@ -142,6 +151,11 @@ struct AirFrameDecoder: ByteToMessageDecoder {
 typealias AirChannel = NIOAsyncChannel<AirFrame, ByteBuffer>
 
 enum AirFraming {
+    /// Whether a connection's first line makes it an audio link: an `audio` request.
+    @Sendable static func opensAudioLink(_ line: ByteBuffer) -> Bool {
+        if case .audio? = try? AirCoding.decodeRequest(String(buffer: line)).request { true } else { false }
+    }
+
     /// Sets up line-then-frame decoding on a fresh channel and wraps it for async use.
     static func wrap(_ channel: any Channel,
                      samplesFollowFirstLine: @escaping @Sendable (ByteBuffer) -> Bool) -> EventLoopFuture<AirChannel> {

@@ -61,9 +61,7 @@ public actor AirServer {
     public func run(socketPath: String, onListening: @Sendable () -> Void) async throws {
         let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: socketPath, cleanupExistingSocketFile: true) { channel in
-                AirFraming.wrap(channel) { line in
-                    if case .audio? = try? AirCoding.decodeRequest(String(buffer: line)).request { true } else { false }
-                }
+                AirFraming.wrap(channel, samplesFollowFirstLine: AirFraming.opensAudioLink)
             }
         let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         audioClockWake = wake

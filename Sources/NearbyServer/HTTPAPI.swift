@@ -101,13 +101,17 @@ struct HTTPAPI: Sendable {
         } catch let error as any HTTPResponseError where error.status == .contentTooLarge {
             throw APIError(.payloadTooLarge, "the request body is larger than \(maxBodyBytes) bytes ([limits] max-body-bytes)")
         }
-        guard buffer.readableBytes > 0 else {
+        return try Self.decodeBody(T.self, from: Data(buffer.readableBytesView))
+    }
+
+    /// Decodes a whole request body, naming the field at fault when it does not fit `T`.
+    static func decodeBody<T: Decodable>(_ type: T.Type, from body: Data) throws -> T {
+        guard !body.isEmpty else {
             throw APIError(.invalidArgument, "the request body is empty; expected a JSON \(T.self)")
         }
         do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+            return try JSONDecoder().decode(T.self, from: body)
         } catch let error as DecodingError {
-            let body = Data(buffer.readableBytesView)
             throw APIError(.invalidArgument, Self.describe(error, expecting: "\(T.self)", body: body))
         }
     }

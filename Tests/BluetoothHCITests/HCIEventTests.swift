@@ -142,6 +142,22 @@ import Testing
         #expect(reports.first?.rssi == nil)
     }
 
+    /// The spec's range is -127...+20 dBm; a controller's value outside it
+    /// (found by hci-fuzz) says as little as 127 does.
+    @Test func rssiOutsideTheSpecsRangeIsUnknown() {
+        let values: [UInt8] = [0x81, 0x14, 0x15, 0x7E, 0x80] // -127, 20, 21, 126, -128
+        for (extended, packet) in [
+            (false, advertisingEvent(count: 5, values.map { record(data: [0x02, 0x01, 0x06], rssi: $0) }.reduce([], +))),
+            (true, extendedEvent(count: 5, values.map { extendedRecord(data: [0x02, 0x01, 0x06], rssi: $0) }.reduce([], +))),
+        ] {
+            guard case .advertisingReports(let reports) = HCIEvent(packet: packet) else {
+                Issue.record("not an advertising report event")
+                continue
+            }
+            #expect(reports.map(\.rssi) == [-127, 20, nil, nil, nil], "extended: \(extended)")
+        }
+    }
+
     @Test func moreReportsAnnouncedThanPresentKeepsTheWholeOnes() {
         let event = HCIEvent(packet: advertisingEvent(count: 3, record(data: ourData, rssi: 0xC4)))
         #expect(event.reportCount == 1)

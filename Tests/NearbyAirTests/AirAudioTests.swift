@@ -265,6 +265,34 @@ import Testing
         #expect(throws: AirProtocolError.self) { try decode([UInt8](repeating: 65, count: 70_000)) }
     }
 
+    /// A line of the limit is read; one byte more is refused, also when its
+    /// newline came in the same read (found by air-fuzz: such a line was read
+    /// whatever its length, and refused only when the bytes came in pieces).
+    @Test func aLineIsBoundedWhenItsNewlineIsAlreadyThere() throws {
+        let longest = [UInt8](repeating: 65, count: AirFrameDecoder.maximumLineBytes)
+        #expect(describe(try decode(longest + [10], samplesFollow: false)) == ["line " + String(repeating: "A", count: longest.count)])
+        #expect(throws: AirProtocolError("a line longer than \(AirFrameDecoder.maximumLineBytes) bytes")) {
+            try decode(longest + [65, 10], samplesFollow: false)
+        }
+    }
+
+    /// A line that arrives a byte at a time is searched for its newline once,
+    /// not once per byte (found by air-fuzz: 16 KB a byte at a time took 12 s
+    /// of a debug build's CPU, a 64 KiB line minutes; the event loop waits).
+    @Test func aLineDribbledInIsScannedOnce() throws {
+        var decoder = AirFrameDecoder { _ in false }
+        var buffer = ByteBuffer()
+        let start = ContinuousClock.now
+        for _ in 0..<AirFrameDecoder.maximumLineBytes {
+            buffer.writeInteger(UInt8(ascii: "x"))
+            #expect(try decoder.next(from: &buffer) == nil)
+        }
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        #expect(try decoder.next(from: &buffer).map { describe([$0]) } == ["line " + String(repeating: "x", count: AirFrameDecoder.maximumLineBytes)])
+        // Linear: well under a second; quadratic: minutes.
+        #expect(ContinuousClock.now - start < .seconds(10))
+    }
+
     @Test func theAudioRequestRoundTrips() throws {
         let line = AirCoding.encode(id: 3, .audio(device: "kiosk"))
         #expect(line == #"{"device":"kiosk","id":3,"op":"audio"}"#)

@@ -161,6 +161,16 @@ import Testing
         #expect(edges.refusedKeyRetry == 1 && edges.refusedChangeRetry == 0.1)
     }
 
+    /// toml++ asserted on these headers (a debug build aborted; config-fuzz).
+    @Test(arguments: ["[[[permissions]]]\n", "[=]\n", "[\n", "x = 1\n  [[ #\n"])
+    func aHeaderNoNameBeginsIsRefused(text: String) {
+        #expect(throws: ConfigurationError.self) { try ConfigFile(text: text, source: "test.conf") }
+    }
+
+    @Test func bracketsInsideArraysAndStringsAreNoHeaders() throws {
+        try ConfigFile(text: "[a]\nx = [\n[\n+1]]\ns = \"\"\"\n[=\n\"\"\"\n", source: "test.conf").checkSections(["a"])
+    }
+
     @Test func aMissingFileIsAnErrorOnlyWhenNamed() throws {
         #expect(throws: ConfigurationError.self) { try DaemonConfiguration.load(path: "/nonexistent/nearbyd.conf", required: true) }
         #expect(try DaemonConfiguration.load(path: "/nonexistent/nearbyd.conf", required: false).bus == .system)

@@ -28,6 +28,11 @@ struct Arguments {
         reader = call.arguments
     }
 
+    /// The arguments of a message read some other way (a ``DetachedMessage``).
+    init(_ reader: MessageReader) {
+        self.reader = reader
+    }
+
     func string(_ name: String, maxBytes: Int = Bounds.stringBytes) throws(DBusError) -> String {
         try nearbyErrors { () throws(DBusError) in try reader.readString(maxBytes: maxBytes, name) }
     }

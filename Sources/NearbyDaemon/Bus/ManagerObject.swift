@@ -80,18 +80,8 @@ final class ManagerObject {
 
     /// Publish: checked at once; made once the app may use Nearby.
     private func publish(_ call: MethodCall) throws(DBusError) {
-        let arguments = Arguments(call)
-        let content = try arguments.bytes("content", maxCount: MessageRules.maximumContentBytes)
-        let type = try arguments.string("type")
-        let params = try arguments.options("Publish params", allowed: Self.publishOptions)
-        let (message, strategy, handler) = try checked { () throws(NearbyError) in
-            try MessageRules.checkContent(content)
-            try MessageRules.checkType(type)
-            let namespace = params.string("Namespace") ?? ""
-            try MessageRules.checkNamespace(namespace)
-            let strategy = try service.strategy(params, for: .publication)
-            return (Message(namespace: namespace, type: type, content: content), strategy,
-                    params.objectPath("PermissionRequestHandler"))
+        let (message, strategy, handler) = try Self.readPublish(Arguments(call)) { params throws(NearbyError) in
+            try service.strategy(params, for: .publication)
         }
         try service.whenPermitted(self, mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
             try service.publish(message, strategy: strategy, in: self).path
@@ -100,19 +90,42 @@ final class ManagerObject {
 
     /// Subscribe: checked at once; made once the app may use Nearby.
     private func subscribe(_ call: MethodCall) throws(DBusError) {
-        let params = try Arguments(call).options("Subscribe params", allowed: Self.subscribeOptions)
-        let (filter, strategy, deviceTypes, handler) = try checked { () throws(NearbyError) in
-            let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
-            try MessageRules.checkNamespace(filter.namespace)
-            try MessageRules.checkType(filter.type)
-            let deviceTypes = try Self.deviceTypes(params)
-            let strategy = try service.strategy(params, for: .subscription)
-            return (filter, strategy, deviceTypes, params.objectPath("PermissionRequestHandler"))
+        let (filter, strategy, deviceTypes, handler) = try Self.readSubscribe(Arguments(call)) { params throws(NearbyError) in
+            try service.strategy(params, for: .subscription)
         }
         var mediums: Set<Medium> = deviceTypes.nearby ? strategy.mediums : []
         if deviceTypes.beacons != nil { mediums.insert(.ble) }
         try service.whenPermitted(self, mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
             try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
+        }
+    }
+
+    /// Publish's arguments, read and checked; `strategy` reads the params' Strategy.
+    static func readPublish(_ arguments: Arguments, strategy: (Options) throws(NearbyError) -> Strategy)
+        throws(DBusError) -> (message: Message, strategy: Strategy, handler: ObjectPath?) {
+        let content = try arguments.bytes("content", maxCount: MessageRules.maximumContentBytes)
+        let type = try arguments.string("type")
+        let params = try arguments.options("Publish params", allowed: publishOptions)
+        return try checked { () throws(NearbyError) in
+            try MessageRules.checkContent(content)
+            try MessageRules.checkType(type)
+            let namespace = params.string("Namespace") ?? ""
+            try MessageRules.checkNamespace(namespace)
+            return (Message(namespace: namespace, type: type, content: content), try strategy(params),
+                    params.objectPath("PermissionRequestHandler"))
+        }
+    }
+
+    /// Subscribe's arguments, read and checked; `strategy` reads the params' Strategy.
+    static func readSubscribe(_ arguments: Arguments, strategy: (Options) throws(NearbyError) -> Strategy)
+        throws(DBusError) -> (filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes, handler: ObjectPath?) {
+        let params = try arguments.options("Subscribe params", allowed: subscribeOptions)
+        return try checked { () throws(NearbyError) in
+            let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
+            try MessageRules.checkNamespace(filter.namespace)
+            try MessageRules.checkType(filter.type)
+            let deviceTypes = try Self.deviceTypes(params)
+            return (filter, try strategy(params), deviceTypes, params.objectPath("PermissionRequestHandler"))
         }
     }
 

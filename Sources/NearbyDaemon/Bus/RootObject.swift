@@ -24,10 +24,7 @@ final class RootObject {
         methods: [
             Method("CreateManager", inputs: [Argument("api_key", "s"), Argument("params", "a{sv}")],
                    outputs: [Argument("manager", "o")]) { root, call throws(DBusError) in
-                let arguments = Arguments(call)
-                let apiKey = try arguments.string("api_key")
-                let options = try arguments.options("CreateManager params", allowed: createManagerOptions)
-                let request = try checked { () throws(NearbyError) in try ManagerRequest(apiKey: apiKey, options: options) }
+                let request = try ManagerRequest.read(Arguments(call))
                 // Finding the caller's uid is a round trip to the bus daemon: answer later.
                 let service = root.service
                 let caller = call.caller.uniqueName
@@ -50,9 +47,7 @@ final class RootObject {
             },
             Method("GetPermission", inputs: [Argument("app_id", "s"), Argument("params", "a{sv}")],
                    outputs: [Argument("permission", "a{sv}")]) { root, call throws(DBusError) in
-                let arguments = Arguments(call)
-                let appId = try arguments.string("app_id")
-                let user = try permissionUser(appId, arguments, method: "GetPermission")
+                let (appId, user) = try readGetPermission(Arguments(call))
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -63,10 +58,7 @@ final class RootObject {
             },
             Method("SetPermission", inputs: [Argument("app_id", "s"), Argument("granted", "b"), Argument("params", "a{sv}")]) {
                 root, call throws(DBusError) in
-                let arguments = Arguments(call)
-                let appId = try arguments.string("app_id")
-                let granted = try arguments.bool()
-                let user = try permissionUser(appId, arguments, method: "SetPermission")
+                let (appId, granted, user) = try readSetPermission(Arguments(call))
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -77,7 +69,7 @@ final class RootObject {
             },
             Method("ListPermissions", inputs: [Argument("params", "a{sv}")],
                    outputs: [Argument("permissions", "aa{sv}")]) { root, call throws(DBusError) in
-                let user = try Arguments(call).options("ListPermissions params", allowed: permissionOptions).uint32("User")
+                let user = try readListPermissions(Arguments(call))
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
@@ -128,12 +120,30 @@ private func later(_ call: MethodCall, _ body: @escaping @BusActor @Sendable () 
     }
 }
 
-/// The `User` of a permission method's params (the last argument), after
-/// checking `appId` and the params.
-@BusActor
-private func permissionUser(_ appId: String, _ arguments: Arguments, method: String) throws(DBusError) -> UInt32? {
-    try checked { () throws(NearbyError) in try ManagerRequest.checkAppId(appId) }
-    return try arguments.options("\(method) params", allowed: RootObject.permissionOptions).uint32("User")
+// The arguments of each method, read and checked: what its handler acts on
+// (and what dbus-fuzz runs over any message).
+extension RootObject {
+    static func readGetPermission(_ arguments: Arguments) throws(DBusError) -> (appId: String, user: UInt32?) {
+        let appId = try arguments.string("app_id")
+        return (appId, try permissionUser(appId, arguments, method: "GetPermission"))
+    }
+
+    static func readSetPermission(_ arguments: Arguments) throws(DBusError) -> (appId: String, granted: Bool, user: UInt32?) {
+        let appId = try arguments.string("app_id")
+        let granted = try arguments.bool()
+        return (appId, granted, try permissionUser(appId, arguments, method: "SetPermission"))
+    }
+
+    static func readListPermissions(_ arguments: Arguments) throws(DBusError) -> UInt32? {
+        try arguments.options("ListPermissions params", allowed: permissionOptions).uint32("User")
+    }
+
+    /// The `User` of a permission method's params (the last argument), after
+    /// checking `appId` and the params.
+    private static func permissionUser(_ appId: String, _ arguments: Arguments, method: String) throws(DBusError) -> UInt32? {
+        try checked { () throws(NearbyError) in try ManagerRequest.checkAppId(appId) }
+        return try arguments.options("\(method) params", allowed: permissionOptions).uint32("User")
+    }
 }
 
 /// A decision as `GetPermission` and `ListPermissions` show it.
@@ -186,6 +196,14 @@ struct ManagerRequest: Sendable {
             descriptions[key] = text
         }
         usageDescriptions = descriptions
+    }
+
+    /// CreateManager's arguments, read and checked.
+    @BusActor
+    static func read(_ arguments: Arguments) throws(DBusError) -> ManagerRequest {
+        let apiKey = try arguments.string("api_key")
+        let options = try arguments.options("CreateManager params", allowed: RootObject.createManagerOptions)
+        return try checked { () throws(NearbyError) in try ManagerRequest(apiKey: apiKey, options: options) }
     }
 
     static func checkAppId(_ appId: String) throws(NearbyError) {

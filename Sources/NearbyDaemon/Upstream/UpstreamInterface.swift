@@ -13,14 +13,7 @@ extension ManagerObject {
         methods: [
             Method("SendMessage", inputs: [Argument("data", "a{ss}"), Argument("to", "s"), Argument("message_id", "s"),
                                            Argument("ttl_seconds", "x")]) { object, call throws(DBusError) in
-                let arguments = Arguments(call)
-                let data = try arguments.stringDictionary("data", maxEntries: UpstreamMessage.maxDataBytes,
-                                                          maxBytes: UpstreamMessage.maxDataBytes)
-                let to = try arguments.string("to")
-                let messageID = try arguments.string("message_id")
-                let ttl = try arguments.int64()
-                try object.service.upstream.send(UpstreamMessage(data: data, to: to, messageID: messageID, ttlSeconds: ttl),
-                                                 from: object, call: call)
+                try object.service.upstream.send(readSendMessage(Arguments(call)), from: object, call: call)
             },
         ],
         properties: [
@@ -42,6 +35,16 @@ extension ManagerObject {
             SignalDescription("MessageReceived", [Argument("data", "a{ss}"), Argument("from", "s"), Argument("message_id", "s")]),
         ]
     )
+
+    /// SendMessage's arguments, read within their bounds on the wire; the
+    /// service checks the message's rules.
+    static func readSendMessage(_ arguments: Arguments) throws(DBusError) -> UpstreamMessage {
+        let data = try arguments.stringDictionary("data", maxEntries: UpstreamMessage.maxDataBytes,
+                                                  maxBytes: UpstreamMessage.maxDataBytes)
+        let to = try arguments.string("to")
+        let messageID = try arguments.string("message_id")
+        return UpstreamMessage(data: data, to: to, messageID: messageID, ttlSeconds: try arguments.int64())
+    }
 
     /// `SendFailed` to this manager's owner.
     func emitSendFailed(_ messageID: String, error: String, description: String) {

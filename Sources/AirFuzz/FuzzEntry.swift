@@ -1,0 +1,57 @@
+// Coverage-guided fuzzing of what a connection brings nearby-air
+// (Sources/NearbyAir): the line protocol, the switch to audio sample frames,
+// the frames, and the space they drive; plus a plain replay runner for builds
+// without the fuzzer (README.md).
+
+import FuzzReplay
+@_spi(Testing) import NearbyAir
+
+/// libFuzzer calls this once per input; a trap here is a finding.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func airFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    check(input)
+    return 0
+}
+
+/// An input is one byte that says how the rest is cut into reads, then what
+/// the connection brings. 0xFF: a read ends at each 0xFF byte (the seeds'
+/// way for lines; a sample frame then loses those bytes); 0: one read of it
+/// all; N: N bytes each.
+func check(_ input: [UInt8]) {
+    guard let first = input.first else { return }
+    let rest = input.dropFirst()
+    let reads: [[UInt8]]
+    if first == 0xFF {
+        reads = rest.split(separator: 0xFF, omittingEmptySubsequences: true).map(Array.init)
+    } else {
+        let size = first == 0 ? max(rest.count, 1) : Int(first)
+        reads = stride(from: rest.startIndex, to: rest.endIndex, by: size).map { Array(rest[$0..<min($0 + size, rest.endIndex)]) }
+    }
+    AirConnectionContract.check(reads: reads)
+}
+
+#if AIR_LIBFUZZER
+import Foundation
+import FuzzDriver
+
+/// Hands control to libFuzzer, which parses its own command-line flags.
+@main
+enum FuzzMain {
+    static func main() {
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv, airFuzzOneInput))
+    }
+}
+#else
+/// Without libFuzzer: replays the files and corpus directories named on the
+/// command line through the same contract.
+@main
+enum ReplayRunner {
+    static func main() throws {
+        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), check)
+        print("air-fuzz: replayed \(count) inputs, no broken promises")
+    }
+}
+#endif

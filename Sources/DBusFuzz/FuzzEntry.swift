@@ -1,0 +1,92 @@
+// Coverage-guided fuzzing of the arguments nearbyd reads from its D-Bus
+// clients (Sources/NearbyDaemon/Bus: Arguments, Options, each method's
+// reader), over real sd-bus messages built in-process; plus a plain replay
+// runner for builds without the fuzzer (README.md).
+
+import DBus
+import Dispatch
+import FuzzReplay
+@_spi(Testing) import NearbyDaemon
+
+/// libFuzzer calls this once per input; a trap here is a finding.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func dbusFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    FuzzProperty.check(input)
+    return 0
+}
+
+/// An input is one byte that picks the method, one that picks the arguments'
+/// types (below 0xE0: the method's own signature, the only one sd-bus lets
+/// through to its handler; else one to three types of the program's making),
+/// then the program of the values (``ArgumentProgram``).
+///
+/// The message it builds must read as it was written (the DBus module's
+/// writer and reader agree), and the method's reader must keep
+/// ``BusArgumentsContract``'s promises on it.
+enum FuzzProperty {
+    static func check(_ input: [UInt8]) {
+        let done = DispatchSemaphore(value: 0)
+        Task { @BusActor in
+            run(input)
+            done.signal()
+        }
+        done.wait()
+    }
+
+    @BusActor static func run(_ input: [UInt8]) {
+        let methods = BusArgumentsContract.Method.allCases
+        var program = ArgumentProgram(input[...])
+        let method = methods[Int(program.byte()) % methods.count]
+        let shape = program.byte()
+        let types = shape < 0xE0 ? WireType.parse(method.signature)
+            : (0...Int(shape % 3)).map { _ in program.randomType(depth: 0) }
+        let message: DetachedMessage
+        var written: [DBusValue?] = []
+        do {
+            message = try DetachedMessage(member: method.rawValue)
+            try message.append { writer throws(DBusError) in
+                for type in types { written.append(try program.append(type, to: writer)) }
+            }
+        } catch {
+            fatalError("the program's message could not be built: \(error)")
+        }
+        if program.mirrored {
+            let read: [DBusValue]
+            do {
+                read = try message.read { reader throws(DBusError) in try reader.readAll() }
+            } catch {
+                fatalError("a message of type '\(types.map(\.text).joined())' does not read back: \(error)")
+            }
+            guard "\(read)" == "\(written.compactMap { $0 })" else {
+                fatalError("the message reads back otherwise: \("\(read)".prefix(500)) against \("\(written)".prefix(500))")
+            }
+        }
+        BusArgumentsContract.check(method, message)
+    }
+}
+
+#if DBUS_LIBFUZZER
+import Foundation
+import FuzzDriver
+
+/// Hands control to libFuzzer, which parses its own command-line flags.
+@main
+enum FuzzMain {
+    static func main() {
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv, dbusFuzzOneInput))
+    }
+}
+#else
+/// Without libFuzzer: replays the files and corpus directories named on the
+/// command line through the same properties.
+@main
+enum ReplayRunner {
+    static func main() throws {
+        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), FuzzProperty.check)
+        print("dbus-fuzz: replayed \(count) inputs, no broken promises")
+    }
+}
+#endif

@@ -1,0 +1,49 @@
+// Coverage-guided fuzzing of what nearby-server parses from its clients
+// (Sources/NearbyServer, Sources/ServerAPI): every request body the HTTP API
+// decodes, the WebSockets' text messages, and the beacon registry's request
+// targets (beacon name, q, namespacedType); plus a plain replay runner for
+// builds without the fuzzer (README.md).
+
+import FuzzReplay
+@_spi(Testing) import NearbyServer
+
+/// libFuzzer calls this once per input; a trap here is a finding.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func serverFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    check(input)
+    return 0
+}
+
+/// The first byte picks what the rest is (``ServerRequestContract/Input``,
+/// by its number); the rest is that body, message or request target.
+func check(_ input: [UInt8]) {
+    guard let first = input.first else { return }
+    let kinds = ServerRequestContract.Input.allCases
+    ServerRequestContract.check(kinds[Int(first) % kinds.count], Array(input.dropFirst()))
+}
+
+#if SERVER_LIBFUZZER
+import Foundation
+import FuzzDriver
+
+/// Hands control to libFuzzer, which parses its own command-line flags.
+@main
+enum FuzzMain {
+    static func main() {
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv, serverFuzzOneInput))
+    }
+}
+#else
+/// Without libFuzzer: replays the files and corpus directories named on the
+/// command line through the same contract.
+@main
+enum ReplayRunner {
+    static func main() throws {
+        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), check)
+        print("server-fuzz: replayed \(count) inputs, no broken promises")
+    }
+}
+#endif
