@@ -83,7 +83,7 @@ import NearbyCore
     /// reads, as far as both read (the air's decoder refuses a connection that
     /// is not lines earlier).
     private static func checkLineFraming(_ reads: [[UInt8]], air: [Frame]) {
-        var processor = NIOSingleStepByteToMessageProcessor(LineBasedFrameDecoder(), maximumBufferSize: LineFraming.maximumLineBytes)
+        let processor = NIOSingleStepByteToMessageProcessor(LineBasedFrameDecoder(), maximumBufferSize: LineFraming.maximumLineBytes)
         var lines: [Frame] = []
         for read in reads {
             do {

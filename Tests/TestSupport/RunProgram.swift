@@ -21,5 +21,5 @@ public func runProgram(_ executable: String, _ arguments: [String], environment:
     case .exited(let code): code
     case .signaled(let signal): 128 + signal
     }
-    return ProgramResult(status: status, output: result.standardOutput ?? "")
+    return ProgramResult(status: status, output: result.standardOutput)
 }
