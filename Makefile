@@ -68,10 +68,7 @@ test: setup
 # as .build-fuzz/crash-* (or leak-, timeout-, oom-).
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := beacons-fuzz xmpp-fuzz ccs-fuzz server-fuzz air-fuzz hci-fuzz dbus-fuzz config-fuzz modem-fuzz
-FUZZ_FLAGS := -Xswiftc -sanitize=fuzzer,address \
-	-Xswiftc -DBEACONS_LIBFUZZER -Xswiftc -DXMPP_LIBFUZZER -Xswiftc -DCCS_LIBFUZZER \
-	-Xswiftc -DSERVER_LIBFUZZER -Xswiftc -DAIR_LIBFUZZER -Xswiftc -DHCI_LIBFUZZER \
-	-Xswiftc -DDBUS_LIBFUZZER -Xswiftc -DCONFIG_LIBFUZZER -Xswiftc -DMODEM_LIBFUZZER
+FUZZ_FLAGS := -Xswiftc -sanitize=fuzzer,address -Xswiftc -DLIBFUZZER
 FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
 	-artifact_prefix=.build-fuzz/
 

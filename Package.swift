@@ -73,20 +73,20 @@ let package = Package(
         // build replays inputs.
         .executableTarget(
             name: "beacons-fuzz",
-            dependencies: ["Beacons", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["Beacons", "FuzzReplay"],
             path: "Sources/BeaconsFuzz",
             exclude: ["beacons.dict", "README.md"]
         ),
         // What the fuzz harnesses share: the declaration of libFuzzer's driver
         // (C), and the replay of inputs in plain builds.
         .target(name: "FuzzDriver"),
-        .target(name: "FuzzReplay"),
+        .target(name: "FuzzReplay", dependencies: ["FuzzDriver"]),
         // libFuzzer harnesses of the connection server's parsers of outside input
         // (Sources/XMPPFuzz/README.md, Sources/CCSFuzz/README.md); plain builds replay inputs.
         .executableTarget(
             name: "xmpp-fuzz",
             dependencies: [
-                "XMPP", "FuzzDriver", "FuzzReplay",
+                "XMPP", "FuzzReplay",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -97,7 +97,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "ccs-fuzz",
-            dependencies: ["NearbyServer", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["NearbyServer", "FuzzReplay"],
             path: "Sources/CCSFuzz",
             exclude: ["ccs.dict", "README.md", "corpus"]
         ),
@@ -108,37 +108,37 @@ let package = Package(
         // audio demodulator; plain builds replay inputs.
         .executableTarget(
             name: "server-fuzz",
-            dependencies: ["NearbyServer", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["NearbyServer", "FuzzReplay"],
             path: "Sources/ServerFuzz",
             exclude: ["server.dict", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "air-fuzz",
-            dependencies: ["NearbyAir", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["NearbyAir", "FuzzReplay"],
             path: "Sources/AirFuzz",
             exclude: ["air.dict", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "hci-fuzz",
-            dependencies: ["BluetoothHCI", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["BluetoothHCI", "FuzzReplay"],
             path: "Sources/HCIFuzz",
             exclude: ["hci.dict", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "dbus-fuzz",
-            dependencies: ["NearbyDaemon", "DBus", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["NearbyDaemon", "DBus", "FuzzReplay"],
             path: "Sources/DBusFuzz",
             exclude: ["dbus.dict", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "config-fuzz",
-            dependencies: ["NearbyDaemon", "NearbyServer", "ConfigFile", "NearbyCore", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["NearbyDaemon", "NearbyServer", "ConfigFile", "NearbyCore", "FuzzReplay"],
             path: "Sources/ConfigFuzz",
             exclude: ["config.dict", "lsan.supp", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "modem-fuzz",
-            dependencies: ["AudioModem", "NearbyCore", "FuzzDriver", "FuzzReplay"],
+            dependencies: ["AudioModem", "NearbyCore", "FuzzReplay"],
             path: "Sources/ModemFuzz",
             exclude: ["README.md", "corpus"]
         ),

@@ -31,27 +31,11 @@ func check(_ input: [UInt8]) {
     AirConnectionContract.check(reads: reads)
 }
 
-#if AIR_LIBFUZZER
-import Foundation
-import FuzzDriver
-
-/// Hands control to libFuzzer, which parses its own command-line flags.
+/// libFuzzer's driver when built for fuzzing, else a replay of the inputs
+/// named on the command line (FuzzHarness).
 @main
-enum FuzzMain {
+enum Main {
     static func main() {
-        var argc = CommandLine.argc
-        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, airFuzzOneInput))
+        FuzzHarness.main("air-fuzz", airFuzzOneInput, check: check)
     }
 }
-#else
-/// Without libFuzzer: replays the files and corpus directories named on the
-/// command line through the same contract.
-@main
-enum ReplayRunner {
-    static func main() throws {
-        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), check)
-        print("air-fuzz: replayed \(count) inputs, no broken promises")
-    }
-}
-#endif

@@ -3,7 +3,7 @@
 //
 // Build and run (see README.md):
 //   swift build -c debug --product beacons-fuzz --scratch-path .build-fuzz \
-//     -Xswiftc -sanitize=fuzzer,address -Xswiftc -DBEACONS_LIBFUZZER
+//     -Xswiftc -sanitize=fuzzer,address -Xswiftc -DLIBFUZZER
 //   .build-fuzz/debug/beacons-fuzz -max_len=64 -max_total_time=60 fuzz-corpus/
 
 import Beacons
@@ -47,37 +47,26 @@ enum FuzzProperty {
     }
 }
 
-#if BEACONS_LIBFUZZER
-import FuzzDriver
-
-/// Hands control to libFuzzer, which parses its own command-line flags.
+/// libFuzzer's driver when built for fuzzing, else a replay of the inputs
+/// named on the command line (FuzzHarness) that counts the frames of each
+/// kind, or `--write-seeds DIR`.
 @main
-enum FuzzMain {
-    static func main() {
-        var argc = CommandLine.argc
-        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, beaconsFuzzOneInput))
-    }
-}
-#else
-/// Without libFuzzer: replays the files named on the command line (a
-/// corpus or crash reproducers) through the same property.
-@main
-enum ReplayRunner {
+enum Main {
     static func main() throws {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == "--write-seeds", arguments.count == 2 {
             try writeSeeds(to: arguments[1])
             return
         }
-        var kinds: [BeaconKind: Int] = [:]
-        let count = try FuzzReplay.run(arguments) { input in
-            FuzzProperty.check(input)
-            if let frame = BeaconFrame.parse(advertisingData: input) { kinds[frame.kind, default: 0] += 1 }
-        }
-        print("replayed \(count) inputs, no property violations")
-        for (kind, n) in kinds.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-            print("  \(n) parse as \(kind) advertisements")
+        FuzzHarness.main("beacons-fuzz", beaconsFuzzOneInput) { paths in
+            var kinds: [BeaconKind: Int] = [:]
+            let count = try FuzzReplay.run(paths) { input in
+                FuzzProperty.check(input)
+                if let frame = BeaconFrame.parse(advertisingData: input) { kinds[frame.kind, default: 0] += 1 }
+            }
+            return (["replayed \(count) inputs, no property violations"]
+                + kinds.sorted { $0.key.rawValue < $1.key.rawValue }.map { "  \($1) parse as \($0) advertisements" })
+                .joined(separator: "\n")
         }
     }
 
@@ -106,4 +95,3 @@ enum ReplayRunner {
         print("wrote \(frames.count) seeds to \(directory)")
     }
 }
-#endif

@@ -63,26 +63,11 @@ func checkServerConfiguration(path: String) {
     }
 }
 
-#if CONFIG_LIBFUZZER
-import FuzzDriver
-
-/// Hands control to libFuzzer, which parses its own command-line flags.
+/// libFuzzer's driver when built for fuzzing, else a replay of the inputs
+/// named on the command line (FuzzHarness).
 @main
-enum FuzzMain {
+enum Main {
     static func main() {
-        var argc = CommandLine.argc
-        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, configFuzzOneInput))
+        FuzzHarness.main("config-fuzz", configFuzzOneInput, check: check)
     }
 }
-#else
-/// Without libFuzzer: replays the files and corpus directories named on the
-/// command line through the same contracts.
-@main
-enum ReplayRunner {
-    static func main() throws {
-        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), check)
-        print("config-fuzz: replayed \(count) inputs, no broken promises")
-    }
-}
-#endif

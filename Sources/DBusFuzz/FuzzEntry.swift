@@ -66,27 +66,11 @@ enum FuzzProperty {
     }
 }
 
-#if DBUS_LIBFUZZER
-import Foundation
-import FuzzDriver
-
-/// Hands control to libFuzzer, which parses its own command-line flags.
+/// libFuzzer's driver when built for fuzzing, else a replay of the inputs
+/// named on the command line (FuzzHarness).
 @main
-enum FuzzMain {
+enum Main {
     static func main() {
-        var argc = CommandLine.argc
-        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, dbusFuzzOneInput))
+        FuzzHarness.main("dbus-fuzz", dbusFuzzOneInput, check: FuzzProperty.check)
     }
 }
-#else
-/// Without libFuzzer: replays the files and corpus directories named on the
-/// command line through the same properties.
-@main
-enum ReplayRunner {
-    static func main() throws {
-        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst()), FuzzProperty.check)
-        print("dbus-fuzz: replayed \(count) inputs, no broken promises")
-    }
-}
-#endif

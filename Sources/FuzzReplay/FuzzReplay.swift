@@ -1,9 +1,8 @@
 import Foundation
 
-/// The plain-build half of every fuzz harness (beacons-fuzz, xmpp-fuzz,
-/// ccs-fuzz): their property run over the inputs named on the command line,
-/// a corpus directory or crash reproducers, as `make test` does with each
-/// harness's committed corpus.
+/// The plain-build half of every fuzz harness: its property run over the
+/// inputs named on the command line, a corpus directory or crash
+/// reproducers, as `make test` does with each harness's committed corpus.
 public enum FuzzReplay {
     /// Why an input could not be read.
     public struct MissingInput: Error, CustomStringConvertible {
@@ -28,5 +27,40 @@ public enum FuzzReplay {
             }
         }
         return count
+    }
+}
+
+#if LIBFUZZER
+import FuzzDriver
+#endif
+
+/// The `main` of every fuzz harness. Built for fuzzing (`make fuzz`:
+/// `-sanitize=fuzzer` and `-DLIBFUZZER`), it hands control to libFuzzer,
+/// which parses its own flags and calls `oneInput` (the harness's
+/// `LLVMFuzzerTestOneInput`); built plainly, it replays the paths on the
+/// command line with `replay` and prints `NAME: ` and what that returns.
+public enum FuzzHarness {
+    /// libFuzzer's per-input callback.
+    public typealias OneInput = @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+
+    public static func main(_ name: String, _ oneInput: OneInput, replay: ([String]) throws -> String) -> Never {
+        #if LIBFUZZER
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv, oneInput))
+        #else
+        do {
+            print("\(name): \(try replay(Array(CommandLine.arguments.dropFirst())))")
+            exit(0)
+        } catch {
+            FileHandle.standardError.write(Data("\(name): \(error)\n".utf8))
+            exit(1)
+        }
+        #endif
+    }
+
+    /// The same, replaying each input through `check`, which traps on a broken promise.
+    public static func main(_ name: String, _ oneInput: OneInput, check: ([UInt8]) throws -> Void) -> Never {
+        main(name, oneInput) { "replayed \(try FuzzReplay.run($0, check)) inputs, no broken promises" }
     }
 }

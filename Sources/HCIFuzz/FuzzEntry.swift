@@ -14,27 +14,11 @@ public func hciFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt 
     return 0
 }
 
-#if HCI_LIBFUZZER
-import Foundation
-import FuzzDriver
-
-/// Hands control to libFuzzer, which parses its own command-line flags.
+/// libFuzzer's driver when built for fuzzing, else a replay of the inputs
+/// named on the command line (FuzzHarness).
 @main
-enum FuzzMain {
+enum Main {
     static func main() {
-        var argc = CommandLine.argc
-        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, hciFuzzOneInput))
+        FuzzHarness.main("hci-fuzz", hciFuzzOneInput, check: { HCIEventContract.check(packet: $0) })
     }
 }
-#else
-/// Without libFuzzer: replays the files and corpus directories named on the
-/// command line (each a packet as the socket delivers it) through the same contract.
-@main
-enum ReplayRunner {
-    static func main() throws {
-        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst())) { HCIEventContract.check(packet: $0) }
-        print("hci-fuzz: replayed \(count) inputs, no broken promises")
-    }
-}
-#endif

@@ -103,30 +103,17 @@ enum FuzzProperty {
     }
 }
 
-#if MODEM_LIBFUZZER
-import Foundation
-import FuzzDriver
-
-/// Hands control to libFuzzer, which parses its own command-line flags.
+/// libFuzzer's driver when built for fuzzing, else a replay of the inputs
+/// named on the command line (FuzzHarness) that counts those heard as a token.
 @main
-enum FuzzMain {
+enum Main {
     static func main() {
-        var argc = CommandLine.argc
-        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, modemFuzzOneInput))
-    }
-}
-#else
-/// Without libFuzzer: replays the files and corpus directories named on the
-/// command line through the same properties.
-@main
-enum ReplayRunner {
-    static func main() throws {
-        var heard = 0
-        let count = try FuzzReplay.run(Array(CommandLine.arguments.dropFirst())) { input in
-            if !FuzzProperty.check(input).isEmpty { heard += 1 }
+        FuzzHarness.main("modem-fuzz", modemFuzzOneInput) { paths in
+            var heard = 0
+            let count = try FuzzReplay.run(paths) { input in
+                if !FuzzProperty.check(input).isEmpty { heard += 1 }
+            }
+            return "replayed \(count) inputs, no property violations; a token was heard in \(heard) of them"
         }
-        print("modem-fuzz: replayed \(count) inputs, no property violations; a token was heard in \(heard) of them")
     }
 }
-#endif
