@@ -67,9 +67,12 @@ test: setup
 # a hang, an allocation over the limits) stops the run with its input saved
 # as .build-fuzz/crash-* (or leak-, timeout-, oom-).
 FUZZ_SECONDS ?= 60
+# libFuzzer's random seed: the same mutations on every run, so a finding in CI
+# is found again by `make fuzz` here; another seed explores elsewhere.
+FUZZ_SEED ?= 1
 FUZZ_HARNESSES := beacons-fuzz xmpp-fuzz ccs-fuzz server-fuzz air-fuzz hci-fuzz dbus-fuzz config-fuzz modem-fuzz
 FUZZ_FLAGS := -Xswiftc -sanitize=fuzzer,address -Xswiftc -DLIBFUZZER
-FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
+FUZZ_RUN = -seed=$(FUZZ_SEED) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
 	-artifact_prefix=.build-fuzz/
 
 fuzz: setup
