@@ -1,4 +1,7 @@
 import CLibXML2
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The opening tag of an XML stream (`<stream:stream …>`).
 public struct XMLStreamHeader: Sendable, Equatable {
@@ -125,13 +128,21 @@ public final class XMLStreamParser {
         defer { events = [] }
         var offset = 0
         while offset < bytes.count {
-            let count = min(Self.slice, bytes.count - offset)
+            var count = min(Self.slice, bytes.count - offset)
             let chunk = bytes.baseAddress!.advanced(by: offset).assumingMemoryBound(to: CChar.self)
-            let status = xmlParseChunk(context, chunk, Int32(count), 0)
+            // U+0000 is no XML character, and a UTF-8 stream has no 0 byte
+            // otherwise. Refused here, before libxml2, whose push parser
+            // reports it or not depending on where the reads end (xmpp-fuzz).
+            let nul = memchr(chunk, 0, count).map { UnsafeRawPointer($0) - UnsafeRawPointer(chunk) }
+            if let nul { count = nul }
+            let status = count > 0 ? xmlParseChunk(context, chunk, Int32(count), 0) : 0
             offset += count
             fed += count
             if failure == nil, status != 0 {
                 failure = Self.classify(status: status, context: context)
+            }
+            if failure == nil, nul != nil {
+                failure = .notWellFormed("a 0 byte (U+0000, which XML forbids)")
             }
             if failure == nil, fed - boundary > maximumStanzaBytes {
                 failure = .stanzaTooLarge(limit: maximumStanzaBytes)
