@@ -149,13 +149,14 @@ public final class NearbyService: Sendable {
     }
 
     /// `DELETE /v1/devices/{device}`: the device and all it had; subscribers
-    /// that had found its publications get lost.
+    /// that had found its publications get lost; its stream and channel close.
     public func unregister(_ device: DeviceRecord) async throws {
         try await serializer.run(device.id) {
             _ = try await self.storage.deleteDevice(id: device.id)
             self.authenticated.withLock { $0.remove(device) }
             self.tokens.withLock { $0.remove(devices: [device.id]) }
             await self.matcher.removeDevice(device.id)
+            await self.connections.devicesDeleted([device.id])
         }
         logger.info("device unregistered", metadata: ["device": "\(device.id)"])
     }
@@ -411,6 +412,7 @@ public final class NearbyService: Sendable {
         let uncached = authenticated.withLock { $0.remove(projects: deletions.projects, keeping: remaining) }
         tokens.withLock { $0.remove(devices: gone.union(uncached)) }
         await matcher.removeDevices(gone)
+        await connections.devicesDeleted(gone)
         projectDeletionPosition.withLock { $0 = deletions.position }
         logger.info("projects deleted elsewhere were dropped", metadata: ["projects": "\(deletions.projects.sorted())"])
     }
@@ -462,13 +464,15 @@ public final class NearbyService: Sendable {
     }
 
     /// Drops devices deleted from storage (id to project) from memory: the
-    /// caches, and the matcher, which closes their streams.
+    /// caches, the matcher, which closes their streams, and the connection
+    /// hub, which closes their channels.
     private func forget(_ devices: [String: String]) async {
         authenticated.withLock { cache in
             for (id, project) in devices { cache.remove(id: id, project: project) }
         }
         tokens.withLock { $0.remove(devices: Set(devices.keys)) }
         await matcher.removeDevices(Set(devices.keys))
+        await connections.devicesDeleted(devices.keys)
     }
 
     /// How long an expired token is still told apart from an unknown one.

@@ -93,6 +93,23 @@ extension XMPPServer {
     @_spi(Testing) public func serve(withoutTLS channel: any Channel) throws {
         try core.accept(channel, sslContext: nil)
     }
+
+    /// What the server holds for its connections now: all zero once every
+    /// connection has closed and every ``XMPPService/serve(_:)`` has returned.
+    @_spi(Testing) public var holdings: XMPPServerHoldings { core.holdings }
+}
+
+/// What an ``XMPPServer`` holds for its connections (tests count it).
+@_spi(Testing) public struct XMPPServerHoldings: Sendable, Equatable {
+    /// Connections accepted and not yet closed.
+    public var connections: Int
+    /// Sessions whose ``XMPPService/serve(_:)`` has not yet returned.
+    public var serving: Int
+    /// Connections counted against the limits, not yet logged in and logged in.
+    public var unauthenticated: Int
+    public var authenticated: Int
+
+    public static let none = XMPPServerHoldings(connections: 0, serving: 0, unauthenticated: 0, authenticated: 0)
 }
 
 /// What the server and its connections share: configuration, service, the
@@ -203,6 +220,14 @@ final class ServerCore: Sendable {
         state.withLock { state in
             state.shuttingDown = true
             return Array(state.connections.values)
+        }
+    }
+
+    var holdings: XMPPServerHoldings {
+        state.withLock { state in
+            XMPPServerHoldings(connections: state.connections.count, serving: state.serveTasks.count,
+                               unauthenticated: state.admission.unauthenticatedCount,
+                               authenticated: state.admission.authenticatedCount)
         }
     }
 

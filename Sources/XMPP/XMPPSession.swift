@@ -23,7 +23,8 @@ public final class XMPPSession: Sendable {
     public let stanzas: AsyncStream<XMLElement>
 
     private let queue: StanzaQueue
-    private let handler: NIOLoopBound<XMPPStreamHandler>
+    /// The connection's handler, on its event loop.
+    let handler: NIOLoopBound<XMPPStreamHandler>
 
     init(username: String, jid: String, streamID: String, handler: NIOLoopBound<XMPPStreamHandler>) {
         self.username = username

@@ -70,8 +70,9 @@ public actor ConnectionHub {
     private let maxUnackedPerSession: Int
     private let maxPendingDownstreamPerDevice: Int
     private let deviceLimits: DeviceLimits
-    /// Channels closed because their device did not read them.
-    private var overflowed: Set<UInt64> = []
+    /// Why the hub ended a channel (its device did not read it, or was
+    /// deleted), until the channel's endpoint has closed it.
+    private var endReasons: [UInt64: String] = [:]
 
     private var sessions: [UInt64: AppSession] = [:]
     /// What is out with some session, per project, so that no two get it.
@@ -238,17 +239,26 @@ public actor ConnectionHub {
     }
 
     public func closeChannel(device: String, id: UInt64) {
-        overflowed.remove(id)
+        endReasons[id] = nil
         guard channels[device]?.id == id else { return }
         channels.removeValue(forKey: device)?.output.finish()
     }
 
     /// Why the hub ended channel `id`'s events: its device did not read them,
-    /// or it opened another channel.
+    /// was deleted, or opened another channel.
     public func endReason(of id: UInt64) -> String {
-        overflowed.contains(id)
-            ? "the device left \(deviceLimits.channelQueue) events unread ([limits] max-channel-queue)"
-            : "replaced by a newer channel"
+        endReasons[id] ?? "replaced by a newer channel"
+    }
+
+    /// The devices were deleted: their channels end (a deleted device's
+    /// channel would otherwise stay open, and be kept here, for as long as
+    /// the device keeps its connection).
+    public func devicesDeleted(_ devices: some Sequence<String>) {
+        for device in devices {
+            guard let channel = channels.removeValue(forKey: device) else { continue }
+            endReasons[channel.id] = "device unregistered"
+            channel.output.finish()
+        }
     }
 
     /// What a device wrote on its channel.
@@ -338,10 +348,25 @@ public actor ConnectionHub {
         guard let channel = channels[device] else { return }
         if case .dropped = channel.output.yield(event) {
             logger.notice("a device does not read its channel; closed", metadata: ["device": "\(device)"])
-            overflowed.insert(channel.id)
+            endReasons[channel.id] = "the device left \(deviceLimits.channelQueue) events unread ([limits] max-channel-queue)"
             channels.removeValue(forKey: device)
             channel.output.finish()
         }
+    }
+
+    /// What the hub holds now for sessions and channels (tests count it).
+    struct Holdings: Equatable {
+        var sessions: Int
+        /// Messages and receipts out with some session, all projects together.
+        var inFlight: Int
+        var channels: Int
+        /// Channels the hub ended whose endpoints have not closed them yet.
+        var endedChannels: Int
+    }
+
+    var holdings: Holdings {
+        Holdings(sessions: sessions.count, inFlight: inFlight.values.reduce(0) { $0 + $1.count }, channels: channels.count,
+                 endedChannels: endReasons.count)
     }
 
     // MARK: Handing out
