@@ -43,8 +43,8 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CSystemd"]),
         // C: glibc's <malloc.h> (mallinfo2, malloc_trim), so nearbyd gives back what large messages took.
         .target(name: "CMalloc"),
-        // C: one malloc arena for all of nearbyd's threads, set before main (nearbyd's executable only).
-        .target(name: "NearbydMalloc"),
+        // C: one malloc arena for all threads, set before main (the nearbyd and nearby-server executables only).
+        .target(name: "OneMallocArena"),
         .target(
             name: "SystemdService",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
@@ -232,7 +232,7 @@ let package = Package(
         .executableTarget(
             name: "nearbyd",
             dependencies: [
-                "NearbyDaemon", "SystemdService", "ConfigFile", "NearbydMalloc",
+                "NearbyDaemon", "SystemdService", "ConfigFile", "OneMallocArena",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -241,7 +241,7 @@ let package = Package(
         .executableTarget(
             name: "nearby-server",
             dependencies: [
-                "NearbyServer", "ServerAPI", "SystemdService", "ConfigFile", "XMPP",
+                "NearbyServer", "ServerAPI", "SystemdService", "ConfigFile", "XMPP", "OneMallocArena",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

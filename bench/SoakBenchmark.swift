@@ -371,10 +371,10 @@ private struct SoakFigures {
             figure("nearby-server database and its WAL, KiB", .shown("grows with the rows kept")) { $0.databaseKiB },
         ]
         let kept: [String: Limit] = [
-            "device": .allowance(silentDevices, "the devices that went silent: this server does not expire devices"),
+            "device": .allowance(silentDevices, "the devices that went silent: expired only after [limits] device-idle-days"),
             "token": .shown("kept a day past expiry (the silent devices' too)"),
             "upstream settled": .shown("kept with their verdict until a day after they expire"),
-            "deletedDevice": .shown("every deleted device's id, kept while its project lives"),
+            "deletedDevice": .shown("every deleted device's id, kept [limits] deleted-device-days"),
         ]
         for (name, _) in Census.serverQueries {
             figures.append(figure("server rows: \(name)", kept[name] ?? .none) { $0.rows[name] ?? 0 })

@@ -75,7 +75,7 @@ public struct Daemon: Service {
     /// all in the kernel), but would stay resident for good. So what is free
     /// is given back once the flood is over: checked every five seconds, off
     /// the bus thread. `malloc_trim` gives back the top of the main arena
-    /// only: the nearbyd executable makes it the only one (NearbydMalloc).
+    /// only: the nearbyd executable makes it the only one (OneMallocArena).
     private static func giveBackFreedMemory() -> Task<Void, Never> {
         Task.detached(priority: .background) {
             while !Task.isCancelled {
