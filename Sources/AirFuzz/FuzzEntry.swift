@@ -6,14 +6,6 @@
 import FuzzReplay
 @_spi(Testing) import NearbyAir
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func airFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    check(input)
-    return 0
-}
-
 /// An input is one byte that says how the rest is cut into reads, then what
 /// the connection brings. 0xFF: a read ends at each 0xFF byte (the seeds'
 /// way for lines; a sample frame then loses those bytes); 0: one read of it
@@ -36,6 +28,6 @@ func check(_ input: [UInt8]) {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("air-fuzz", airFuzzOneInput, check: check)
+        FuzzHarness.main("air-fuzz", property: check)
     }
 }

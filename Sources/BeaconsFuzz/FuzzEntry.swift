@@ -10,14 +10,6 @@ import Beacons
 import Foundation
 import FuzzReplay
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func beaconsFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    FuzzProperty.check(input)
-    return 0
-}
-
 /// The property the fuzzer hunts for violations of: parsing never traps,
 /// and whatever parses rebuilds to bytes that parse to the same value.
 enum FuzzProperty {
@@ -58,7 +50,7 @@ enum Main {
             try writeSeeds(to: arguments[1])
             return
         }
-        FuzzHarness.main("beacons-fuzz", beaconsFuzzOneInput) { paths in
+        FuzzHarness.main("beacons-fuzz", property: { FuzzProperty.check($0) }) { paths in
             var kinds: [BeaconKind: Int] = [:]
             let count = try FuzzReplay.run(paths) { input in
                 FuzzProperty.check(input)

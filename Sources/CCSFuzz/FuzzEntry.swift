@@ -6,14 +6,6 @@
 import FuzzReplay
 @_spi(Testing) import NearbyServer
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func ccsFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    check(input)
-    return 0
-}
-
 /// The input as the text of a `<gcm>` element (which XML has already made
 /// Unicode: ill-formed UTF-8 is repaired here).
 func check(_ input: [UInt8]) {
@@ -25,6 +17,6 @@ func check(_ input: [UInt8]) {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("ccs-fuzz", ccsFuzzOneInput, check: check)
+        FuzzHarness.main("ccs-fuzz", property: check)
     }
 }

@@ -11,14 +11,6 @@ import NearbyCore
 @_spi(Testing) import NearbyDaemon
 import NearbyServer
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func configFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    check(input)
-    return 0
-}
-
 /// The first byte picks the reader (by its value modulo 3: nearbyd's
 /// configuration, nearby-server's, a static publication, read with BLE
 /// enabled when bit 2 is set and audio when bit 3 is), the rest is the file.
@@ -68,6 +60,6 @@ func checkServerConfiguration(path: String) {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("config-fuzz", configFuzzOneInput, check: check)
+        FuzzHarness.main("config-fuzz", property: check)
     }
 }

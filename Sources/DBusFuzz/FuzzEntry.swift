@@ -8,14 +8,6 @@ import Dispatch
 import FuzzReplay
 @_spi(Testing) import NearbyDaemon
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func dbusFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    FuzzProperty.check(input)
-    return 0
-}
-
 /// An input is one byte that picks the method, one that picks the arguments'
 /// types (below 0xE0: the method's own signature, the only one sd-bus lets
 /// through to its handler; else one to three types of the program's making),
@@ -71,6 +63,6 @@ enum FuzzProperty {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("dbus-fuzz", dbusFuzzOneInput, check: FuzzProperty.check)
+        FuzzHarness.main("dbus-fuzz", property: FuzzProperty.check)
     }
 }

@@ -33,22 +33,26 @@ public enum FuzzReplay {
 #if LIBFUZZER
 import FuzzDriver
 #endif
+import Synchronization
 
 /// The `main` of every fuzz harness. Built for fuzzing (`make fuzz`:
 /// `-sanitize=fuzzer` and `-DLIBFUZZER`), it hands control to libFuzzer,
-/// which parses its own flags and calls `oneInput` (the harness's
-/// `LLVMFuzzerTestOneInput`); built plainly, it replays the paths on the
-/// command line with `replay` and prints `NAME: ` and what that returns.
+/// which parses its own flags and checks `property` on each input it makes;
+/// built plainly, it replays the paths on the command line with `replay`
+/// (by default: `property` on each file's bytes) and prints `NAME: ` and
+/// what that returns. `property` traps on a broken promise.
 public enum FuzzHarness {
-    /// libFuzzer's per-input callback.
-    public typealias OneInput = @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    public typealias Property = @Sendable ([UInt8]) -> Void
 
-    public static func main(_ name: String, _ oneInput: OneInput, replay: ([String]) throws -> String) -> Never {
+    public static func main(_ name: String, property: @escaping Property,
+                            replay: (([String]) throws -> String)? = nil) -> Never {
         #if LIBFUZZER
+        running.withLock { $0 = property }
         var argc = CommandLine.argc
         var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv, oneInput))
+        exit(LLVMFuzzerRunDriver(&argc, &argv, fuzzOneInput))
         #else
+        let replay = replay ?? { "replayed \(try FuzzReplay.run($0, property)) inputs, no broken promises" }
         do {
             print("\(name): \(try replay(Array(CommandLine.arguments.dropFirst())))")
             exit(0)
@@ -59,8 +63,15 @@ public enum FuzzHarness {
         #endif
     }
 
-    /// The same, replaying each input through `check`, which traps on a broken promise.
-    public static func main(_ name: String, _ oneInput: OneInput, check: ([UInt8]) throws -> Void) -> Never {
-        main(name, oneInput) { "replayed \(try FuzzReplay.run($0, check)) inputs, no broken promises" }
-    }
+    /// The property libFuzzer's callback checks: set once, before libFuzzer runs.
+    static let running = Mutex<Property?>(nil)
+}
+
+/// libFuzzer's per-input callback, which `-sanitize=fuzzer` also requires
+/// the program to define: the running harness's property on the input.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    FuzzHarness.running.withLock { $0 }?(input)
+    return 0
 }

@@ -6,19 +6,11 @@
 @_spi(Testing) import BluetoothHCI
 import FuzzReplay
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func hciFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    HCIEventContract.check(packet: input)
-    return 0
-}
-
 /// libFuzzer's driver when built for fuzzing, else a replay of the inputs
 /// named on the command line (FuzzHarness).
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("hci-fuzz", hciFuzzOneInput, check: { HCIEventContract.check(packet: $0) })
+        FuzzHarness.main("hci-fuzz", property: { HCIEventContract.check(packet: $0) })
     }
 }

@@ -8,14 +8,6 @@ import Foundation
 import FuzzReplay
 import NearbyCore
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func modemFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    _ = FuzzProperty.check(input)
-    return 0
-}
-
 /// An input is a header, then what the microphone hears:
 ///
 /// - byte 0: the sample rate (even: 48 000 Hz, odd: 44 100 Hz) and what
@@ -108,7 +100,7 @@ enum FuzzProperty {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("modem-fuzz", modemFuzzOneInput) { paths in
+        FuzzHarness.main("modem-fuzz", property: { _ = FuzzProperty.check($0) }) { paths in
             var heard = 0
             let count = try FuzzReplay.run(paths) { input in
                 if !FuzzProperty.check(input).isEmpty { heard += 1 }

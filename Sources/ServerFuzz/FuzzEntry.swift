@@ -7,14 +7,6 @@
 import FuzzReplay
 @_spi(Testing) import NearbyServer
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func serverFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    check(input)
-    return 0
-}
-
 /// The first byte picks what the rest is (``ServerRequestContract/Input``,
 /// by its number); the rest is that body, message or request target.
 func check(_ input: [UInt8]) {
@@ -28,6 +20,6 @@ func check(_ input: [UInt8]) {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("server-fuzz", serverFuzzOneInput, check: check)
+        FuzzHarness.main("server-fuzz", property: check)
     }
 }

@@ -130,19 +130,21 @@ public final class XMLStreamParser {
         while offset < bytes.count {
             var count = min(Self.slice, bytes.count - offset)
             let chunk = bytes.baseAddress!.advanced(by: offset).assumingMemoryBound(to: CChar.self)
-            // U+0000 is no XML character, and a UTF-8 stream has no 0 byte
-            // otherwise. Refused here, before libxml2, whose push parser
-            // reports it or not depending on where the reads end (xmpp-fuzz).
-            let nul = memchr(chunk, 0, count).map { UnsafeRawPointer($0) - UnsafeRawPointer(chunk) }
-            if let nul { count = nul }
+            // The C0 controls but tab, newline and carriage return are no XML
+            // 1.0 characters, and in UTF-8 no other character has such a byte.
+            // Refused here, before libxml2, whose push parser reports one or
+            // not depending on where the reads end (xmpp-fuzz).
+            let control = UnsafeRawBufferPointer(start: chunk, count: count).firstIndex(where: Self.isForbiddenControl)
+            if let control { count = control }
             let status = count > 0 ? xmlParseChunk(context, chunk, Int32(count), 0) : 0
             offset += count
             fed += count
             if failure == nil, status != 0 {
                 failure = Self.classify(status: status, context: context)
             }
-            if failure == nil, nul != nil {
-                failure = .notWellFormed("a 0 byte (U+0000, which XML forbids)")
+            if failure == nil, control != nil {
+                // `offset` is at the control character now.
+                failure = .notWellFormed("a control character (U+\(Self.codePoint(bytes[offset]))), which XML forbids")
             }
             if failure == nil, fed - boundary > maximumStanzaBytes {
                 failure = .stanzaTooLarge(limit: maximumStanzaBytes)
@@ -153,6 +155,15 @@ public final class XMLStreamParser {
             }
         }
         return (events, nil)
+    }
+
+    private static func isForbiddenControl(_ byte: UInt8) -> Bool {
+        byte < 0x20 && byte != 0x09 && byte != 0x0A && byte != 0x0D
+    }
+
+    private static func codePoint(_ byte: UInt8) -> String {
+        let hex = String(byte, radix: 16, uppercase: true)
+        return String(repeating: "0", count: 4 - hex.count) + hex
     }
 
     /// Parses the next bytes of the stream and returns the events they completed;

@@ -11,14 +11,6 @@ import NIOEmbedded
 import NIOTLS
 @_spi(Testing) import XMPP
 
-/// libFuzzer calls this once per input; a trap here is a finding.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func xmppFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
-    FuzzProperty.check(input)
-    return 0
-}
-
 /// An input is one byte that says how the rest is cut into reads, then what a
 /// client sends once TLS is up. 0xFF: a read ends at each 0xFF byte (which
 /// UTF-8 never has, so the stream loses nothing by it), as a client that waits
@@ -222,6 +214,6 @@ struct OutputCheck {
 @main
 enum Main {
     static func main() {
-        FuzzHarness.main("xmpp-fuzz", xmppFuzzOneInput, check: FuzzProperty.check)
+        FuzzHarness.main("xmpp-fuzz", property: FuzzProperty.check)
     }
 }

@@ -141,25 +141,28 @@ struct XMLStreamParserTests {
         }
     }
 
-    /// xmpp-fuzz's finding: a 0 byte inside the stream header was an error
-    /// for libxml2 when the header came in one read, and none when the read
-    /// ended at its `>`. Now it is not-well-formed wherever the reads end,
-    /// with the events before it.
-    @Test func aZeroByteIsNotWellFormedWhereverTheReadsEnd() {
-        let header = Array("<?xml version='1.0'?><stream:stream to='a' version='1.0' x".utf8) + [0]
-            + Array(" xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams'>".utf8)
+    /// xmpp-fuzz's findings: a 0 byte inside the stream header, or a 3 in
+    /// an attribute value, was an error for libxml2 when the header came in
+    /// one read with what followed, and none when the read ended at its `>`.
+    /// Now a C0 control character other than tab, newline and carriage return
+    /// is not-well-formed wherever the reads end, with the events before it.
+    @Test(arguments: [(UInt8(0), "0000"), (3, "0003"), (0x1F, "001F")])
+    func aControlCharacterIsNotWellFormedWhereverTheReadsEnd(byte: UInt8, codePoint: String) {
+        let header = Array("<?xml version='1.0'?><stream:stream to='a' version='1.0' xmlns='".utf8) + [byte]
+            + Array("jabber:client' xmlns:stream='http://etherx.jabber.org/streams'>".utf8)
+        let refusal = XMLStreamParserError.notWellFormed("a control character (U+\(codePoint)), which XML forbids")
         for cut in [header.count, header.count - 1, 60, 1] {
             let parser = XMLStreamParser()
             var error: XMLStreamParserError?
             for start in stride(from: 0, to: header.count, by: cut) where error == nil {
                 error = Array(header[start..<min(start + cut, header.count)]).withUnsafeBytes { parser.feed($0) }.error
             }
-            #expect(error == .notWellFormed("a 0 byte (U+0000, which XML forbids)"), "reads of \(cut)")
+            #expect(error == refusal, "reads of \(cut)")
         }
         let parser = XMLStreamParser()
-        let (events, error) = (Array((Self.header + "<message/>").utf8) + [0]).withUnsafeBytes { parser.feed($0) }
+        let (events, error) = (Array((Self.header + "<message/>\t\r\n").utf8) + [byte]).withUnsafeBytes { parser.feed($0) }
         #expect(events.count == 2)
-        #expect(error == .notWellFormed("a 0 byte (U+0000, which XML forbids)"))
+        #expect(error == refusal)
     }
 
     @Test func feedGivesTheEventsBeforeAnError() {
