@@ -2,17 +2,19 @@ import CSystemd
 import Glibc
 
 /// Drives one connection from the bus thread's event loop, as
-/// `sd_bus_attach_event` does, but processes every message already received in
-/// one go (up to a batch) instead of one per loop iteration: under load that
-/// saves a trip through epoll and sd-event's bookkeeping per message.
+/// `sd_bus_attach_event` does, but processes the messages already received in
+/// one go (up to a batch, within a time budget) instead of one per loop
+/// iteration: under load that saves a trip through epoll and sd-event's
+/// bookkeeping per message.
 @BusActor
 final class BusPump {
     private let bus: OpaquePointer
     private var io: OpaquePointer?
     private var timer: OpaquePointer?
 
-    /// Messages processed before other event sources (Swift jobs, timers) get a
-    /// turn, unless ``budgetNanoseconds`` runs out first.
+    /// Steps of sd-bus (a message dispatched, or part of one read) before other
+    /// event sources (Swift jobs, timers) get a turn, unless
+    /// ``budgetNanoseconds`` runs out first.
     private static let batch = 64
     /// How long one turn may take: a large message is read in many steps,
     /// each of which counts, and a turn of 64 of them held everyone else's
