@@ -14,12 +14,12 @@ final class BusPump {
 
     /// Steps of sd-bus (a message dispatched, or part of one read) before other
     /// event sources (Swift jobs, timers) get a turn, unless
-    /// ``budgetNanoseconds`` runs out first.
+    /// ``budget`` runs out first.
     private static let batch = 64
     /// How long one turn may take: a large message is read in many steps,
     /// each of which counts, and a turn of 64 of them held everyone else's
     /// answers back (`nearby-bench isolation`: 30 MiB calls).
-    private static let budgetNanoseconds: UInt64 = 500_000
+    private static let budget: Duration = .microseconds(500)
 
     init(_ bus: OpaquePointer) throws(DBusError) {
         self.bus = bus
@@ -87,8 +87,8 @@ final class BusPump {
     }
 
     private func process() {
-        let deadline = Self.now() + Self.budgetNanoseconds
-        for _ in 0..<Self.batch where Self.now() < deadline {
+        let deadline = ContinuousClock.now + Self.budget
+        for _ in 0..<Self.batch where ContinuousClock.now < deadline {
             let result = sd_bus_process(bus, nil)
             if result < 0 {
                 // Disconnected: sd-bus has delivered its Disconnected signal; nothing more will come.
@@ -97,11 +97,5 @@ final class BusPump {
             }
             if result == 0 { return }
         }
-    }
-
-    private static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 }
