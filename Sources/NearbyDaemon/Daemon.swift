@@ -28,7 +28,7 @@ public struct Daemon: Service {
     }
 
     public func run() async throws {
-        let trimming = Self.giveBackFreedMemory()
+        let trimming = Self.giveBackFreedMemory(logger: logger)
         defer { trimming.cancel() }
         try FileManager.default.createDirectory(atPath: configuration.stateDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
@@ -76,11 +76,14 @@ public struct Daemon: Service {
     /// is given back once the flood is over: checked every five seconds, off
     /// the bus thread. `malloc_trim` gives back the top of the main arena
     /// only: the nearbyd executable makes it the only one (OneMallocArena).
-    private static func giveBackFreedMemory() -> Task<Void, Never> {
+    private static func giveBackFreedMemory(logger: Logger) -> Task<Void, Never> {
         Task.detached(priority: .background) {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(5))
-                if mallinfo2().fordblks > 16 << 20 { malloc_trim(0) }
+                let free = mallinfo2().fordblks
+                guard free > 16 << 20 else { continue }
+                malloc_trim(0)
+                logger.info("freed memory given back", metadata: ["MiB": "\(free >> 20)"])
             }
         }
     }

@@ -97,6 +97,11 @@ extension XMPPServer {
     /// What the server holds for its connections now: all zero once every
     /// connection has closed and every ``XMPPService/serve(_:)`` has returned.
     @_spi(Testing) public var holdings: XMPPServerHoldings { core.holdings }
+
+    /// Returns once the server holds nothing for any connection
+    /// (``holdings`` is ``XMPPServerHoldings/none``): by then every ended
+    /// session's serving task has let go of it.
+    @_spi(Testing) public func released() async { await core.released() }
 }
 
 /// What an ``XMPPServer`` holds for its connections (tests count it).
@@ -146,6 +151,19 @@ final class ServerCore: Sendable {
         var admission: ConnectionAdmission<ObjectIdentifier>
         var serveTasks: [ObjectIdentifier: Task<Void, Never>] = [:]
         var shuttingDown = false
+        /// Waiting for the server to hold nothing (``released()``).
+        var releaseWaiters: [CheckedContinuation<Void, Never>] = []
+
+        var holdsNothing: Bool {
+            connections.isEmpty && serveTasks.isEmpty && admission.unauthenticatedCount == 0 && admission.authenticatedCount == 0
+        }
+
+        /// The waiters to resume, if this change left nothing held.
+        mutating func takeReleaseWaiters() -> [CheckedContinuation<Void, Never>] {
+            guard holdsNothing else { return [] }
+            defer { releaseWaiters = [] }
+            return releaseWaiters
+        }
     }
 
     private let state: Mutex<State>
@@ -181,10 +199,12 @@ final class ServerCore: Sendable {
         }
         if let (displaced, limit) = displaced { displaced?.displace(at: limit) }
         channel.closeFuture.whenComplete { [self] _ in
-            state.withLock { state in
+            let waiters = state.withLock { state in
                 state.connections[id] = nil
                 state.admission.remove(id)
+                return state.takeReleaseWaiters()
             }
+            for waiter in waiters { waiter.resume() }
         }
         let pipeline = channel.pipeline.syncOperations
         try pipeline.addHandler(socket)
@@ -207,12 +227,31 @@ final class ServerCore: Sendable {
     func serve(_ session: XMPPSession) {
         let id = ObjectIdentifier(session)
         let service = self.service
+        // Handed to the task, which lets go of it before it counts itself done.
+        let handOff = SessionHandOff(session)
         state.withLock { state in
             state.serveTasks[id] = Task {
-                await service.serve(session)
-                await session.close(nil)
-                _ = self.state.withLock { $0.serveTasks.removeValue(forKey: id) }
+                if let session = handOff.take() {
+                    await service.serve(session)
+                    await session.close(nil)
+                }
+                let waiters = self.state.withLock { state in
+                    state.serveTasks[id] = nil
+                    return state.takeReleaseWaiters()
+                }
+                for waiter in waiters { waiter.resume() }
             }
+        }
+    }
+
+    func released() async {
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state in
+                if state.holdsNothing { return true }
+                state.releaseWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
         }
     }
 
@@ -234,4 +273,14 @@ final class ServerCore: Sendable {
     func remainingServeTasks() -> [Task<Void, Never>] {
         state.withLock { Array($0.serveTasks.values) }
     }
+}
+
+/// A session handed to its serving task, which takes it: the task's closure
+/// then holds only this, and the session goes when the task lets go of it.
+private final class SessionHandOff: Sendable {
+    private let session: Mutex<XMPPSession?>
+
+    init(_ session: XMPPSession) { self.session = Mutex(session) }
+
+    func take() -> XMPPSession? { session.withLock { $0.take() } }
 }

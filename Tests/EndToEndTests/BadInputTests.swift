@@ -261,12 +261,13 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
                 #expect(outcomes[call]?.name == Self.invalid, "\(call): \(String(describing: outcomes[call]))")
                 #expect(outcomes[call]?.message.contains(text) == true, "\(call): \(String(describing: outcomes[call]))")
             }
-            // Given back once the burst is over (nearbyd checks every five seconds): no event says
-            // when, so the resident size is read until it is back or 20 s have passed.
+            // Given back once the burst is over (nearbyd looks every five seconds and says when it
+            // gives some back). Counted before reading, so a return in between is not missed.
+            let given = "freed memory given back"
+            let returns = device.daemon.lineCount(containing: given)
             var after = try Self.residentMiB(device.daemon.pid)
-            let deadline = ContinuousClock.now + .seconds(20)
-            while after - before >= 24, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(200))
+            if after - before >= 24 {
+                try await device.daemon.waitForLine(containing: given, occurrence: returns + 1, within: 20)
                 after = try Self.residentMiB(device.daemon.pid)
             }
             #expect(after - before < 24, "resident \(before) MiB before, \(after) MiB after")

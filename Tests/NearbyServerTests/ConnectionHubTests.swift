@@ -151,7 +151,7 @@ import Testing
             while let event = await s.channel.next() { events.append(event) }
             #expect(events.count == 3)
             for case .failed(let failure) in events { #expect(failure.description.utf8.count < 200, "\(failure.description.utf8.count)") }
-            #expect(await s.hub.endReason(of: s.channelID).contains("max-channel-queue"))
+            #expect(await s.hub.takeEndReason(of: s.channelID).contains("max-channel-queue"))
         }
     }
 

@@ -97,6 +97,22 @@ public final class ChildProcess: Sendable {
         }
     }
 
+    /// How many output lines so far contain `text`.
+    public func lineCount(containing text: String) -> Int {
+        lines.values.count { $0.contains(text) }
+    }
+
+    /// Waits for the `occurrence`th output line containing `text`, counting
+    /// those already printed.
+    @discardableResult
+    public func waitForLine(containing text: String, occurrence: Int, within seconds: Double = 20) async throws -> String {
+        do {
+            return try await lines.nth(occurrence, within: seconds, "\(name) to print '\(text)' (\(occurrence))") { $0.contains(text) }
+        } catch {
+            throw ChildProcessError(message: "\(error)\n--- \(name) output ---\n\(output)")
+        }
+    }
+
     public func signal(_ signal: Int32) {
         if isRunning { kill(pid, signal) }
     }

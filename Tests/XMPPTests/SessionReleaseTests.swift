@@ -85,16 +85,17 @@ struct SessionReleaseTests {
                 try await runSession(port: port, ending: ending)
                 _ = try await service.ended.nth(index, within: 30, "serve to return") { _ in true }
             }
-            try await until("the server to let go of every connection") { server.holdings == .none }
+            // Connections closed (their pipelines emptied) and serving tasks done, having let go
+            // of their sessions: nothing else may hold a handler or a session now.
+            try await withTimeout(10, "the server to let go of every connection") { await server.released() }
+            #expect(server.holdings == .none)
             let handlers = service.handlers.values
             #expect(handlers.count == count)
             for watched in handlers {
-                try await until("a stream handler to be freed") {
-                    (try? await watched.eventLoop.submit { watched.value.handler == nil }.get()) ?? false
-                }
+                #expect(try await watched.eventLoop.submit { watched.value.handler == nil }.get(), "a stream handler is kept")
             }
             #expect(service.sessions.values.count == count)
-            try await until("every session to be freed") { service.sessions.values.allSatisfy { $0.session == nil } }
+            #expect(service.sessions.values.allSatisfy { $0.session == nil }, "a session is kept")
         } catch {
             await server.shutdown(gracePeriod: .zero)
             throw error
@@ -122,17 +123,6 @@ struct SessionReleaseTests {
         case .left, .closedByService:
             try await client.waitForLine(containing: "disconnected", within: 30)
             #expect(try await client.waitForExit(within: 30) == 0, "\(client.output)")
-        }
-    }
-
-    /// Waits until `condition` holds, looking again every 10 ms: what is
-    /// freed is freed on other threads, with no event to wait for. Fails
-    /// after 10 seconds.
-    private func until(_ what: String, _ condition: @escaping @Sendable () async -> Bool) async throws {
-        try await withTimeout(10, what) {
-            while await !condition() {
-                try await Task.sleep(for: .milliseconds(10))
-            }
         }
     }
 }

@@ -22,7 +22,7 @@ enum ChannelEndpoint {
                         try await outbound.writeTextMessage(String(decoding: try encoder.encode(event), as: UTF8.self))
                     }
                     // Finished: the device opened another channel, or left this one unread.
-                    try await outbound.close(.normalClosure, reason: await hub.endReason(of: id))
+                    try await outbound.close(.normalClosure, reason: await hub.takeEndReason(of: id))
                 } catch {
                     logger.debug("channel write failed", metadata: ["error": "\(error)"])
                 }

@@ -245,9 +245,10 @@ public actor ConnectionHub {
     }
 
     /// Why the hub ended channel `id`'s events: its device did not read them,
-    /// was deleted, or opened another channel.
-    public func endReason(of id: UInt64) -> String {
-        endReasons[id] ?? "replaced by a newer channel"
+    /// was deleted, or opened another channel. Asked once, by the channel's
+    /// endpoint before it closes the channel: the hub then holds nothing of it.
+    public func takeEndReason(of id: UInt64) -> String {
+        endReasons.removeValue(forKey: id) ?? "replaced by a newer channel"
     }
 
     /// The devices were deleted: their channels end (a deleted device's
