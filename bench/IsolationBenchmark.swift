@@ -35,25 +35,12 @@ enum IsolationBenchmark {
     static let project = "isolation"
 
     static func run(locations: Locations, seconds: Double, interval: Int, connections: Int, window: Int) async throws {
-        let cluster = try await Cluster(options: Cluster.Options(
-            daemonLogLevel: "info", xmpp: true, busPolicy: .sharedWithOtherUsers(including: [LoadScripts.busPolicy])))
-        let scripts: LoadScripts
-        do {
-            scripts = try LoadScripts()
-        } catch {
-            await cluster.stop()
-            throw error
+        try await LoadScripts.withCluster(Cluster.Options(
+            daemonLogLevel: "info", xmpp: true, busPolicy: .sharedWithOtherUsers(including: [LoadScripts.busPolicy]))
+        ) { cluster, scripts in
+            try await measure(cluster, scripts, locations: locations, seconds: seconds, interval: interval,
+                              connections: connections, window: window)
         }
-        let outcome: Result<Void, any Error>
-        do {
-            outcome = .success(try await measure(cluster, scripts, locations: locations, seconds: seconds, interval: interval,
-                                                 connections: connections, window: window))
-        } catch {
-            outcome = .failure(error)
-        }
-        await cluster.stop()
-        scripts.remove()
-        try outcome.get()
     }
 
     private struct Row {

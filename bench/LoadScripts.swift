@@ -29,6 +29,30 @@ struct LoadScripts: Sendable {
         }
     }
 
+    /// Runs `body` on a cluster of `options` (the shipped bus policy given to
+    /// other users) with the scripts ready; stops the cluster and removes the
+    /// scripts afterwards, whatever `body` did.
+    static func withCluster(_ options: Cluster.Options,
+                            _ body: (Cluster, LoadScripts) async throws -> Void) async throws {
+        let cluster = try await Cluster(options: options)
+        let scripts: LoadScripts
+        do {
+            scripts = try LoadScripts()
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        let outcome: Result<Void, any Error>
+        do {
+            outcome = .success(try await body(cluster, scripts))
+        } catch {
+            outcome = .failure(error)
+        }
+        await cluster.stop()
+        scripts.remove()
+        try outcome.get()
+    }
+
     /// Starts `script` with `arguments` as `user`.
     func start(_ script: String, _ arguments: [String], as user: User, name: String) async throws -> ChildProcess {
         let command = ["/usr/bin/python3", directory.file(script)] + arguments

@@ -41,7 +41,7 @@ enum SoakBenchmark {
         // Tokens outlive the run, so that devices' reports of nearbyd's tokens stay valid throughout.
         // Every device registers from one loopback address, at the soak's pace: registration's rate
         // limits are raised to their maximum (they are the server's defence, not what is measured).
-        let cluster = try await Cluster(options: Cluster.Options(
+        try await LoadScripts.withCluster(Cluster.Options(
             serverConfiguration: """
                 [tokens]
                 lifetime-seconds = 7200
@@ -50,23 +50,9 @@ enum SoakBenchmark {
                 registrations-per-project-per-minute = 600000
 
                 """, daemonLogLevel: "info", xmpp: true,
-            busPolicy: .sharedWithOtherUsers(including: [LoadScripts.busPolicy])))
-        let scripts: LoadScripts
-        do {
-            scripts = try LoadScripts()
-        } catch {
-            await cluster.stop()
-            throw error
+            busPolicy: .sharedWithOtherUsers(including: [LoadScripts.busPolicy]))) { cluster, scripts in
+            try await soak(settings, cluster, scripts)
         }
-        let outcome: Result<Void, any Error>
-        do {
-            outcome = .success(try await soak(settings, cluster, scripts))
-        } catch {
-            outcome = .failure(error)
-        }
-        await cluster.stop()
-        scripts.remove()
-        try outcome.get()
     }
 
     private static func soak(_ settings: Settings, _ cluster: Cluster, _ scripts: LoadScripts) async throws {
