@@ -40,6 +40,7 @@ public struct ConfigFile {
     public init(text: String, source: String) throws(ConfigurationError) {
         self.source = source
         try Self.checkTableHeaders(text, source: source)
+        try Self.checkDateTimes(text, source: source)
         do {
             table = try TOMLTable(string: text)
         } catch let error as TOMLParseError {

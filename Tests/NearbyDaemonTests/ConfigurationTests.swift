@@ -167,6 +167,29 @@ import Testing
         #expect(throws: ConfigurationError.self) { try ConfigFile(text: text, source: "test.conf") }
     }
 
+    /// toml++ asserted that a date-time's `T` is followed by a digit (config-fuzz).
+    @Test(arguments: ["[daemon]\nlog-level = 7157-05-27T:0372:00Z\n", "x = 2020-01-01Tx\n", "x = [1,2020-01-01t-]",
+                      "x = \"\"\"\\\n\"\"\"\ny = 2020-01-01T:"])
+    func aDateTimeWhoseTimeIsNoDigitIsRefused(text: String) throws {
+        let error = #expect(throws: ConfigurationError.self) { try ConfigFile(text: text, source: "test.conf") }
+        #expect(error?.message.hasSuffix("a date-time's time must begin with a digit") == true)
+        #expect(error?.message.contains("line \(text.split(separator: "\n").count):") == true)
+    }
+
+    @Test func dateTimesInsideStringsAndCommentsAreText() throws {
+        let file = try ConfigFile(text: #"""
+            # 2020-01-01T: a comment
+            [a]
+            s = "2020-01-01T:00 \" 2020-01-01Tx"
+            l = '2020-01-01T:'
+            m = """
+            2020-01-01T:""""
+            n = '''2020-01-01T:'''
+            d = 2020-01-01T07:32:00Z
+            """#, source: "test.conf")
+        #expect(try file.section("a", keys: ["s", "l", "m", "n", "d"]).string("l") == "2020-01-01T:")
+    }
+
     @Test func bracketsInsideArraysAndStringsAreNoHeaders() throws {
         try ConfigFile(text: "[a]\nx = [\n[\n+1]]\ns = \"\"\"\n[=\n\"\"\"\n", source: "test.conf").checkSections(["a"])
     }
