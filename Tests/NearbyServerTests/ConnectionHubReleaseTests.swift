@@ -9,11 +9,12 @@ import TestSupport
 /// What the connection server keeps once application servers' sessions and
 /// devices' channels have ended, or their devices are gone: nothing.
 @Suite(.timeLimit(.minutes(2))) struct ConnectionHubReleaseTests {
-    static let none = ConnectionHub.Holdings(sessions: 0, inFlight: 0, channels: 0, endedChannels: 0)
+    static let none = ConnectionHub.Holdings(sessions: 0, inFlight: 0, channels: 0, endedChannels: 0, projects: 0)
 
     /// Sessions that end with messages out and not acked, each handing
     /// them to the next, leave the hub no session and no message in flight
-    /// once the last one has acked them; a closed channel leaves no channel.
+    /// once the last one has acked them, and nothing of the project once
+    /// that one has ended too; a closed channel leaves no channel.
     @Test func endedSessionsAndChannelsLeaveNothingInTheHub() async throws {
         try await withServer { h in
             var s = try await ConnectionHubTests.setUp(h)
@@ -33,10 +34,26 @@ import TestSupport
                 let id = try #require(try ConnectionHubTests.json(await output.next())["message_id"] as? String)
                 #expect(await s.hub.received(#"{"to":"\#(s.device)","message_id":"\#(id)","message_type":"ack"}"#, from: session) == nil)
             }
-            #expect(await s.hub.holdings == ConnectionHub.Holdings(sessions: 1, inFlight: 0, channels: 1, endedChannels: 0))
+            #expect(await s.hub.holdings == ConnectionHub.Holdings(sessions: 1, inFlight: 0, channels: 1, endedChannels: 0, projects: 1))
             await s.hub.closeSession(session)
             await s.hub.closeChannel(device: s.device, id: s.channelID)
             #expect(await s.hub.holdings == Self.none)
+        }
+    }
+
+    /// A device deleted after its request to open a channel was
+    /// authenticated, before the hub opened it: the channel it gets has
+    /// ended (`device unregistered`), and the hub keeps nothing of it.
+    @Test func aChannelOpenedForADeletedDeviceHasEnded() async throws {
+        try await withServer { h in
+            let device = try await h.devices(1)[0]
+            #expect(try await h.service.storage.deleteDevice(id: device.id))
+            let (id, output) = await h.service.connections.openChannel(device: device.id, project: "alpha")
+            let events = try await withTimeout(10, "the channel to end") { await output.reduce(0) { count, _ in count + 1 } }
+            #expect(events == 0)
+            #expect(await h.service.connections.takeEndReason(of: id) == "device unregistered")
+            await h.service.connections.closeChannel(device: device.id, id: id)
+            #expect(await h.service.connections.holdings == Self.none)
         }
     }
 

@@ -121,13 +121,23 @@ public actor ConnectionHub {
         return (nextID, output)
     }
 
-    /// The session ended: what it had not acked goes to the others.
+    /// The session ended: what it had not acked goes to the others. The
+    /// project's last session takes the hub's state of the project with it
+    /// (the next one reads from the start), so that a project whose servers
+    /// have gone, or that was deleted, costs the hub nothing.
     public func closeSession(_ id: UInt64) {
         guard let session = sessions.removeValue(forKey: id) else { return }
         session.output.finish()
-        inFlight[session.project, default: []].subtract(session.unacked)
-        if !session.unacked.isEmpty { rescan.insert(session.project) }
-        Task { await pump(session.project) }
+        let project = session.project
+        guard sessions.values.contains(where: { $0.project == project }) else {
+            inFlight[project] = nil
+            handedUpTo[project] = nil
+            rescan.remove(project)
+            return
+        }
+        inFlight[project, default: []].subtract(session.unacked)
+        if !session.unacked.isEmpty { rescan.insert(project) }
+        Task { await pump(project) }
     }
 
     /// One `<gcm>` payload from a session; returns what to answer (an ack or
@@ -221,21 +231,29 @@ public actor ConnectionHub {
     // MARK: Devices
 
     /// A device opened its channel (replacing one it had); `output` yields
-    /// what to write on it. Its waiting downstream messages go first.
+    /// what to write on it. Its waiting downstream messages go first. A
+    /// device deleted since its request was authenticated gets a channel
+    /// that has ended (`device unregistered`).
     public func openChannel(device: String, project: String) async -> (id: UInt64, output: AsyncStream<ChannelEvent>) {
         nextID += 1
+        let id = nextID
         let (output, continuation) = AsyncStream.makeStream(of: ChannelEvent.self,
                                                             bufferingPolicy: .bufferingOldest(deviceLimits.channelQueue))
         channels[device]?.output.finish()
-        channels[device] = Channel(id: nextID, project: project, output: continuation)
+        // In place before the look-up: a deletion after it ends the channel through devicesDeleted.
+        channels[device] = Channel(id: id, project: project, output: continuation)
         do {
+            guard try await storage.registration(device, project: project) == .registered else {
+                if channels[device]?.id == id { devicesDeleted([device]) }
+                return (id, output)
+            }
             for message in try await storage.pendingDownstream(device: device) {
                 tell(device, .message(ChannelDownstream(messageId: message.messageId, from: message.project, data: message.data)))
             }
         } catch {
             logger.error("connection server storage failed: \(error)")
         }
-        return (nextID, output)
+        return (id, output)
     }
 
     public func closeChannel(device: String, id: UInt64) {
@@ -363,11 +381,14 @@ public actor ConnectionHub {
         var channels: Int
         /// Channels the hub ended whose endpoints have not closed them yet.
         var endedChannels: Int
+        /// Projects the hub keeps hand-out state for (a hand-out under way aside).
+        var projects: Int
     }
 
     var holdings: Holdings {
-        Holdings(sessions: sessions.count, inFlight: inFlight.values.reduce(0) { $0 + $1.count }, channels: channels.count,
-                 endedChannels: endReasons.count)
+        let projects = Set(inFlight.keys).union(handedUpTo.keys).union(rescan).union(fresh.keys)
+        return Holdings(sessions: sessions.count, inFlight: inFlight.values.reduce(0) { $0 + $1.count }, channels: channels.count,
+                        endedChannels: endReasons.count, projects: projects.count)
     }
 
     // MARK: Handing out
@@ -418,7 +439,8 @@ public actor ConnectionHub {
                 if case .upstream(let position) = flight { handed = position }
             }
         }
-        handedUpTo[project] = handed
+        // Its last session may have ended while storage was read, taking the project's state.
+        if sessions.values.contains(where: { $0.project == project }) { handedUpTo[project] = handed }
     }
 
     // MARK: Time
