@@ -49,7 +49,9 @@ let package = Package(
             name: "SystemdService",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
         ),
-        .target(name: "NearbyCore"),
+        // nearbyd's D-Bus API as data: its names, written once (doc/dbus-api.md describes it).
+        .target(name: "NearbyBusContract"),
+        .target(name: "NearbyCore", dependencies: ["NearbyBusContract"]),
         // Strict reading of the TOML configuration files of nearbyd and nearby-server.
         .target(name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "ServerAPI", dependencies: ["NearbyCore"]),
@@ -197,7 +199,7 @@ let package = Package(
             name: "NearbyDaemon",
             dependencies: [
                 "Beacons", "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "Upstream", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
-                "SystemdService", "ConfigFile", "CMalloc",
+                "SystemdService", "ConfigFile", "CMalloc", "NearbyBusContract",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
@@ -209,7 +211,7 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
-        .target(name: "NearbyMessages", dependencies: ["DBus"]),
+        .target(name: "NearbyMessages", dependencies: ["DBus", "NearbyBusContract"]),
         // C: libxml2's SAX2 push parser, for XMPP's XML stream.
         .systemLibrary(name: "CLibXML2", pkgConfig: "libxml-2.0", providers: [.apt(["libxml2-dev"])]),
         // An XMPP server in the shape of FCM's XMPP connection server: direct TLS,
@@ -291,7 +293,7 @@ let package = Package(
             exclude: ["python"]
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
-        .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore"]),
+        .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore", "NearbyBusContract"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
         .testTarget(name: "BeaconsTests", dependencies: ["Beacons", "NearbyCore"]),
@@ -320,7 +322,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "NearbyDaemonTests", dependencies: [
-            "NearbyDaemon", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
+            "NearbyDaemon", "NearbyBusContract", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore", .product(name: "GRDB", package: "GRDB.swift")]),
@@ -341,7 +343,7 @@ let package = Package(
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["NearbyMessages", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl"],
+            dependencies: ["NearbyMessages", "NearbyBusContract", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl"],
             exclude: ["python"]
         ),
     ],

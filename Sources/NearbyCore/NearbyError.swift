@@ -1,3 +1,4 @@
+import NearbyBusContract
 /// What went wrong with a request, named as the D-Bus API names its errors
 /// (`org.nearbyd.Error.<name>`).
 public enum NearbyError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -16,16 +17,16 @@ public enum NearbyError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The daemon could not carry the request out (its state directory refused a write).
     case failed(String)
 
-    /// The last component of the D-Bus error name.
-    public var name: String {
+    /// The D-Bus error it is answered with.
+    public var busError: NearbyBusContract.Error {
         switch self {
-        case .invalidArguments: "InvalidArguments"
-        case .notPermitted: "NotPermitted"
-        case .limitExceeded: "LimitExceeded"
-        case .notSupported: "NotSupported"
-        case .accessDenied: "AccessDenied"
-        case .doesNotExist: "DoesNotExist"
-        case .failed: "Failed"
+        case .invalidArguments: .invalidArguments
+        case .notPermitted: .notPermitted
+        case .limitExceeded: .limitExceeded
+        case .notSupported: .notSupported
+        case .accessDenied: .accessDenied
+        case .doesNotExist: .doesNotExist
+        case .failed: .failed
         }
     }
 
@@ -37,5 +38,5 @@ public enum NearbyError: Error, Equatable, Sendable, CustomStringConvertible {
         }
     }
 
-    public var description: String { "\(name): \(message)" }
+    public var description: String { "\(busError.rawValue): \(message)" }
 }

@@ -7,6 +7,7 @@ import DBus
 import Foundation
 import Logging
 import Mediums
+import NearbyBusContract
 import NearbyCore
 import ServiceLifecycle
 import SystemdService
@@ -17,7 +18,7 @@ import Upstream
 /// takes the name `org.nearbyd`, and runs until a shutdown signal or the bus
 /// going away; then ends every client's objects and leaves.
 public struct Daemon: Service {
-    public static let busName = "org.nearbyd"
+    public static let busName = NearbyBusContract.busName
 
     let configuration: DaemonConfiguration
     let logger: Logger

@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 
 /// An object this process exports for nearbyd to call with a question (a
 /// permission agent, an app's own permission dialog), answered by a Swift
@@ -70,7 +71,7 @@ final class DaemonCallee<Question: Sendable> {
 enum CalleeInterfaces {
     /// `org.nearbyd.PermissionAgent1`: the user's dialog, for any app.
     static let agent = Interface<DaemonCallee<PermissionAgent.Request>>(
-        "org.nearbyd.PermissionAgent1",
+        NearbyBusContract.permissionAgent.name,
         methods: [
             Method("RequestPermission",
                    inputs: [Argument("app_id", "s"), Argument("mediums", "as"), Argument("details", "a{sv}")],
@@ -85,7 +86,7 @@ enum CalleeInterfaces {
 
     /// `org.nearbyd.PermissionRequest1`: an app's own dialog, for its own requests.
     static let permissionRequest = Interface<DaemonCallee<[String]>>(
-        "org.nearbyd.PermissionRequest1",
+        NearbyBusContract.permissionRequest.name,
         methods: [
             Method("Request", inputs: [Argument("mediums", "as")], outputs: [Argument("granted", "b")]) { callee, call throws(DBusError) in
                 callee.ask(try call.arguments.read([String].self), call)

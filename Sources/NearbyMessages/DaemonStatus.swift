@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 
 /// What nearbyd says of itself (`org.nearbyd.Nearby1`'s properties).
 public struct DaemonStatus: Sendable {
@@ -21,8 +22,8 @@ public struct DaemonStatus: Sendable {
             let connection = try BusConnection(address)
             defer { connection.close() }
             let properties = try await connection.call(
-                destination: "org.nearbyd", path: "/org/nearbyd", interface: "org.freedesktop.DBus.Properties",
-                member: "GetAll", arguments: { writer throws(DBusError) in try writer.append("org.nearbyd.Nearby1") }
+                destination: NearbyBusContract.busName, path: ObjectPath(stringLiteral: NearbyBusContract.rootPath), interface: "org.freedesktop.DBus.Properties",
+                member: "GetAll", arguments: { writer throws(DBusError) in try writer.append(NearbyBusContract.nearby.name) }
             ) { reader throws(DBusError) in try reader.read([String: Variant].self) }
             let statics: [(file: String, status: String, detail: String)]
             if case .array(_, let entries)? = properties["StaticPublications"]?.value {

@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 
 /// An object the daemon made for this client under a manager: it holds the
 /// manager and ends the daemon's object (with `endMethod`) when the last Swift
@@ -49,7 +50,7 @@ public final class Publication: Sendable {
     public var manager: MessageManager { object.manager }
 
     init(path: ObjectPath, manager: MessageManager, dialog: DaemonCallee<[String]>?) {
-        object = DaemonObject(path: path, manager: manager, interface: "org.nearbyd.Publication1",
+        object = DaemonObject(path: path, manager: manager, interface: NearbyBusContract.publication.name,
                               endMethod: "Unpublish", dialog: dialog)
     }
 
@@ -83,7 +84,7 @@ public final class Subscription: Sendable {
     public var manager: MessageManager { object.manager }
 
     init(path: ObjectPath, manager: MessageManager, dialog: DaemonCallee<[String]>?) {
-        object = DaemonObject(path: path, manager: manager, interface: "org.nearbyd.Subscription1",
+        object = DaemonObject(path: path, manager: manager, interface: NearbyBusContract.subscription.name,
                               endMethod: "Unsubscribe", dialog: dialog)
     }
 

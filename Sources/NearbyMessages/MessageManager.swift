@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import NearbyBusContract
 import Synchronization
 
 /// Where nearbyd is: the system bus (the default), the session bus, or an address.
@@ -63,7 +64,7 @@ public final class MessageManager: Sendable {
         var params = usageDescriptions.params
         if let appId { params["AppId"] = Variant(.string(appId)) }
         let bus = self.bus
-        path = try await bus.call(RootPath.manager, "org.nearbyd.Nearby1", "CreateManager") { writer throws(DBusError) in
+        path = try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "CreateManager") { writer throws(DBusError) in
             try writer.append(apiKey)
             try writer.append(params)
         } decode: { reader throws(DBusError) in
@@ -91,14 +92,14 @@ public final class MessageManager: Sendable {
     public var errorState: ErrorState {
         get async throws {
             var state = ErrorState()
-            _ = state.apply(try await bus.properties(path, "org.nearbyd.Manager1"))
+            _ = state.apply(try await bus.properties(path, NearbyBusContract.manager.name))
             return state
         }
     }
 
     deinit {
         bus.unroute(path)
-        bus.sendAndForget(path, "org.nearbyd.Manager1", "Release")
+        bus.sendAndForget(path, NearbyBusContract.manager.name, "Release")
     }
 
     /// Publishes `message` until the returned publication is released or
@@ -125,7 +126,7 @@ public final class MessageManager: Sendable {
         let content = [UInt8](message.content)
         let bus = self.bus
         do {
-            let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Publish") { writer throws(DBusError) in
+            let objectPath = try await bus.call(path, NearbyBusContract.manager.name, "Publish") { writer throws(DBusError) in
                 try writer.append(content)
                 try writer.append(message.type)
                 try writer.append(params)
@@ -177,7 +178,7 @@ public final class MessageManager: Sendable {
         if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
         let bus = self.bus
         do {
-            let objectPath = try await bus.call(path, "org.nearbyd.Manager1", "Subscribe") { writer throws(DBusError) in
+            let objectPath = try await bus.call(path, NearbyBusContract.manager.name, "Subscribe") { writer throws(DBusError) in
                 try writer.append(params)
             } decode: { reader throws(DBusError) in
                 let objectPath = try reader.read(ObjectPath.self)
@@ -223,7 +224,7 @@ public final class MessageManager: Sendable {
     /// Whether the user allows this app (the manager's `AppId`) to use Nearby
     /// (GNSPermission's `isGranted`): false while denied or undecided.
     public var permissionGranted: Bool {
-        get async throws { try await bus.property(path, "org.nearbyd.Manager1", "PermissionGranted").bool ?? false }
+        get async throws { try await bus.property(path, NearbyBusContract.manager.name, "PermissionGranted").bool ?? false }
     }
 
     /// Grants or revokes Nearby for this app as the user's decision
@@ -232,13 +233,13 @@ public final class MessageManager: Sendable {
     /// (their status becomes `inactive`); granting resumes them. Every manager
     /// of the app hears it through `permissionChanged`.
     public func setPermissionGranted(_ granted: Bool) async throws {
-        try await bus.setProperty(path, "org.nearbyd.Manager1", "PermissionGranted", .bool(granted))
+        try await bus.setProperty(path, NearbyBusContract.manager.name, "PermissionGranted", .bool(granted))
     }
 
     /// Whether the app is in the background now: said by ``setBackground(_:)``,
     /// or set by nearbyd while the user's login session is inactive or locked.
     public var background: Bool {
-        get async throws { try await bus.property(path, "org.nearbyd.Manager1", "Background").bool ?? false }
+        get async throws { try await bus.property(path, NearbyBusContract.manager.name, "Background").bool ?? false }
     }
 
     /// Tells nearbyd the app is in the background (or back). Meanwhile only
@@ -246,7 +247,7 @@ public final class MessageManager: Sendable {
     /// `allowInBackground` run, on BLE alone; the others pause until the app
     /// is back.
     public func setBackground(_ background: Bool) async throws {
-        try await bus.setProperty(path, "org.nearbyd.Manager1", "Background", .bool(background))
+        try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
     }
 
     // MARK: Upstream messages (org.nearbyd.Upstream1)
@@ -280,16 +281,16 @@ public final class MessageManager: Sendable {
         get async throws { try await bus.property(path, Self.upstream, "DirectChannelConnected").bool ?? false }
     }
 
-    private static let upstream = "org.nearbyd.Upstream1"
+    private static let upstream = NearbyBusContract.upstream.name
 
     /// Ends the manager and everything it made now rather than at deallocation.
     public func release() async throws {
-        try await bus.call(path, "org.nearbyd.Manager1", "Release")
+        try await bus.call(path, NearbyBusContract.manager.name, "Release")
     }
 }
 
 enum RootPath {
-    static let manager: ObjectPath = "/org/nearbyd"
+    static let manager = ObjectPath(stringLiteral: NearbyBusContract.rootPath)
 }
 
 extension Strategy {

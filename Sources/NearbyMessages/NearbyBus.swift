@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 
 /// A signal of a publication or subscription, decoded.
 enum ObjectEvent: Sendable {
@@ -22,7 +23,7 @@ enum ObjectEvent: Sendable {
 /// The process's connection to one bus, shared by its managers, and the routes
 /// from the daemon's objects to their handlers.
 final class NearbyBus: Sendable {
-    static let daemon = "org.nearbyd"
+    static let daemon = NearbyBusContract.busName
 
     /// Each bus's connection, opening or open.
     @BusActor private static var shared: [String: Task<NearbyBus, any Error>] = [:]
@@ -127,7 +128,7 @@ final class NearbyBus: Sendable {
         return Self.exportRoot.child("\(kind)_\(exportedCount)")
     }
 
-    private static let exportRoot: ObjectPath = "/org/nearbyd/client"
+    private static let exportRoot = ObjectPath(stringLiteral: NearbyBusContract.clientExportRoot)
 
     /// Sends the signals of the object at `path` to `handler`.
     @BusActor func route(_ path: ObjectPath, to handler: @escaping @Sendable (ObjectEvent) -> Void) {
@@ -206,12 +207,12 @@ extension NearbyMessagesError {
     init(_ error: DBusError) {
         let kind: Kind
         switch error.name {
-        case "org.nearbyd.Error.InvalidArguments": kind = .invalidArguments
-        case "org.nearbyd.Error.NotPermitted": kind = .notPermitted
-        case "org.nearbyd.Error.LimitExceeded": kind = .limitExceeded
-        case "org.nearbyd.Error.NotSupported": kind = .notSupported
-        case "org.nearbyd.Error.AccessDenied", "org.freedesktop.DBus.Error.AccessDenied": kind = .accessDenied
-        case "org.nearbyd.Error.DoesNotExist", "org.freedesktop.DBus.Error.UnknownObject": kind = .doesNotExist
+        case NearbyBusContract.Error.invalidArguments.busName: kind = .invalidArguments
+        case NearbyBusContract.Error.notPermitted.busName: kind = .notPermitted
+        case NearbyBusContract.Error.limitExceeded.busName: kind = .limitExceeded
+        case NearbyBusContract.Error.notSupported.busName: kind = .notSupported
+        case NearbyBusContract.Error.accessDenied.busName, "org.freedesktop.DBus.Error.AccessDenied": kind = .accessDenied
+        case NearbyBusContract.Error.doesNotExist.busName, "org.freedesktop.DBus.Error.UnknownObject": kind = .doesNotExist
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
              "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply":
             kind = .daemonUnavailable

@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 
 /// The user's permission dialog for every app of their session: nearbyd asks
 /// it whether an app without a decision may use Nearby (an exported
@@ -111,14 +112,14 @@ private final class AgentRegistration {
     }
 
     func register() async throws {
-        try await bus.call(RootPath.manager, "org.nearbyd.Nearby1", "RegisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
+        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "RegisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
             try writer.append(path)
         } decode: { _ throws(DBusError) in () }
     }
 
     func unregister() async throws {
         defer { end(unregistering: false) }
-        try await bus.call(RootPath.manager, "org.nearbyd.Nearby1", "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
+        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
             try writer.append(path)
         } decode: { _ throws(DBusError) in () }
     }
@@ -130,7 +131,7 @@ private final class AgentRegistration {
         daemonRestarts = nil
         callee.unexport()
         guard unregistering else { return }
-        bus.sendAndForget(RootPath.manager, "org.nearbyd.Nearby1", "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
+        bus.sendAndForget(RootPath.manager, NearbyBusContract.nearby.name, "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
             try writer.append(path)
         }
     }

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import NearbyBusContract
 
 /// Why the app uses the microphone and Bluetooth, in the user's words: shown
 /// by permission agents when they ask the user (the iOS API's
@@ -102,7 +103,7 @@ public struct Permissions: Sendable {
     /// Throws ``NearbyMessagesError/Kind/accessDenied`` for another user unless root.
     public func permission(appId: String, user: UInt32? = nil) async throws -> AppPermission {
         let params = Self.params(user)
-        let entry = try await NearbyBus.shared(bus).call(RootPath.manager, "org.nearbyd.Nearby1", "GetPermission") { writer throws(DBusError) in
+        let entry = try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name, "GetPermission") { writer throws(DBusError) in
             try writer.append(appId)
             try writer.append(params)
         } decode: { reader throws(DBusError) in try reader.read([String: Variant].self).mapValues(\.value) }
@@ -116,7 +117,7 @@ public struct Permissions: Sendable {
     /// them. Throws ``NearbyMessagesError/Kind/accessDenied`` for another user unless root.
     public func setPermission(appId: String, granted: Bool, user: UInt32? = nil) async throws {
         let params = Self.params(user)
-        try await NearbyBus.shared(bus).call(RootPath.manager, "org.nearbyd.Nearby1", "SetPermission") { writer throws(DBusError) in
+        try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name, "SetPermission") { writer throws(DBusError) in
             try writer.append(appId)
             try writer.append(granted)
             try writer.append(params)
@@ -127,7 +128,7 @@ public struct Permissions: Sendable {
     /// user's). Throws ``NearbyMessagesError/Kind/accessDenied`` for another user unless root.
     public func permissions(user: UInt32? = nil) async throws -> [AppPermission] {
         let params = Self.params(user)
-        let entries = try await NearbyBus.shared(bus).call(RootPath.manager, "org.nearbyd.Nearby1", "ListPermissions") { writer throws(DBusError) in
+        let entries = try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name, "ListPermissions") { writer throws(DBusError) in
             try writer.append(params)
         } decode: { reader throws(DBusError) in try reader.read([[String: Variant]].self).map { $0.mapValues(\.value) } }
         return try entries.map { entry throws(NearbyMessagesError) in try AppPermission(entry) }

@@ -1,4 +1,5 @@
 import Foundation
+import NearbyBusContract
 import Testing
 import TestSupport
 
@@ -60,6 +61,69 @@ struct PolicyTests {
         let rootDebug = try await runProgram("/usr/bin/busctl", [address, "set-property", "org.nearbyd", "/org/nearbyd",
                                                                  "org.nearbyd.Nearby1", "DebugLogging", "b", "true"])
         #expect(rootDebug.status == 0, "\(rootDebug.output)")
+
+        await daemon.stop()
+        await bus.stop()
+        directory.remove()
+    }
+
+    /// Every member of every interface a client may use reaches nearbyd when
+    /// another user calls it on a bus with the system bus's rules and the
+    /// shipped policy: methods (with no arguments, which nearbyd answers
+    /// `InvalidArgs`, or on no object, `UnknownObject`), properties read and,
+    /// where clients write them, written; root-only writes are refused by the
+    /// bus itself. The root object's members come from its live
+    /// introspection, read as that user; the other objects' from the
+    /// contract, which BusContractTests holds their introspection to.
+    @Test func anotherUserReachesEveryClientMemberAndNoRootOnlyOne() async throws {
+        let bus = try await PrivateBus(policy: .system(including: [Self.policyFile]))
+        let directory = try TemporaryDirectory()
+        let daemon = try await ChildProcess(name: "nearbyd", executable: Programs.path("nearbyd"), arguments: [
+            "--bus", bus.address, "--server", "http://127.0.0.1:9", "--air-socket", directory.file("none.sock"),
+            "--state-dir", directory.file("state"),
+        ])
+        try await daemon.waitForLine(containing: "nearbyd: ready")
+        let address = "--address=\(bus.address)"
+        func busctl(_ arguments: [String]) async throws -> ProgramResult {
+            try await asNobody(["/usr/bin/busctl", address] + arguments)
+        }
+        func refusedByTheBus(_ result: ProgramResult) -> Bool {
+            result.output.contains("Access denied") || result.output.contains("AccessDenied")
+        }
+
+        let introspection = try await busctl(["introspect", "--xml-interface", NearbyBusContract.busName, NearbyBusContract.rootPath])
+        #expect(introspection.status == 0, "\(introspection.output)")
+        for method in NearbyBusContract.nearby.methods {
+            #expect(introspection.output.contains("<method name=\"\(method.name)\">"), "\(method.name) in the live introspection")
+        }
+
+        for interface in NearbyBusContract.interfaces where interface.caller == .anyClient {
+            // The root object's interface there; the others on a client object that is not there.
+            let path = interface == NearbyBusContract.nearby ? NearbyBusContract.rootPath : NearbyBusContract.clientExportRoot + "/none"
+            for method in interface.methods {
+                let result = try await busctl(["call", NearbyBusContract.busName, path, interface.name, method.name])
+                #expect(result.status != 0 && !refusedByTheBus(result), "\(interface.name).\(method.name): \(result.output)")
+            }
+            let all = try await busctl(["call", NearbyBusContract.busName, path, "org.freedesktop.DBus.Properties", "GetAll",
+                                        "s", interface.name])
+            #expect(!refusedByTheBus(all), "\(interface.name) GetAll: \(all.output)")
+            for property in interface.properties {
+                let get = try await busctl(["get-property", NearbyBusContract.busName, path, interface.name, property.name])
+                #expect(!refusedByTheBus(get), "\(interface.name).\(property.name) read: \(get.output)")
+                guard property.access != .read else { continue }
+                let value = try #require(["b": "false"][property.type], "a value of type \(property.type) to write")
+                let set = try await busctl(["set-property", NearbyBusContract.busName, path, interface.name, property.name,
+                                            property.type, value])
+                #expect(refusedByTheBus(set) == (property.access == .readWriteRoot), "\(interface.name).\(property.name) written: \(set.output)")
+            }
+        }
+        // The interfaces nearbyd calls on clients are closed to everyone else.
+        for interface in NearbyBusContract.interfaces where interface.caller == .nearbyd {
+            for method in interface.methods {
+                let result = try await busctl(["call", NearbyBusContract.busName, NearbyBusContract.rootPath, interface.name, method.name])
+                #expect(refusedByTheBus(result), "\(interface.name).\(method.name): \(result.output)")
+            }
+        }
 
         await daemon.stop()
         await bus.stop()

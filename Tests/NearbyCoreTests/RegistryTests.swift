@@ -1,3 +1,4 @@
+import NearbyBusContract
 import NearbyCore
 import Testing
 
@@ -33,7 +34,7 @@ import Testing
                 Issue.record("no \(name)")
             } catch {
                 let error = error as? NearbyError
-                #expect(error?.name == "LimitExceeded" && error?.message.contains(name) == true, "\(String(describing: error))")
+                #expect(error?.busError == .limitExceeded && error?.message.contains(name) == true, "\(String(describing: error))")
             }
         }
         // Clients: the user's share, then the daemon's.

@@ -4,7 +4,7 @@ import NearbyCore
 extension NearbyError {
     /// The D-Bus error this answers a call with: `org.nearbyd.Error.<Name>`.
     var dbusError: DBusError {
-        DBusError("org.nearbyd.Error.\(name)", message)
+        DBusError(busError.busName, message)
     }
 }
 

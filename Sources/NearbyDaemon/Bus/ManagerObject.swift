@@ -1,10 +1,11 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 
 /// `org.nearbyd.Manager1`: one app's message manager (GNSMessageManager).
 @BusActor
 final class ManagerObject {
-    nonisolated static let interfaceName = "org.nearbyd.Manager1"
+    nonisolated static let interfaceName = NearbyBusContract.manager.name
 
     let manager: Manager
     let path: ObjectPath

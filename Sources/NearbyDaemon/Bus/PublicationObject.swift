@@ -1,10 +1,11 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 
 /// `org.nearbyd.Publication1`: one live publication.
 @BusActor
 final class PublicationObject: LiveObject {
-    nonisolated static let interfaceName = "org.nearbyd.Publication1"
+    nonisolated static let interfaceName = NearbyBusContract.publication.name
 
     let publication: Publication
     let path: ObjectPath

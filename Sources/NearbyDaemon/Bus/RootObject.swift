@@ -1,11 +1,12 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 
 /// `/org/nearbyd`: `org.nearbyd.Nearby1`, where clients create their managers.
 @BusActor
 final class RootObject {
-    nonisolated static let path: ObjectPath = "/org/nearbyd"
-    nonisolated static let interfaceName = "org.nearbyd.Nearby1"
+    nonisolated static let path = ObjectPath(stringLiteral: NearbyBusContract.rootPath)
+    nonisolated static let interfaceName = NearbyBusContract.nearby.name
 
     unowned let service: NearbyService
     var exported: ExportedObject?

@@ -1,10 +1,11 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 
 /// `org.nearbyd.Subscription1`: one live subscription, and its found/lost signals.
 @BusActor
 final class SubscriptionObject: LiveObject {
-    nonisolated static let interfaceName = "org.nearbyd.Subscription1"
+    nonisolated static let interfaceName = NearbyBusContract.subscription.name
 
     let subscription: Subscription
     let path: ObjectPath

@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import Logging
+import NearbyBusContract
 import NearbyCore
 
 /// Whether an app may use Nearby, and asking when nobody has decided: the
@@ -176,7 +177,7 @@ final class PermissionBroker {
         let source: DecisionSource
         if let handler = request.handler {
             source = .app
-            answer = try await call(request.caller.busName, handler, "org.nearbyd.PermissionRequest1", "Request",
+            answer = try await call(request.caller.busName, handler, NearbyBusContract.permissionRequest.name, "Request",
                                     what: "the app's permission dialog") { writer throws(DBusError) in
                 try writer.append(mediums)
             }
@@ -185,7 +186,7 @@ final class PermissionBroker {
             var details: [String: DBusValue] = ["User": .uint32(request.caller.uid), "Client": .string(request.caller.busName)]
             if let pid = request.caller.pid { details["ProcessId"] = .uint32(pid) }
             for (key, text) in request.descriptions { details[key] = .string(text) }
-            answer = try await call(agent.caller.busName, agent.path, "org.nearbyd.PermissionAgent1", "RequestPermission",
+            answer = try await call(agent.caller.busName, agent.path, NearbyBusContract.permissionAgent.name, "RequestPermission",
                                     what: "the permission agent") { writer throws(DBusError) in
                 try writer.append(request.key.appId)
                 try writer.append(mediums)

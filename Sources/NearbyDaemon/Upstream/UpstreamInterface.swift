@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 import ServerAPI
 import Upstream
@@ -6,7 +7,7 @@ import Upstream
 /// `org.nearbyd.Upstream1`, on the manager's object: messages to and from the
 /// app's application server (doc/dbus-api.md).
 extension ManagerObject {
-    nonisolated static let upstreamInterfaceName = "org.nearbyd.Upstream1"
+    nonisolated static let upstreamInterfaceName = NearbyBusContract.upstream.name
 
     static let upstreamInterface = Interface<ManagerObject>(
         upstreamInterfaceName,
