@@ -104,6 +104,7 @@ public enum NearbyBusContract {
             Property("Version", "s"),
             Property("AvailableMediums", "as"),
             Property("LoginSessions", "s"),
+            Property("Server", "s"),
             Property("StaticPublications", "a(sss)"),
             Property("DebugLogging", "b", .readWriteRoot),
         ]

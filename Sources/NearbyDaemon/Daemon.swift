@@ -9,6 +9,7 @@ import Logging
 import Mediums
 import NearbyBusContract
 import NearbyCore
+import NIOSSL
 import ServiceLifecycle
 import SystemdService
 import UnixSignals
@@ -93,11 +94,13 @@ public struct Daemon: Service {
     enum DaemonError: Error, CustomStringConvertible {
         case busLost
         case outbox(String)
+        case serverTLS(String)
 
         var description: String {
             switch self {
             case .busLost: "the connection to the bus was lost"
             case .outbox(let reason): "cannot open the upstream outbox in the state directory: \(reason)"
+            case .serverTLS(let reason): reason
             }
         }
     }
@@ -115,8 +118,14 @@ public struct Daemon: Service {
         } catch {
             throw DaemonError.outbox("\(error)")
         }
+        let serverTLS: TLSConfiguration?
+        do {
+            serverTLS = try ServerTLS.configuration(url: configuration.serverURL, caFile: configuration.serverCAFile)
+        } catch {
+            throw DaemonError.serverTLS(error.message)
+        }
         let service = NearbyService(configuration: configuration, connection: connection, backends: makeBackends(),
-                                    outbox: outbox, sessions: loginSessions(clients: connection), logger: logger)
+                                    serverTLS: serverTLS, outbox: outbox, sessions: loginSessions(clients: connection), logger: logger)
         try service.start()
         return service
     }

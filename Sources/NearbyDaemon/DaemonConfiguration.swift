@@ -72,6 +72,9 @@ public struct DaemonConfiguration: Sendable {
 
     /// `[server] url`: base URL of nearby-server.
     public var serverURL = "http://127.0.0.1:8080"
+    /// `[server] ca-file`: PEM file of the CAs an `https://` server's
+    /// certificate must chain to, in place of the system's CA store.
+    public var serverCAFile: String?
     /// `[server] reconnect-initial-delay` and `reconnect-max-delay`, seconds: the
     /// backoff after the server cannot be reached doubles from the first to the second.
     public var reconnectInitialDelay = 0.2
@@ -219,11 +222,12 @@ public struct DaemonConfiguration: Sendable {
         if let directory = try publications.string("directory") { result.staticPublicationsDirectory = directory }
         if let count = try publications.integer("max-files") { result.maxStaticPublications = count }
 
-        let server = try file.section("server", keys: ["url", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout",
+        let server = try file.section("server", keys: ["url", "ca-file", "reconnect-initial-delay", "reconnect-max-delay", "request-timeout",
                                                        "batch-delay", "refused-key-retry", "refused-change-retry"])
         if let delay = try server.number("refused-key-retry") { result.refusedKeyRetry = delay }
         if let delay = try server.number("refused-change-retry") { result.refusedChangeRetry = delay }
         if let url = try server.string("url") { result.serverURL = url }
+        if let path = try server.string("ca-file") { result.serverCAFile = path }
         if let delay = try server.number("reconnect-initial-delay") { result.reconnectInitialDelay = delay }
         if let delay = try server.number("reconnect-max-delay") { result.reconnectMaxDelay = delay }
         if let timeout = try server.number("request-timeout") { result.requestTimeout = timeout }
@@ -330,6 +334,13 @@ public struct DaemonConfiguration: Sendable {
         guard !stateDirectory.isEmpty else { throw ConfigurationError("[daemon] state-directory must not be empty") }
         guard let url = URL(string: serverURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
             throw ConfigurationError("[server] url '\(serverURL)' must be an http:// or https:// URL")
+        }
+        // WSClient names the host in SNI, where an address may not stand (RFC 6066), and refuses to connect.
+        if url.scheme == "https", let host = url.host, host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) {
+            throw ConfigurationError("[server] url '\(serverURL)': over https:// name the server by its host name, as its certificate does, not by an address")
+        }
+        if serverCAFile != nil, url.scheme != "https" {
+            throw ConfigurationError("[server] ca-file is for an https:// url; '\(serverURL)' is plain HTTP")
         }
         try Self.check(permissionTimeout, in: 0.1...3600, "[permissions] request-timeout")
         try Self.check(Double(maxDecisions), in: 1...10_000_000, "[permissions] max-decisions")

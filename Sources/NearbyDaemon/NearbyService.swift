@@ -3,6 +3,7 @@ import DBus
 import Foundation
 import Logging
 import Mediums
+import NIOSSL
 import NearbyCore
 import ServerAPI
 import SystemdService
@@ -39,6 +40,9 @@ final class NearbyService {
     let permissions: PermissionBroker
     /// One per user and API key.
     private var links: [Account: LinkState] = [:]
+    /// Why the last link attempt that could not reach the server failed; nil
+    /// once a link is connected (``serverStatus``).
+    private var serverUnreachable: String?
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
@@ -75,8 +79,9 @@ final class NearbyService {
     /// The strategy of a call that gives none, worked out once.
     private let defaultStrategies: [Strategy.Owner: Strategy]
 
-    init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend], outbox: Outbox,
-         sessions: LoginSessions, logger: Logger) {
+    /// `serverTLS`: how an `https://` server's certificate is checked (``ServerTLS``).
+    init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend],
+         serverTLS: TLSConfiguration? = nil, outbox: Outbox, sessions: LoginSessions, logger: Logger) {
         self.sessions = sessions
         self.configuration = configuration
         enabledMediums = configuration.enabledMediums
@@ -90,7 +95,8 @@ final class NearbyService {
         permissions = PermissionBroker(configuration: configuration, connection: connection, logger: logger)
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
-        let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout)
+        let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout,
+                                  tls: serverTLS, caFile: configuration.serverCAFile)
         let credentials = CredentialStore(stateDirectory: configuration.stateDirectory, limits: configuration.registrationLimits,
                                           refusedKeyRetry: .milliseconds(Int64(configuration.refusedKeyRetry * 1000)),
                                           logger: logger)
@@ -726,15 +732,40 @@ final class NearbyService {
 
     // MARK: Server links
 
+    /// `Nearby1.Server`: `connected` while a link is in step with the
+    /// server; else `unreachable: WHY` after an attempt that could not reach
+    /// it (or did not trust its certificate), `connecting` before any
+    /// attempt has ended, and `idle` while no app uses it. A refused API key
+    /// is not the server's state: the server answered.
+    var serverStatus: String {
+        if links.values.contains(where: \.connected) { return "connected" }
+        if let serverUnreachable { return "unreachable: \(serverUnreachable)" }
+        return links.isEmpty ? "idle" : "connecting"
+    }
+
+    /// Runs `change` and announces `Server` if it changed.
+    private func announcingServerStatus<T>(_ change: () -> T) -> T {
+        let before = serverStatus
+        let result = change()
+        if serverStatus != before {
+            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["Server"])
+        }
+        return result
+    }
+
     private func link(for account: Account) -> LinkState {
         if let state = links[account] { return state }
+        return announcingServerStatus { makeLink(for: account) }
+    }
+
+    private func makeLink(for account: Account) -> LinkState {
         let link = ServerLink(account: account, client: serverClient, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
                               refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
         link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }
-            self.handle(event, from: state)
+            self.announcingServerStatus { self.handle(event, from: state) }
         }
         links[account] = state
         return state
@@ -742,7 +773,11 @@ final class NearbyService {
 
     /// No manager uses this account any more: let its removals reach the server, then stop it.
     private func retire(_ state: LinkState) {
-        links.removeValue(forKey: state.link.account)
+        announcingServerStatus {
+            links.removeValue(forKey: state.link.account)
+            // With no app using the server, what its last attempt found no longer says anything.
+            if links.isEmpty { serverUnreachable = nil }
+        }
         let link = state.link
         let task = state.task
         Task {
@@ -756,6 +791,7 @@ final class NearbyService {
         case .connected(let namespace, let registered):
             state.connected = true
             state.waiting = nil
+            serverUnreachable = nil
             let namespaceChanged = state.namespace != namespace
             state.namespace = namespace
             state.registered = registered
@@ -767,8 +803,9 @@ final class NearbyService {
             // A snapshot cut short says nothing; the next connection asks for a new one.
             state.snapshotSources = nil
             refreshStatuses(of: state)
-        case .waiting(let reason):
+        case .waiting(let reason, let reached):
             state.waiting = reason
+            if !reached { serverUnreachable = reason }
             refreshStatuses(of: state)
         case .registered(let id):
             state.registered.insert(id)

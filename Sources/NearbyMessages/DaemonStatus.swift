@@ -12,6 +12,9 @@ public struct DaemonStatus: Sendable {
     /// Whether the daemon follows login sessions: `logind`, or `unavailable: WHY`
     /// (then `Background` is only what apps set).
     public let loginSessions: String
+    /// nearby-server as the daemon meets it: `connected`, `unreachable: WHY`,
+    /// `connecting` or `idle`.
+    public let server: String
     /// The static publications: each file, and its status (`starting`,
     /// `active`) and object path, or `error` and why.
     public let staticPublications: [(file: String, status: String, detail: String)]
@@ -39,6 +42,7 @@ public struct DaemonStatus: Sendable {
                                 availableMediums: properties["AvailableMediums"]?.value.strings ?? [],
                                 debugLogging: properties["DebugLogging"]?.value.bool ?? false,
                                 loginSessions: properties["LoginSessions"]?.value.string ?? "",
+                                server: properties["Server"]?.value.string ?? "",
                                 staticPublications: statics)
         } catch {
             throw NearbyMessagesError(error)

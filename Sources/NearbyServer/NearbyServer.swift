@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NIOSSL
 import ServiceLifecycle
 
 /// A whole nearby-server: the service over its storage, served over HTTP and
@@ -10,13 +11,21 @@ public struct NearbyServer: Sendable {
     public let service: NearbyService
     /// The HTTP connections open, with their limits (`[http]`).
     let connections: ConnectionRegistry
+    /// What the API is served over TLS with; nil for plain HTTP.
+    let tls: NIOSSLContext?
 
     public var configuration: ServerConfiguration { service.configuration }
 
-    public init(service: NearbyService) {
+    /// Throws when `[http]`'s certificate or private key cannot be read or used.
+    public init(service: NearbyService) throws {
         self.service = service
         let http = service.configuration.http
         connections = ConnectionRegistry(limits: .init(total: http.maxConnections, perAddress: http.maxConnectionsPerAddress))
+        if let certificatePath = http.certificatePath, let privateKeyPath = http.privateKeyPath {
+            tls = try TLSFiles.serverContext(certificatePath: certificatePath, privateKeyPath: privateKeyPath, section: "[http]")
+        } else {
+            tls = nil
+        }
     }
 
     /// Opens (creating when missing) the SQLite database the configuration
@@ -24,7 +33,7 @@ public struct NearbyServer: Sendable {
     public static func open(configuration: ServerConfiguration, clock: any WallClock = SystemWallClock(),
                             logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyServer {
         let storage = try SQLiteStorage(path: configuration.databasePath)
-        return NearbyServer(service: try await NearbyService.start(storage: storage, configuration: configuration,
+        return try NearbyServer(service: try await NearbyService.start(storage: storage, configuration: configuration,
                                                                   clock: clock, logger: logger))
     }
 
@@ -58,12 +67,13 @@ public struct NearbyServer: Sendable {
         )
         let connections = self.connections
         let guardSettings = ConnectionGuard.Settings(http)
+        let tls = self.tls
         let server = HTTPServerBuilder { responder in
             GuardedChildChannel(
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, _, _ in
                     await DeviceSockets.shouldUpgrade(head, service: service)
                 },
-                registry: connections, settings: guardSettings, logger: service.logger)
+                registry: connections, settings: guardSettings, tls: tls, logger: service.logger)
         }
         return Application(
             router: HTTPAPI(service: service).makeRouter(),

@@ -45,6 +45,14 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var maxRequestLineBytes = 8192
         /// `max-header-bytes`: a longer request head (line and header fields) is answered 431.
         public var maxHeaderBytes = 32_768
+        /// `certificate` and `private-key`: PEM files. With them the API
+        /// (WebSocket streams included) is served over TLS 1.2 or newer
+        /// alone, without them over plain HTTP.
+        public var certificatePath: String?
+        public var privateKeyPath: String?
+
+        /// Whether the API is served over TLS.
+        public var usesTLS: Bool { certificatePath != nil }
 
         public init() {}
     }
@@ -162,12 +170,14 @@ public struct ServerConfiguration: Sendable, Equatable {
         var configuration = self
         try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp"])
         let http = try file.section("http", keys: [
-            "listen", "max-connections", "max-connections-per-address", "header-timeout-seconds", "idle-timeout-seconds",
+            "listen", "certificate", "private-key", "max-connections", "max-connections-per-address", "header-timeout-seconds", "idle-timeout-seconds",
             "request-timeout-seconds", "max-request-line-bytes", "max-header-bytes",
         ])
         if let listen = try http.string("listen") {
             configuration.listen = try ListenAddress(parsing: listen, what: "\(file.source): [http] listen")
         }
+        if let value = try http.string("certificate") { configuration.http.certificatePath = value }
+        if let value = try http.string("private-key") { configuration.http.privateKeyPath = value }
         if let value = try http.integer("max-connections") { configuration.http.maxConnections = value }
         if let value = try http.integer("max-connections-per-address") { configuration.http.maxConnectionsPerAddress = value }
         if let value = try http.integer("header-timeout-seconds") { configuration.http.headerTimeoutSeconds = value }
@@ -292,6 +302,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(limits.registrationsPerProjectPerMinute, in: 1...600_000, "[limits] registrations-per-project-per-minute")
         try Self.check(limits.deviceIdleDays, in: 1...3650, "[limits] device-idle-days")
         try Self.check(limits.deletedDeviceDays, in: 1...3650, "[limits] deleted-device-days")
+        guard (http.certificatePath == nil) == (http.privateKeyPath == nil) else {
+            throw ConfigurationError("[http] certificate and private-key go together: set both (the API is served over TLS) or neither")
+        }
         guard (xmpp.certificatePath == nil) == (xmpp.privateKeyPath == nil) else {
             throw ConfigurationError("[xmpp] certificate and private-key go together: set both (the XMPP endpoint runs) or neither")
         }

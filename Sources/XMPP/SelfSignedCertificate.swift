@@ -28,8 +28,11 @@ public enum SelfSignedCertificate {
             subject: name,
             signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                Critical(KeyUsage(digitalSignature: true))
+                // Its own CA too: clients trust the file itself as their CA,
+                // and BoringSSL (NIOSSL, so nearbyd) takes as an anchor only
+                // a certificate that may sign certificates.
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(digitalSignature: true, keyCertSign: true))
                 try ExtendedKeyUsage([.serverAuth])
                 SubjectAlternativeNames(subjectAlternativeNames.map(generalName))
                 subjectKeyIdentifier

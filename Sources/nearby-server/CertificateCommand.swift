@@ -5,12 +5,14 @@ import XMPP
 struct CertificateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "certificate",
-        abstract: "Write a self-signed TLS certificate and key for the XMPP endpoint (tests, development).",
+        abstract: "Write a self-signed TLS certificate and key for the HTTP API or the XMPP endpoint (tests, development).",
         discussion: """
             Makes a new P-256 key and a self-signed certificate for DOMAIN (its common name and \
-            subject alternative name, with 127.0.0.1, ::1 and localhost besides), valid for --days, \
-            and writes both as PEM: the key readable by its owner only. Point [xmpp] certificate \
-            and private-key at them; clients trust the certificate file itself as their CA. A \
+            subject alternative name, with 127.0.0.1, ::1 and localhost besides), valid for --days \
+            and its own CA (it may sign certificates, so that BoringSSL clients such as nearbyd take \
+            it as a trust anchor), and writes both as PEM: the key readable by its owner only. Point [http] or [xmpp] \
+            certificate and private-key at them; clients trust the certificate file itself as \
+            their CA (nearbyd: [server] ca-file). A \
             production server should use a certificate from a real CA instead.
 
             Existing files are not overwritten (exit status 1).

@@ -17,8 +17,9 @@ struct Serve: AsyncParsableCommand {
 
               nearby-server: listening on http://HOST:PORT
 
-            with the real port (--listen 127.0.0.1:0 picks a free one), and tells systemd it is \
-            ready (Type=notify). When [xmpp] has a certificate it also listens for application \
+            (https:// when [http] has a certificate and private key: then the API is served over \
+            TLS 1.2 or newer only) with the real port (--listen 127.0.0.1:0 picks a free one), and \
+            tells systemd it is ready (Type=notify). When [xmpp] has a certificate it also listens for application \
             servers (the XMPP connection server) and prints
 
               nearby-server: xmpp on HOST:PORT
@@ -68,12 +69,13 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "nearby-server")
         let server = try await NearbyServer.open(configuration: configuration, logger: logger)
         let databasePath = configuration.databasePath
+        let scheme = configuration.http.usesTLS ? "https" : "http"
         try await server.run(
             onListening: { address in
                 // Unbuffered, so a parent waiting on the pipe sees the line at once.
-                FileHandle.standardOutput.write(Data("nearby-server: listening on http://\(address)\n".utf8))
+                FileHandle.standardOutput.write(Data("nearby-server: listening on \(scheme)://\(address)\n".utf8))
                 ServiceNotifier.ready(status: "listening on \(address)")
-                logger.info("listening", metadata: ["address": "\(address)", "database": "\(databasePath)",
+                logger.info("listening", metadata: ["address": "\(scheme)://\(address)", "database": "\(databasePath)",
                                                     "descriptors": "\(descriptors)"])
             },
             onXMPPListening: { address in

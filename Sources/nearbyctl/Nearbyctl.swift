@@ -283,8 +283,12 @@ struct Subscribe: AsyncParsableCommand {
 
 struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show the daemon's version, the mediums it can use now, and its login sessions and static publications.",
+        abstract: "Show the daemon's version, the mediums it can use now, nearby-server's state, and its login sessions and static publications.",
         discussion: """
+            'server' is 'connected' while nearbyd is in step with nearby-server,
+            'unreachable: WHY' after an attempt that could not reach it (WHY says
+            what failed, such as a TLS certificate nearbyd does not trust),
+            'connecting' before any attempt has ended, or 'idle' while no app uses it.
             'login sessions' is 'logind' when nearbyd follows its clients' login
             sessions (a manager is in the background while its session is inactive or
             locked), or 'unavailable: WHY' (then only apps set Background). Each static
@@ -304,12 +308,13 @@ struct Status: AsyncParsableCommand {
                 version:             \(status.version)
                 available mediums:   \(status.availableMediums.isEmpty ? "none" : status.availableMediums.joined(separator: ", "))
                 debug logging:       \(status.debugLogging ? "on" : "off")
+                server:              \(status.server)
                 login sessions:      \(status.loginSessions)
                 static publications: \(statics.isEmpty ? "none" : "")
                 """
             for entry in status.staticPublications { human += "\n  \(entry.file): \(entry.status) \(entry.detail)" }
             output.event(["version": status.version, "availableMediums": status.availableMediums,
-                          "debugLogging": status.debugLogging, "loginSessions": status.loginSessions,
+                          "debugLogging": status.debugLogging, "server": status.server, "loginSessions": status.loginSessions,
                           "staticPublications": statics],
                          human: human)
         }

@@ -118,6 +118,9 @@ import Testing
         ("[upstream]\nverdict-retention-days = 0", "[upstream] verdict-retention-days is 0.0"),
         ("[server]\nrefused-key-retry = 0", "[server] refused-key-retry is 0.0"),
         ("[server]\nrefused-change-retry = 0", "[server] refused-change-retry is 0.0"),
+        ("[server]\nurl = \"https://192.0.2.7:8443\"", "over https:// name the server by its host name"),
+        ("[server]\nurl = \"https://[2001:db8::7]:8443\"", "over https:// name the server by its host name"),
+        ("[server]\nurl = \"http://127.0.0.1:8080\"\nca-file = \"/etc/ssl/certs/ca-certificates.crt\"", "[server] ca-file is for an https:// url"),
     ])
     func mistakesAreNamed(_ text: String, _ complaint: String) {
         #expect {

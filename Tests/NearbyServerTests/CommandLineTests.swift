@@ -83,7 +83,7 @@ struct CommandLineTests {
             try Data("[http]\nlisten = \"127.0.0.1:1\"\ncolour = \"blue\"\n".utf8).write(to: URL(fileURLWithPath: path))
             let bad = try await run(["serve", "--config", path])
             #expect(bad.status == 1)
-            #expect(bad.errors == "nearby-server: \(path): unknown key 'colour' in [http]; known: listen, max-connections, "
+            #expect(bad.errors == "nearby-server: \(path): unknown key 'colour' in [http]; known: listen, certificate, private-key, max-connections, "
                 + "max-connections-per-address, header-timeout-seconds, idle-timeout-seconds, request-timeout-seconds, "
                 + "max-request-line-bytes, max-header-bytes\n")
 

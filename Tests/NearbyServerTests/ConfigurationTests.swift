@@ -173,6 +173,8 @@ import Testing
         ("[xmpp]\nmax-pending-downstream-per-device = 0", "[xmpp] max-pending-downstream-per-device is 0"),
         ("[xmpp]\nmax-pending-receipts-per-project = 0", "[xmpp] max-pending-receipts-per-project is 0"),
         ("[xmpp]\nlisten = \"nowhere\"", "[xmpp] listen 'nowhere' must be HOST:PORT"),
+        ("[http]\ncertificate = \"/etc/nearby-server/server.pem\"", "[http] certificate and private-key go together"),
+        ("[http]\nprivate-key = \"/etc/nearby-server/server.key\"", "[http] certificate and private-key go together"),
     ])
     func rejectsWithAClearMessage(text: String, expected: String) {
         #expect {

@@ -10,6 +10,8 @@ struct ServerProcess {
     let process: ChildProcess
     let port: Int
     let databasePath: String
+    /// `http`, or `https` when `[http]` has a certificate.
+    let scheme: String
 
     /// `configuration` is TOML for the file besides `[http] listen` and `[database] path`, each section once;
     /// `descriptors` the soft and hard descriptor limit, `hardDescriptors` a higher hard one.
@@ -30,12 +32,13 @@ struct ServerProcess {
             name: "nearby-server",
             executable: descriptors == nil ? executable!.path : "/usr/bin/prlimit",
             arguments: descriptors.map { ["--nofile=\($0):\(hardDescriptors ?? $0)", "--"] + serve } ?? Array(serve.dropFirst()))
-        let line = try await process.waitForLine(containing: "listening on http://127.0.0.1:")
+        let line = try await process.waitForLine(containing: "nearby-server: listening on ")
         let port = try #require(Int(line.split(separator: ":").last ?? ""))
-        return ServerProcess(process: process, port: port, databasePath: databasePath)
+        let scheme = line.contains("listening on https://") ? "https" : "http"
+        return ServerProcess(process: process, port: port, databasePath: databasePath, scheme: scheme)
     }
 
-    var baseURL: String { "http://127.0.0.1:\(port)" }
+    var baseURL: String { "\(scheme)://127.0.0.1:\(port)" }
 
     /// The most memory the process has had resident so far (VmHWM), in bytes.
     var peakResidentBytes: Int {

@@ -40,12 +40,19 @@ public final class Cluster: Sendable {
         public var logindBus = "none"
         /// The policy of each device's bus (by default, only root may connect and it may do anything).
         public var busPolicy = PrivateBus.Policy.open
+        /// Whether the server serves its API over TLS (a self-signed
+        /// certificate for localhost and 127.0.0.1, made by `nearby-server
+        /// certificate`), and the daemons reach it over `https://`.
+        public var tls = false
+        /// With ``tls``: whether the daemons trust that certificate
+        /// (`[server] ca-file`); without, they trust the system's CAs alone.
+        public var daemonsTrustServer = true
 
         public init(lostTimeout: Double = 1.0, refreshInterval: Double = 0.5, extraConfiguration: String = "",
                     daemonServerSettings: String = "",
                     serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false,
                     permissionPolicy: String = "grant", permissionTimeout: Double = 20.0, logindBus: String = "none",
-                    busPolicy: PrivateBus.Policy = .open) {
+                    busPolicy: PrivateBus.Policy = .open, tls: Bool = false, daemonsTrustServer: Bool = true) {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
@@ -57,6 +64,8 @@ public final class Cluster: Sendable {
             self.permissionTimeout = permissionTimeout
             self.logindBus = logindBus
             self.busPolicy = busPolicy
+            self.tls = tls
+            self.daemonsTrustServer = daemonsTrustServer
         }
     }
 
@@ -70,6 +79,8 @@ public final class Cluster: Sendable {
     public let xmppPort: Int?
     /// The endpoint's certificate (PEM), which its clients trust.
     public var certificatePath: String { directory.file("xmpp.pem") }
+    /// The API's certificate (PEM) with ``Options/tls``, which the daemons trust.
+    public var apiCertificatePath: String { directory.file("api.pem") }
     private let port: Int
     private let air: ChildProcess
     private let serverProcess: Mutex<ChildProcess>
@@ -85,6 +96,18 @@ public final class Cluster: Sendable {
                                      arguments: ["serve", "--socket", airSocket, "--interval", "0.05"])
         try await air.waitForLine(containing: "listening on")
         var serverConfiguration = options.serverConfiguration
+        if options.tls {
+            let made = try await runProgram(Programs.path("nearby-server"), [
+                "certificate", "localhost", "--certificate", directory.file("api.pem"), "--private-key", directory.file("api.key"),
+            ])
+            guard made.status == 0 else { throw ChildProcessError(message: "nearby-server certificate failed: \(made.output)") }
+            serverConfiguration = """
+                [http]
+                certificate = "\(directory.file("api.pem"))"
+                private-key = "\(directory.file("api.key"))"
+
+                """ + serverConfiguration
+        }
         if options.xmpp {
             let made = try await runProgram(Programs.path("nearby-server"), [
                 "certificate", Self.xmppDomain, "--certificate", directory.file("xmpp.pem"),
@@ -102,8 +125,10 @@ public final class Cluster: Sendable {
         }
         _ = try directory.write("server.conf", serverConfiguration)
         let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:0", xmppListen: options.xmpp ? "127.0.0.1:0" : nil)
-        let line = try await server.waitForLine(containing: "listening on http://")
-        serverURL = String(line[line.range(of: "http://")!.lowerBound...]).trimmingCharacters(in: .whitespaces)
+        let line = try await server.waitForLine(containing: "nearby-server: listening on ")
+        let listening = String(line[line.range(of: "nearby-server: listening on ")!.upperBound...]).trimmingCharacters(in: .whitespaces)
+        // Over TLS by the name its certificate gives (an address may not be checked: DaemonConfiguration).
+        serverURL = options.tls ? listening.replacingOccurrences(of: "https://127.0.0.1:", with: "https://localhost:") : listening
         port = Int(serverURL.split(separator: ":").last ?? "") ?? 0
         if options.xmpp {
             let xmppLine = try await server.waitForLine(containing: "xmpp on ")
@@ -161,6 +186,7 @@ public final class Cluster: Sendable {
             reconnect-initial-delay = 0.05
             reconnect-max-delay = 0.5
             request-timeout = 5
+            \(options.tls && options.daemonsTrustServer ? "ca-file = \"\(apiCertificatePath)\"" : "")
             \(options.daemonServerSettings)
 
             [discovery]
@@ -255,7 +281,7 @@ public final class Cluster: Sendable {
     public func restartServer() async throws {
         let server = try await Self.startServer(directory: directory, listen: "127.0.0.1:\(port)",
                                                 xmppListen: xmppPort.map { "127.0.0.1:\($0)" })
-        try await server.waitForLine(containing: "listening on http://")
+        try await server.waitForLine(containing: "nearby-server: listening on ")
         if xmppPort != nil { try await server.waitForLine(containing: "xmpp on ") }
         serverProcess.withLock { $0 = server }
     }

@@ -85,6 +85,7 @@ final class RootObject {
             Property("Version", "s", emitsChange: false) { root, _ in .string(root.service.version) },
             Property("AvailableMediums", "as") { root, _ in .strings(root.service.availableMediums.map(\.rawValue).sorted()) },
             Property("LoginSessions", "s") { root, _ in .string(root.service.sessions.status.description) },
+            Property("Server", "s") { root, _ in .string(root.service.serverStatus) },
             Property("StaticPublications", "a(sss)") { root, _ in
                 .array(element: "(sss)", root.service.staticPublications.map { entry in
                     switch entry.result {

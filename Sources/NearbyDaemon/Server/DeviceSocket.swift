@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Logging
+import NIOSSL
 import ServerAPI
 import WSClient
 
@@ -16,12 +17,13 @@ enum DeviceSocket {
     /// WSClient does not say which status) throws
     /// `WebSocketClientError.webSocketUpgradeFailed`.
     static func run<Request: Encodable & Sendable>(
-        url: String, device: DeviceRegistration, maxFrameBytes: Int, requests: AsyncStream<Request>, logger: Logger,
+        url: String, tls: TLSConfiguration?, device: DeviceRegistration, maxFrameBytes: Int, requests: AsyncStream<Request>,
+        logger: Logger,
         opened: @escaping @Sendable () async -> Void, received: @escaping @Sendable (String) async throws -> Void
     ) async throws {
         var configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(15)))
         configuration.additionalHeaders[.authorization] = "Bearer \(device.secret)"
-        try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, outbound, _ in
+        try await WebSocketClient.connect(url: url, configuration: configuration, tlsConfiguration: tls, logger: logger) { inbound, outbound, _ in
             await opened()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {

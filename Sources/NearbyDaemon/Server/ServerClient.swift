@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
+import NIOSSL
 import ServerAPI
 
 /// Why a call to nearby-server failed.
@@ -31,10 +32,16 @@ enum ServerCallError: Error, CustomStringConvertible {
 struct ServerClient: Sendable {
     let baseURL: String
     let timeout: TimeAmount
+    /// How an `https://` server's certificate is checked (``ServerTLS``); nil for `http://`.
+    let tls: TLSConfiguration?
+    /// `[server] ca-file`, for words about a certificate it does not vouch for.
+    let caFile: String?
 
-    init(baseURL: String, timeoutSeconds: Double) {
+    init(baseURL: String, timeoutSeconds: Double, tls: TLSConfiguration? = nil, caFile: String? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         timeout = .milliseconds(Int64(timeoutSeconds * 1000))
+        self.tls = tls
+        self.caFile = caFile
     }
 
     /// The URL of a WebSocket of the API (the stream, the direct channel):
@@ -95,6 +102,7 @@ struct ServerClient: Sendable {
     ) async throws(ServerCallError) -> Data {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = method
+        request.tlsConfiguration = tls
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let device { request.headers.add(name: "Authorization", value: "Bearer \(device.secret)") }
         if let body {
@@ -112,7 +120,7 @@ struct ServerClient: Sendable {
             status = Int(response.status.code)
             data = Data(buffer: try await response.body.collect(upTo: 64 << 20))
         } catch {
-            throw .unreachable("\(method) \(path): \(error)")
+            throw .unreachable("\(method) \(path): \(ServerTLS.explain(error, caFile: caFile) ?? "\(error)")")
         }
         guard (200..<300).contains(status) else {
             let error = (try? JSONDecoder().decode(APIError.self, from: data))

@@ -13,8 +13,10 @@ enum LinkEvent: Sendable {
     /// The server cannot be reached; the link retries by itself.
     case disconnected
     /// Why the link is not connected, after each failed attempt whose reason
-    /// differs from the last one's.
-    case waiting(String)
+    /// differs from the last one's; `reached` when the server answered (it
+    /// refused the API key), false when it could not be reached or its
+    /// certificate was not trusted.
+    case waiting(String, reached: Bool)
     /// The server refused to hold this publication or subscription; it is
     /// offered again after `[server] refused-change-retry` if `retried`.
     case refused(String, APIError, retried: Bool)
@@ -200,7 +202,8 @@ final class ServerLink {
         guard reason != lastFailure else { return }
         lastFailure = reason
         logger.warning("nearby-server link: \(reason)", metadata: ["server": "\(client.baseURL)", "account": "\(account)"])
-        notify(.waiting(reason))
+        let reached = if case ServerCallError.keyRefused = error { true } else { false }
+        notify(.waiting(reason, reached: reached))
     }
 
     private func session() async throws {
@@ -556,7 +559,7 @@ final class ServerLink {
                         opened: AsyncStream<Void>.Continuation) async throws {
         defer { opened.finish() }
         let logger = self.logger
-        try await DeviceSocket.run(url: client.webSocketURL(APIPath.stream(device.device)), device: device,
+        try await DeviceSocket.run(url: client.webSocketURL(APIPath.stream(device.device)), tls: client.tls, device: device,
                                    maxFrameBytes: ClientBatchLimits.maxStreamMessageBytes, requests: requests,
                                    logger: logger) {
             opened.yield()

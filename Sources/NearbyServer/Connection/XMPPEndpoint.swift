@@ -18,8 +18,8 @@ struct XMPPEndpoint: Service {
         guard let certificatePath = settings.certificatePath, let privateKeyPath = settings.privateKeyPath else { return }
         let configuration = XMPPServerConfiguration(
             host: settings.listen.host, port: settings.listen.port, domain: settings.domain,
-            certificateChainPEM: try Self.read(certificatePath, "[xmpp] certificate"),
-            privateKeyPEM: try Self.read(privateKeyPath, "[xmpp] private-key"),
+            certificateChainPEM: try TLSFiles.read(certificatePath, "[xmpp] certificate"),
+            privateKeyPEM: try TLSFiles.read(privateKeyPath, "[xmpp] private-key"),
             maximumStanzaBytes: settings.maxStanzaBytes, maximumConnections: settings.maxConnections,
             maximumUnauthenticatedConnections: settings.maxUnauthenticatedConnections,
             maximumUnauthenticatedConnectionsPerAddress: settings.maxUnauthenticatedConnectionsPerAddress,
@@ -36,17 +36,4 @@ struct XMPPEndpoint: Service {
         await service.connections.drain()
         await server.shutdown(gracePeriod: Self.drainingPeriod)
     }
-
-    private static func read(_ path: String, _ setting: String) throws -> String {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw XMPPEndpointError(message: "\(setting): cannot read \(path)")
-        }
-        return String(decoding: data, as: UTF8.self)
-    }
-}
-
-/// The endpoint cannot start.
-struct XMPPEndpointError: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
 }

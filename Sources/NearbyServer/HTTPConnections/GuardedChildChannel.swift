@@ -2,22 +2,29 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 
 /// A child channel of Hummingbird's (`inner`, the HTTP/1 channel with its
-/// WebSocket upgrade) with a ``ConnectionGuard`` in front of everything and
-/// its ``RequestObserver`` right after the HTTP parser.
+/// WebSocket upgrade) with a ``ConnectionGuard`` in front of everything but
+/// TLS (when `[http]` has a certificate) and its ``RequestObserver`` right
+/// after the HTTP parser. The guard's header timeout runs from the
+/// connection's start, so it bounds the TLS handshake too.
 struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     typealias Value = Inner.Value
 
     let inner: Inner
     let registry: ConnectionRegistry
     let settings: ConnectionGuard.Settings
+    let tls: NIOSSLContext?
     let logger: Logger
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let connectionGuard = ConnectionGuard(registry: registry, settings: settings, logger: self.logger)
         do {
             try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
+            if let tls {
+                try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls), position: .first)
+            }
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
         }

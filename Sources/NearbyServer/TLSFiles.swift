@@ -1,0 +1,40 @@
+import Foundation
+import NIOSSL
+
+/// The PEM files a listener serves TLS with, as the configuration names them.
+enum TLSFiles {
+    /// The text of the file at `path`; `setting` names it in the error.
+    static func read(_ path: String, _ setting: String) throws(TLSFileError) -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TLSFileError(message: "\(setting): cannot read \(path)")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// A server context with the chain and key of `section`'s `certificate`
+    /// and `private-key`: TLS 1.2 or newer, NIOSSL's (BoringSSL's) default
+    /// ciphers, no client certificates.
+    static func serverContext(certificatePath: String, privateKeyPath: String, section: String) throws(TLSFileError) -> NIOSSLContext {
+        let chainPEM = try read(certificatePath, "\(section) certificate")
+        let keyPEM = try read(privateKeyPath, "\(section) private-key")
+        do {
+            let chain = try NIOSSLCertificate.fromPEMBytes(Array(chainPEM.utf8))
+            guard !chain.isEmpty else { throw TLSFileError(message: "\(section) certificate: no certificate in \(certificatePath)") }
+            let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
+            var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
+                                                                         privateKey: .privateKey(key))
+            configuration.minimumTLSVersion = .tlsv12
+            return try NIOSSLContext(configuration: configuration)
+        } catch let error as TLSFileError {
+            throw error
+        } catch {
+            throw TLSFileError(message: "\(section) certificate and private-key (\(certificatePath), \(privateKeyPath)) are no usable pair: \(error)")
+        }
+    }
+}
+
+/// A certificate or key file that cannot serve: named by its setting and path.
+struct TLSFileError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
