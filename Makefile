@@ -124,8 +124,10 @@ install:
 	install -D -m 0644 dbus-policy/org.nearbyd.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.nearbyd.conf
 	install -D -m 0644 dbus-policy/org.nearbyd.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.nearbyd.service
 	install -D -m 0644 dist/sysusers.d/nearbyd.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/nearbyd.conf
-	install -D -m 0644 dist/nearbyd.conf $(DESTDIR)/etc/nearbyd/nearbyd.conf
-	install -D -m 0644 dist/nearby-server.conf $(DESTDIR)/etc/nearby-server/nearby-server.conf
+	# The configuration files are the administrator's once installed: an upgrade leaves them.
+	[ -e $(DESTDIR)/etc/nearbyd/nearbyd.conf ] || install -D -m 0644 dist/nearbyd.conf $(DESTDIR)/etc/nearbyd/nearbyd.conf
+	[ -e $(DESTDIR)/etc/nearby-server/nearby-server.conf ] || \
+		install -D -m 0644 dist/nearby-server.conf $(DESTDIR)/etc/nearby-server/nearby-server.conf
 	install -d $(DESTDIR)$(PREFIX)/share/doc/nearbyd
 	install -m 0644 doc/*.md $(DESTDIR)$(PREFIX)/share/doc/nearbyd/
 	install -D -m 0644 doc/server-api/openapi.yaml $(DESTDIR)$(PREFIX)/share/doc/nearbyd/server-api/openapi.yaml
