@@ -5,6 +5,7 @@
 #   make fuzz     run each libFuzzer harness for FUZZ_SECONDS (60; CI runs 10)
 #   make bench    run the benchmarks (release build), figures for doc/performance.md
 #   make bench-modem  the audio modem against ggwave (about 25 minutes)
+#   make deb      Debian 12 packages into .build/debian, checked by lintian
 
 SWIFT ?= swift
 PREFIX ?= /usr
@@ -23,7 +24,7 @@ PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-de
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test fuzz bench bench-modem install clean
+.PHONY: setup build demo test fuzz bench bench-modem deb install clean
 
 setup:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -101,6 +102,15 @@ fuzz: setup
 	.build-fuzz/debug/modem-fuzz -max_len=65536 $(FUZZ_RUN) .build-fuzz/corpus/modem Sources/ModemFuzz/corpus
 
 # The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
+# The packages nearbyd, nearby-server and nearby-tools (debian/), built with
+# debhelper from a static-Swift release build (.build-static, as the rig's)
+# into .build/debian, and checked by lintian: an error fails the build.
+deb: PACKAGES += debhelper dpkg-dev lintian
+deb: setup
+	rm -rf .build/debian
+	SWIFT=$(SWIFT) debian/rules binary
+	lintian --fail-on error --display-info .build/debian/*.deb
+
 bench: PACKAGES += python3-aiohttp
 bench: setup
 	$(SWIFT) build -c release --product nearby-bench
@@ -124,6 +134,7 @@ install:
 	install -D -m 0644 dbus-policy/org.nearbyd.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.nearbyd.conf
 	install -D -m 0644 dbus-policy/org.nearbyd.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.nearbyd.service
 	install -D -m 0644 dist/sysusers.d/nearbyd.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/nearbyd.conf
+	install -D -m 0644 dist/sysusers.d/nearby-server.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/nearby-server.conf
 	# The configuration files are the administrator's once installed: an upgrade leaves them.
 	[ -e $(DESTDIR)/etc/nearbyd/nearbyd.conf ] || install -D -m 0644 dist/nearbyd.conf $(DESTDIR)/etc/nearbyd/nearbyd.conf
 	[ -e $(DESTDIR)/etc/nearby-server/nearby-server.conf ] || \
@@ -131,6 +142,7 @@ install:
 	install -d $(DESTDIR)$(PREFIX)/share/doc/nearbyd
 	install -m 0644 doc/*.md $(DESTDIR)$(PREFIX)/share/doc/nearbyd/
 	install -D -m 0644 doc/server-api/openapi.yaml $(DESTDIR)$(PREFIX)/share/doc/nearbyd/server-api/openapi.yaml
+	install -D -m 0644 doc/nearby-server.md $(DESTDIR)$(PREFIX)/share/doc/nearby-server/nearby-server.md
 
 clean:
 	rm -rf .build
