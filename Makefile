@@ -109,7 +109,7 @@ deb: PACKAGES += debhelper dpkg-dev lintian
 deb: setup
 	rm -rf .build/debian
 	SWIFT=$(SWIFT) debian/rules binary
-	lintian --fail-on error --display-info .build/debian/*.deb
+	lintian --fail-on error .build/debian/*.deb
 
 bench: PACKAGES += python3-aiohttp
 bench: setup
