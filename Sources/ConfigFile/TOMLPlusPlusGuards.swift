@@ -105,8 +105,13 @@ extension ConfigFile {
             position < bytes.count && (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position])
         }
         func isWordByte(_ byte: UInt8) -> Bool {
-            Array("_-.:+".utf8).contains(byte) || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "z"))
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: ":"), UInt8(ascii: "+"):
+                true
+            default:
+                false
+            }
         }
         guard index == 0 || !isWordByte(bytes[index - 1]), index + 11 < bytes.count else { return false }
         let digits = [0, 1, 2, 3, 5, 6, 8, 9].allSatisfy { isDigit(index + $0) }

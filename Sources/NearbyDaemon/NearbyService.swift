@@ -743,7 +743,9 @@ final class NearbyService {
         return links.isEmpty ? "idle" : "connecting"
     }
 
-    /// Runs `change` and announces `Server` if it changed.
+    /// Runs `change` and announces `Server` if it changed: around what can
+    /// change it (links coming and going, connecting, failing), not every
+    /// event of a link, as the status looks at every link.
     private func announcingServerStatus<T>(_ change: () -> T) -> T {
         let before = serverStatus
         let result = change()
@@ -765,7 +767,7 @@ final class NearbyService {
         let state = LinkState(link: link, task: Task { await link.run() })
         link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }
-            self.announcingServerStatus { self.handle(event, from: state) }
+            self.handle(event, from: state)
         }
         links[account] = state
         return state
@@ -789,23 +791,25 @@ final class NearbyService {
     private func handle(_ event: LinkEvent, from state: LinkState) {
         switch event {
         case .connected(let namespace, let registered):
-            state.connected = true
+            announcingServerStatus {
+                state.connected = true
+                serverUnreachable = nil
+            }
             state.waiting = nil
-            serverUnreachable = nil
             let namespaceChanged = state.namespace != namespace
             state.namespace = namespace
             state.registered = registered
             if namespaceChanged { announceResolvedNamespace(of: state) }
             refreshStatuses(of: state)
         case .disconnected:
-            state.connected = false
+            announcingServerStatus { state.connected = false }
             state.registered = []
             // A snapshot cut short says nothing; the next connection asks for a new one.
             state.snapshotSources = nil
             refreshStatuses(of: state)
         case .waiting(let reason, let reached):
             state.waiting = reason
-            if !reached { serverUnreachable = reason }
+            if !reached { announcingServerStatus { serverUnreachable = reason } }
             refreshStatuses(of: state)
         case .registered(let id):
             state.registered.insert(id)

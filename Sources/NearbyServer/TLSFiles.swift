@@ -1,5 +1,6 @@
 import Foundation
 import NIOSSL
+import XMPP
 
 /// The PEM files a listener serves TLS with, as the configuration names them.
 enum TLSFiles {
@@ -11,22 +12,15 @@ enum TLSFiles {
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// A server context with the chain and key of `section`'s `certificate`
-    /// and `private-key`: TLS 1.2 or newer, NIOSSL's (BoringSSL's) default
-    /// ciphers, no client certificates.
+    /// A server context (``TLSServerContext``) with the chain and key of
+    /// `section`'s `certificate` and `private-key`.
     static func serverContext(certificatePath: String, privateKeyPath: String, section: String) throws(TLSFileError) -> NIOSSLContext {
         let chainPEM = try read(certificatePath, "\(section) certificate")
         let keyPEM = try read(privateKeyPath, "\(section) private-key")
         do {
-            let chain = try NIOSSLCertificate.fromPEMBytes(Array(chainPEM.utf8))
-            guard !chain.isEmpty else { throw TLSFileError(message: "\(section) certificate: no certificate in \(certificatePath)") }
-            let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
-            var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
-                                                                         privateKey: .privateKey(key))
-            configuration.minimumTLSVersion = .tlsv12
-            return try NIOSSLContext(configuration: configuration)
-        } catch let error as TLSFileError {
-            throw error
+            return try TLSServerContext.make(certificateChainPEM: chainPEM, privateKeyPEM: keyPEM)
+        } catch is TLSServerContext.NoCertificate {
+            throw TLSFileError(message: "\(section) certificate: no certificate in \(certificatePath)")
         } catch {
             throw TLSFileError(message: "\(section) certificate and private-key (\(certificatePath), \(privateKeyPath)) are no usable pair: \(error)")
         }

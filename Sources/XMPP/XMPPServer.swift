@@ -8,8 +8,6 @@ import Synchronization
 public enum XMPPServerError: Error, Sendable {
     /// ``XMPPServer/start()`` was already called.
     case alreadyStarted
-    /// The certificate chain or private key PEM held nothing usable.
-    case invalidCertificate(String)
 }
 
 /// An XMPP client-to-server endpoint in the shape of FCM's XMPP connection
@@ -31,13 +29,8 @@ public final class XMPPServer: Sendable {
             throw XMPPServerError.alreadyStarted
         }
         let configuration = core.configuration
-        let chain = try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8))
-        guard !chain.isEmpty else { throw XMPPServerError.invalidCertificate("no certificate in the chain PEM") }
-        let key = try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem)
-        var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) },
-                                                           privateKey: .privateKey(key))
-        tls.minimumTLSVersion = .tlsv12
-        let sslContext = try NIOSSLContext(configuration: tls)
+        let sslContext = try TLSServerContext.make(certificateChainPEM: configuration.certificateChainPEM,
+                                                   privateKeyPEM: configuration.privateKeyPEM)
         let core = self.core
         // One event loop for the listener and all its connections: a connection
         // is set up, and admitted, in the order it was accepted, so the oldest is

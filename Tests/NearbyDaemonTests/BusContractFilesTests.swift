@@ -4,13 +4,7 @@ import FoundationXML
 #endif
 import NearbyBusContract
 import Testing
-
-/// The files shipped with nearbyd that restate its D-Bus API.
-enum ShippedFile {
-    static func path(_ relative: String) -> String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../\(relative)").standardizedFileURL.path
-    }
-}
+import TestSupport
 
 /// The shipped bus policy (`dbus-policy/org.nearbyd.conf`) against the
 /// contract: every interface clients call is open to every user, those
@@ -27,7 +21,7 @@ enum ShippedFile {
 
     /// The rules of each `<policy>`, keyed `user=NAME` or `context=NAME`.
     static func policies() throws -> [String: [Rule]] {
-        let document = try XMLDocument(contentsOf: URL(fileURLWithPath: ShippedFile.path("dbus-policy/org.nearbyd.conf")))
+        let document = try XMLDocument(contentsOf: URL(fileURLWithPath: RepositoryFile.path("dbus-policy/org.nearbyd.conf")))
         var policies: [String: [Rule]] = [:]
         for node in try document.nodes(forXPath: "/busconfig/policy") {
             guard let policy = node as? XMLElement, let selector = policy.attributes?.first,
@@ -91,7 +85,7 @@ enum ShippedFile {
 @Suite struct BusDocumentationContractTests {
     /// The document's `## ` sections, by heading.
     static func sections() throws -> [String: [Substring]] {
-        let text = try String(contentsOfFile: ShippedFile.path("doc/dbus-api.md"), encoding: .utf8)
+        let text = try String(contentsOfFile: RepositoryFile.path("doc/dbus-api.md"), encoding: .utf8)
         var sections: [String: [Substring]] = [:]
         var current = ""
         for line in text.split(separator: "\n", omittingEmptySubsequences: false) {

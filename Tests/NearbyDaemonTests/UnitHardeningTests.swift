@@ -11,7 +11,7 @@ import TestSupport
     @Test(arguments: [("nearbyd.service", 3.0), ("nearby-server.service", 2.0)])
     func theUnitIsRatedAtMost(unit: String, limit: Double) async throws {
         let result = try await runProgram("/usr/bin/systemd-analyze", [
-            "security", "--offline=true", "--no-pager", ShippedFile.path("systemd/\(unit)"),
+            "security", "--offline=true", "--no-pager", RepositoryFile.path("systemd/\(unit)"),
         ])
         #expect(result.status == 0, "\(result.output)")
         let rating = try #require(result.output.firstMatch(of: #/Overall exposure level for \S+: (\d+\.\d)/#), "\(result.output)")
