@@ -180,13 +180,16 @@ public struct DaemonConfiguration: Sendable {
         return mediums
     }
 
-    /// Reads a configuration file over the defaults.
-    public static func load(path: String, required: Bool) throws(ConfigurationError) -> DaemonConfiguration {
-        try DaemonConfiguration().applying(ConfigFile(path: path, required: required))
+    /// Reads a configuration file over the defaults. With `validating` false
+    /// the values are checked one by one but not against each other, for a
+    /// caller that overrides some (nearbyd's options) and then calls
+    /// `validate()` itself: a file's `ca-file` is for the `--server` given.
+    public static func load(path: String, required: Bool, validating: Bool = true) throws(ConfigurationError) -> DaemonConfiguration {
+        try DaemonConfiguration().applying(ConfigFile(path: path, required: required), validating: validating)
     }
 
-    /// These settings overridden by what `file` sets.
-    public func applying(_ file: ConfigFile) throws(ConfigurationError) -> DaemonConfiguration {
+    /// These settings overridden by what `file` sets; `validating` as for `load`.
+    public func applying(_ file: ConfigFile, validating: Bool = true) throws(ConfigurationError) -> DaemonConfiguration {
         var result = self
         try file.checkSections(["daemon", "permissions", "publications", "server", "discovery", "limits", "ble", "audio", "beacons", "upstream", "sim"])
 
@@ -321,6 +324,7 @@ public struct DaemonConfiguration: Sendable {
             result.simPosition = parsed
         }
 
+        guard validating else { return result }
         do {
             try result.validate()
         } catch {

@@ -117,7 +117,8 @@ struct NearbydCommand: AsyncParsableCommand {
 
     /// The configuration file with these options applied over it.
     private func settings() throws(ConfigurationError) -> DaemonConfiguration {
-        var result = try DaemonConfiguration.load(path: config ?? DaemonConfiguration.defaultPath, required: config != nil)
+        let path = config ?? DaemonConfiguration.defaultPath
+        var result = try DaemonConfiguration.load(path: path, required: config != nil, validating: false)
         if session { result.bus = .session }
         if system { result.bus = .system }
         if let bus { result.bus = .address(bus) }
@@ -140,7 +141,11 @@ struct NearbydCommand: AsyncParsableCommand {
             }
             result.logLevel = level
         }
-        try result.validate()
+        do {
+            try result.validate()
+        } catch {
+            throw ConfigurationError("\(path) with the command line's options: \(error.message)")
+        }
         return result
     }
 

@@ -197,6 +197,18 @@ import Testing
         try ConfigFile(text: "[a]\nx = [\n[\n+1]]\ns = \"\"\"\n[=\n\"\"\"\n", source: "test.conf").checkSections(["a"])
     }
 
+    /// nearbyd's --server replaces the file's url before the two are checked
+    /// together: a file's ca-file goes with an https:// server given on the
+    /// command line, and still not with a plain one.
+    @Test func aFilesCAFileIsCheckedAgainstTheServerInTheEnd() throws {
+        let file = try ConfigFile(text: "[server]\nca-file = \"/etc/nearbyd/server-ca.pem\"", source: "test.conf")
+        #expect(throws: ConfigurationError.self) { try DaemonConfiguration().applying(file) }
+        var configuration = try DaemonConfiguration().applying(file, validating: false)
+        #expect(throws: ConfigurationError.self) { try configuration.validate() }
+        configuration.serverURL = "https://nearby.example:8443"
+        try configuration.validate()
+    }
+
     @Test func aMissingFileIsAnErrorOnlyWhenNamed() throws {
         #expect(throws: ConfigurationError.self) { try DaemonConfiguration.load(path: "/nonexistent/nearbyd.conf", required: true) }
         #expect(try DaemonConfiguration.load(path: "/nonexistent/nearbyd.conf", required: false).bus == .system)
