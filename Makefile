@@ -24,7 +24,7 @@ PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-de
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test fuzz bench bench-modem deb install clean
+.PHONY: setup build demo test fuzz bench bench-modem deb manuals install clean
 
 setup:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -108,6 +108,9 @@ fuzz: setup
 deb: PACKAGES += debhelper dpkg-dev lintian
 deb: setup
 	rm -rf .build/debian
+	# dh_clean forgets the last package build (its stamp would skip building
+	# the programs again); dh's clean target would also run make clean.
+	dh_clean
 	SWIFT=$(SWIFT) debian/rules binary
 	lintian --fail-on error .build/debian/*.deb
 
@@ -121,13 +124,25 @@ bench: setup
 bench-modem: setup
 	bench/modem-compare
 
-install:
-	$(SWIFT) build -c release
+# The manual pages, from each program's --help (swift-argument-parser's
+# generate-manual), into .build/man, mended where that mdoc is not roff: a
+# blank line between paragraphs becomes .Pp (groff warns, and lintian with
+# it), and a text line that starts with an apostrophe, which roff would take
+# for a request and drop, gets the zero-width escape \& in front.
+MANUALS := nearbyd nearbyctl nearby-server nearby-air nearby-modem
+manuals:
 	$(SWIFT) package --allow-writing-to-package-directory generate-manual
+	mkdir -p .build/man
+	for p in $(MANUALS); do \
+		sed -e 's/^$$/.Pp/' -e "s/^'/\\\\\&'/" .build/plugins/GenerateManual/outputs/$$p/$$p.1 >.build/man/$$p.1 || exit 1; \
+	done
+
+install: manuals
+	$(SWIFT) build -c release
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	for p in $(PROGRAMS); do \
 		install -m 0755 .build/release/$$p $(DESTDIR)$(PREFIX)/bin/$$p; \
-		install -m 0644 .build/plugins/GenerateManual/outputs/$$p/$$p.1 $(DESTDIR)$(PREFIX)/share/man/man1/$$p.1; \
+		install -m 0644 .build/man/$$p.1 $(DESTDIR)$(PREFIX)/share/man/man1/$$p.1; \
 	done
 	install -D -m 0644 systemd/nearbyd.service $(DESTDIR)$(PREFIX)/lib/systemd/system/nearbyd.service
 	install -D -m 0644 systemd/nearby-server.service $(DESTDIR)$(PREFIX)/lib/systemd/system/nearby-server.service
@@ -148,8 +163,9 @@ clean:
 	rm -rf .build
 
 # The rig (Tests/rig/README.md): nearbyd against a real bluetoothd on two
-# virtual controllers and a real ALSA loopback card, in a QEMU VM. Debian 12,
-# as root or with sudo.
+# virtual controllers and a real ALSA loopback card, in a QEMU VM; and the
+# packages installed on that VM booted with systemd, so the packages come
+# first. Debian 12, as root or with sudo.
 .PHONY: rig
-rig:
+rig: deb
 	SWIFT=$(SWIFT) Tests/rig/run
