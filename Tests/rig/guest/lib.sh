@@ -40,3 +40,10 @@ rig_fail() {
     echo "FAIL: $*" >&2
     exit 1
 }
+
+# rig_system_case FILE: whether the case is marked "# rig-boot: systemd", to
+# run in the boot with systemd as PID 1 (guest/run-system-cases) rather than
+# under /init (guest/run-cases).
+rig_system_case() {
+    grep -q '^# rig-boot: *systemd *$' "$1" 2>/dev/null
+}
