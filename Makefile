@@ -108,9 +108,10 @@ fuzz: setup
 deb: PACKAGES += debhelper dpkg-dev lintian
 deb: setup
 	rm -rf .build/debian
-	# dh_clean forgets the last package build (its stamp would skip building
-	# the programs again); dh's clean target would also run make clean.
-	dh_clean
+	# debhelper's stamp of the last build would skip building the programs
+	# again. (dh_clean would remove it too, and also every *.orig, *~ and
+	# *-stamp file in the tree.)
+	rm -f debian/debhelper-build-stamp
 	SWIFT=$(SWIFT) debian/rules binary
 	lintian --fail-on error .build/debian/*.deb
 
