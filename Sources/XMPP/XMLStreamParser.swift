@@ -116,6 +116,7 @@ public final class XMLStreamParser {
         depth = 0
         fed = 0
         boundary = 0
+        markup = MarkupScan()
         context = makeContext()
     }
 
@@ -134,15 +135,23 @@ public final class XMLStreamParser {
             // 1.0 characters, and in UTF-8 no other character has such a byte.
             // Refused here, before libxml2, whose push parser reports one or
             // not depending on where the reads end (xmpp-fuzz).
-            let control = UnsafeRawBufferPointer(start: chunk, count: count).firstIndex(where: Self.isForbiddenControl)
-            if let control { count = control }
+            // A '<' inside an attribute value likewise: libxml2 refused it
+            // when the value came in one read and waited for more when a read
+            // ended before it (xmpp-fuzz). `markup` follows tags and quotes
+            // across reads.
+            let piece = UnsafeRawBufferPointer(start: chunk, count: count)
+            let control = piece.firstIndex(where: Self.isForbiddenControl)
+            let angle = markup.firstAngleInAttributeValue(in: UnsafeRawBufferPointer(rebasing: piece.prefix(control ?? count)))
+            if let stop = angle ?? control { count = stop }
             let status = count > 0 ? xmlParseChunk(context, chunk, Int32(count), 0) : 0
             offset += count
             fed += count
             if failure == nil, status != 0 {
                 failure = Self.classify(status: status, context: context)
             }
-            if failure == nil, control != nil {
+            if failure == nil, angle != nil {
+                failure = .notWellFormed("a '<' in an attribute value, which XML forbids")
+            } else if failure == nil, control != nil {
                 // `offset` is at the control character now.
                 failure = .notWellFormed("a control character (U+\(Self.codePoint(bytes[offset]))), which XML forbids")
             }
@@ -156,6 +165,9 @@ public final class XMLStreamParser {
         }
         return (events, nil)
     }
+
+    /// Where the stream is between tags, quotes and CDATA sections, across reads.
+    private var markup = MarkupScan()
 
     private static func isForbiddenControl(_ byte: UInt8) -> Bool {
         byte < 0x20 && byte != 0x09 && byte != 0x0A && byte != 0x0D
@@ -372,5 +384,69 @@ private extension String {
         var result = self
         while let last = result.last, predicate(last) { result.removeLast() }
         return result
+    }
+}
+
+/// Follows an XML stream's markup byte by byte across reads, far enough to
+/// tell whether a '<' stands inside a quoted attribute value (XML 1.0
+/// [10] AttValue forbids it): text, tags (with the XML declaration and
+/// whatever else starts with '<'), quoted values inside tags, and CDATA
+/// sections, whose content may hold quotes and '<'. Comments and other
+/// declarations are scanned as tags; XMPP refuses them anyway.
+struct MarkupScan {
+    private enum State {
+        case text
+        /// After '<'.
+        case opening
+        /// After "<!" and this many bytes of "[CDATA[".
+        case bang(Int)
+        case tag
+        case quoted(UInt8)
+        /// Inside a CDATA section, after this many ']' in a row.
+        case cdata(Int)
+    }
+
+    private static let cdataOpening = Array("[CDATA[".utf8)
+    private var state = State.text
+
+    /// The index of the first '<' inside an attribute value in `bytes`, if any
+    /// (the state then stays there: the stream has failed).
+    mutating func firstAngleInAttributeValue(in bytes: UnsafeRawBufferPointer) -> Int? {
+        for (index, byte) in bytes.enumerated() {
+            switch state {
+            case .text:
+                if byte == UInt8(ascii: "<") { state = .opening }
+            case .opening:
+                state = byte == UInt8(ascii: "!") ? .bang(0) : .tag
+                if case .tag = state { inTag(byte) }
+            case .bang(let matched):
+                if byte == Self.cdataOpening[matched] {
+                    state = matched + 1 == Self.cdataOpening.count ? .cdata(0) : .bang(matched + 1)
+                } else {
+                    state = .tag
+                    inTag(byte)
+                }
+            case .tag:
+                inTag(byte)
+            case .quoted(let quote):
+                if byte == UInt8(ascii: "<") { return index }
+                if byte == quote { state = .tag }
+            case .cdata(let brackets):
+                if byte == UInt8(ascii: "]") {
+                    state = .cdata(brackets + 1)
+                } else {
+                    state = byte == UInt8(ascii: ">") && brackets >= 2 ? .text : .cdata(0)
+                }
+            }
+        }
+        return nil
+    }
+
+    private mutating func inTag(_ byte: UInt8) {
+        switch byte {
+        case UInt8(ascii: "'"), UInt8(ascii: "\""): state = .quoted(byte)
+        case UInt8(ascii: ">"): state = .text
+        default: break
+        }
     }
 }

@@ -165,6 +165,37 @@ struct XMLStreamParserTests {
         #expect(error == refusal)
     }
 
+    /// xmpp-fuzz's finding: a '<' in an attribute value of the stream header
+    /// was an error for libxml2 when the value came in one read, and none
+    /// while it waited for more when a read ended just before the '<'. Now
+    /// it is not-well-formed wherever the reads end; quotes and '<' in text
+    /// and in CDATA sections are still text.
+    @Test func anAngleInAnAttributeValueIsNotWellFormedWhereverTheReadsEnd() {
+        let value = Array("<?xml version='1.0'?><stream:stream to='a' version='1.0' xmlns='".utf8)
+        let stream = value + Array("<?xmljabber:client' xmlns:stream='http://etherx.jabber.org/streams'> <".utf8)
+        for cut in [stream.count, value.count, 1, 2, 7] {
+            let parser = XMLStreamParser()
+            var error: XMLStreamParserError?
+            for start in stride(from: 0, to: stream.count, by: cut) where error == nil {
+                error = Array(stream[start..<min(start + cut, stream.count)]).withUnsafeBytes { parser.feed($0) }.error
+            }
+            #expect(error == .notWellFormed("a '<' in an attribute value, which XML forbids"), "reads of \(cut)")
+        }
+    }
+
+    @Test func quotesAndAnglesInTextAndCDATAAreText() throws {
+        let stream = Array((Self.header + "<message type=\"chat\" id='a>b'><body>it's \"x\" &lt; y</body>"
+            + "<subject><![CDATA[it's <b>'\"]] ]]></subject></message><message/>").utf8)
+        for cut in [1, 3, stream.count] {
+            let parser = XMLStreamParser()
+            var events: [XMLStreamEvent] = []
+            for start in stride(from: 0, to: stream.count, by: cut) {
+                events += try parser.parse(Array(stream[start..<min(start + cut, stream.count)]))
+            }
+            #expect(events.count == 3, "reads of \(cut)")
+        }
+    }
+
     @Test func feedGivesTheEventsBeforeAnError() {
         let parser = XMLStreamParser()
         let (events, error) = Array((Self.header + "<message/><!-- no -->").utf8).withUnsafeBytes { parser.feed($0) }
