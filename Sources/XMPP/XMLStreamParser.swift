@@ -116,7 +116,7 @@ public final class XMLStreamParser {
         depth = 0
         fed = 0
         boundary = 0
-        markup = MarkupScan()
+        screen = ByteScreen()
         context = makeContext()
     }
 
@@ -131,29 +131,19 @@ public final class XMLStreamParser {
         while offset < bytes.count {
             var count = min(Self.slice, bytes.count - offset)
             let chunk = bytes.baseAddress!.advanced(by: offset).assumingMemoryBound(to: CChar.self)
-            // The C0 controls but tab, newline and carriage return are no XML
-            // 1.0 characters, and in UTF-8 no other character has such a byte.
-            // Refused here, before libxml2, whose push parser reports one or
-            // not depending on where the reads end (xmpp-fuzz).
-            // A '<' inside an attribute value likewise: libxml2 refused it
-            // when the value came in one read and waited for more when a read
-            // ended before it (xmpp-fuzz). `markup` follows tags and quotes
-            // across reads.
-            let piece = UnsafeRawBufferPointer(start: chunk, count: count)
-            let control = piece.firstIndex(where: Self.isForbiddenControl)
-            let angle = markup.firstAngleInAttributeValue(in: UnsafeRawBufferPointer(rebasing: piece.prefix(control ?? count)))
-            if let stop = angle ?? control { count = stop }
+            // Bytes libxml2's push parser refuses or not depending on where
+            // the reads end (xmpp-fuzz) are refused here, before it, wherever
+            // they end: it gets the bytes before them.
+            let refused = screen.firstRefused(in: UnsafeRawBufferPointer(start: chunk, count: count))
+            if let refused { count = refused.index }
             let status = count > 0 ? xmlParseChunk(context, chunk, Int32(count), 0) : 0
             offset += count
             fed += count
             if failure == nil, status != 0 {
                 failure = Self.classify(status: status, context: context)
             }
-            if failure == nil, angle != nil {
-                failure = .notWellFormed("a '<' in an attribute value, which XML forbids")
-            } else if failure == nil, control != nil {
-                // `offset` is at the control character now.
-                failure = .notWellFormed("a control character (U+\(Self.codePoint(bytes[offset]))), which XML forbids")
+            if failure == nil, let refused {
+                failure = .notWellFormed(refused.reason)
             }
             if failure == nil, fed - boundary > maximumStanzaBytes {
                 failure = .stanzaTooLarge(limit: maximumStanzaBytes)
@@ -166,17 +156,9 @@ public final class XMLStreamParser {
         return (events, nil)
     }
 
-    /// Where the stream is between tags, quotes and CDATA sections, across reads.
-    private var markup = MarkupScan()
-
-    private static func isForbiddenControl(_ byte: UInt8) -> Bool {
-        byte < 0x20 && byte != 0x09 && byte != 0x0A && byte != 0x0D
-    }
-
-    private static func codePoint(_ byte: UInt8) -> String {
-        let hex = String(byte, radix: 16, uppercase: true)
-        return String(repeating: "0", count: 4 - hex.count) + hex
-    }
+    /// The stream's bytes as they come, checked for what libxml2 would not
+    /// refuse the same way whatever the reads.
+    private var screen = ByteScreen()
 
     /// Parses the next bytes of the stream and returns the events they completed;
     /// throws the error that stopped the stream instead, if any.
@@ -387,13 +369,18 @@ private extension String {
     }
 }
 
-/// Follows an XML stream's markup byte by byte across reads, far enough to
-/// tell whether a '<' stands inside a quoted attribute value (XML 1.0
-/// [10] AttValue forbids it): text, tags (with the XML declaration and
-/// whatever else starts with '<'), quoted values inside tags, and CDATA
-/// sections, whose content may hold quotes and '<'. Comments and other
-/// declarations are scanned as tags; XMPP refuses them anyway.
-struct MarkupScan {
+/// An XML stream's bytes checked one by one across reads, in one pass, for
+/// what libxml2's push parser reports or not depending on where the reads end
+/// (each found by xmpp-fuzz):
+/// - a C0 control but tab, newline and carriage return: no XML 1.0 character,
+///   and in UTF-8 no other character has such a byte;
+/// - a '<' inside a quoted attribute value (XML 1.0 [10] AttValue forbids it).
+///   To know where values are, it follows text, tags (with the XML
+///   declaration and whatever else starts with '<'), quoted values inside
+///   tags, and CDATA sections, whose content may hold quotes and '<'.
+///   Comments and other declarations are scanned as tags; XMPP refuses them
+///   anyway.
+struct ByteScreen {
     private enum State {
         case text
         /// After '<'.
@@ -409,10 +396,14 @@ struct MarkupScan {
     private static let cdataOpening = Array("[CDATA[".utf8)
     private var state = State.text
 
-    /// The index of the first '<' inside an attribute value in `bytes`, if any
-    /// (the state then stays there: the stream has failed).
-    mutating func firstAngleInAttributeValue(in bytes: UnsafeRawBufferPointer) -> Int? {
+    /// The first byte of `bytes` to refuse, and why; nil if there is none.
+    /// After one the stream has failed, and the state is not kept up.
+    mutating func firstRefused(in bytes: UnsafeRawBufferPointer) -> (index: Int, reason: String)? {
         for (index, byte) in bytes.enumerated() {
+            if byte < 0x20, byte != 0x09, byte != 0x0A, byte != 0x0D {
+                let hex = String(byte, radix: 16, uppercase: true)
+                return (index, "a control character (U+\(String(repeating: "0", count: 4 - hex.count) + hex)), which XML forbids")
+            }
             switch state {
             case .text:
                 if byte == UInt8(ascii: "<") { state = .opening }
@@ -429,7 +420,7 @@ struct MarkupScan {
             case .tag:
                 inTag(byte)
             case .quoted(let quote):
-                if byte == UInt8(ascii: "<") { return index }
+                if byte == UInt8(ascii: "<") { return (index, "a '<' in an attribute value, which XML forbids") }
                 if byte == quote { state = .tag }
             case .cdata(let brackets):
                 if byte == UInt8(ascii: "]") {

@@ -26,6 +26,26 @@ ADV_MANAGER = "org.bluez.LEAdvertisingManager1"
 MONITOR_MANAGER = "org.bluez.AdvertisementMonitorManager1"
 
 
+async def until(changed, condition, timeout, what):
+    """condition()'s first truthy value, checked now and again each time the
+    asyncio.Event `changed` is set (the waiter clears it); TimeoutError saying
+    what it waited for (`what`: text, or a function giving it at the end) if
+    `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"gave up after {timeout}s waiting for {what() if callable(what) else what}")
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), left)
+        except asyncio.TimeoutError:
+            pass
+
+
 def log(*args):
     # Wall-clock time of day, as btmon -t prints it, to line up a case's log
     # with btmon's trace.
@@ -168,19 +188,7 @@ class BlueZ:
         """Wait until predicate() returns something truthy, re-checking on every
         change from bluetoothd. Returns that value; raises TimeoutError saying
         what it waited for."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = predicate()
-            if result:
-                return result
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"gave up after {timeout}s waiting for {what}")
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
-            except asyncio.TimeoutError:
-                pass
+        return await until(self._changed, predicate, timeout, what)
 
     def devices(self, adapter):
         """Device1 properties of the devices under /org/bluez/<adapter>."""

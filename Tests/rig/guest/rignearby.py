@@ -15,7 +15,7 @@ import time
 from dbus_next import Message, MessageType, Variant
 from dbus_next.aio import MessageBus
 
-from rigbluez import env, log
+from rigbluez import env, log, until
 
 
 class Process:
@@ -60,12 +60,13 @@ class Manager:
         self.path = path
         self.events = []       # (monotonic time, kind, content)
         self.errors = {}       # error property -> bool, as last changed
-        self.waiters = []
+        self._changed = asyncio.Event()
 
     def on_signal(self, msg):
         if not msg.path or not msg.path.startswith(self.path):
             return
         now = time.monotonic()
+        self._changed.set()
         if msg.member in ("MessageFound", "MessageLost"):
             kind = "found" if msg.member == "MessageFound" else "lost"
             self.events.append((now, kind, bytes(msg.body[0]).decode()))
@@ -101,14 +102,12 @@ class Manager:
         return value.value
 
     async def wait(self, kind, content, after=0.0, timeout=60):
-        """The time of the first event `kind` with `content` later than `after`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for at, k, c in self.events:
-                if at > after and k == kind and c == content:
-                    return at
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"no {kind} {content!r} within {timeout}s; events: {self.events[-10:]}")
+        """The time of the first event `kind` with `content` later than `after`,
+        looked for again at each signal."""
+        def first():
+            return next((at for at, k, c in self.events if at > after and k == kind and c == content), None)
+
+        return await until(self._changed, first, timeout, lambda: f"{kind} {content!r}; events: {self.events[-10:]}")
 
 
 def strategy(mediums=None, mode=None):
