@@ -144,7 +144,9 @@ struct NearbydCommand: AsyncParsableCommand {
         do {
             try result.validate()
         } catch {
-            throw ConfigurationError("\(path) with the command line's options: \(error.message)")
+            // The default file is optional: name it only when it was read.
+            let origin = FileManager.default.fileExists(atPath: path) ? "\(path) with the command line's options" : "the command line's options"
+            throw ConfigurationError("\(origin): \(error.message)")
         }
         return result
     }

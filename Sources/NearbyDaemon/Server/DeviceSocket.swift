@@ -9,20 +9,36 @@ import WSClient
 /// channel): authenticated with the device's bearer credential, kept alive by
 /// pings, one JSON request per text frame out, text frames in.
 enum DeviceSocket {
-    /// Connects to `url` and serves the socket until it closes (or fails, or
-    /// the task is cancelled): `opened` runs once the upgrade succeeded, then
-    /// each request of `requests` is written as it comes and each text frame
-    /// received goes to `received`, in order. An error thrown by `received`
-    /// closes the socket and is rethrown. A refused upgrade (a 401, but
-    /// WSClient does not say which status) throws
-    /// `WebSocketClientError.webSocketUpgradeFailed`.
+    /// Connects to the WebSocket at `path` of `server` and serves it until it
+    /// closes (or fails, or the task is cancelled): `opened` runs once the
+    /// upgrade succeeded, then each request of `requests` is written as it
+    /// comes and each text frame received goes to `received`, in order. An
+    /// error thrown by `received` closes the socket and is rethrown. A refused
+    /// upgrade (a 401, but WSClient does not say which status) throws
+    /// `WebSocketClientError.webSocketUpgradeFailed`; a failed TLS handshake
+    /// throws `ServerCallError.unreachable` with ``ServerTLS``'s words, as a
+    /// REST call's does.
     static func run<Request: Encodable & Sendable>(
-        url: String, tls: TLSConfiguration?, device: DeviceRegistration, maxFrameBytes: Int, requests: AsyncStream<Request>,
+        server: ServerClient, path: String, device: DeviceRegistration, maxFrameBytes: Int, requests: AsyncStream<Request>,
         logger: Logger,
         opened: @escaping @Sendable () async -> Void, received: @escaping @Sendable (String) async throws -> Void
     ) async throws {
         var configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(15)))
         configuration.additionalHeaders[.authorization] = "Bearer \(device.secret)"
+        do {
+            try await serve(url: server.webSocketURL(path), configuration: configuration, tls: server.tls, requests: requests,
+                            logger: logger, opened: opened, received: received)
+        } catch {
+            guard let explained = ServerTLS.explain(error, caFile: server.caFile) else { throw error }
+            throw ServerCallError.unreachable("WebSocket \(path): \(explained)")
+        }
+    }
+
+    private static func serve<Request: Encodable & Sendable>(
+        url: String, configuration: WebSocketClientConfiguration, tls: TLSConfiguration?, requests: AsyncStream<Request>,
+        logger: Logger,
+        opened: @escaping @Sendable () async -> Void, received: @escaping @Sendable (String) async throws -> Void
+    ) async throws {
         try await WebSocketClient.connect(url: url, configuration: configuration, tlsConfiguration: tls, logger: logger) { inbound, outbound, _ in
             await opened()
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -32,7 +48,7 @@ enum DeviceSocket {
                         try await outbound.write(.text(String(decoding: try encoder.encode(request), as: UTF8.self)))
                     }
                 }
-                for try await message in inbound.messages(maxSize: maxFrameBytes) {
+                for try await message in inbound.messages(maxSize: configuration.maxFrameSize) {
                     guard case .text(let text) = message else { continue }
                     try await received(text)
                 }

@@ -559,7 +559,7 @@ final class ServerLink {
                         opened: AsyncStream<Void>.Continuation) async throws {
         defer { opened.finish() }
         let logger = self.logger
-        try await DeviceSocket.run(url: client.webSocketURL(APIPath.stream(device.device)), tls: client.tls, device: device,
+        try await DeviceSocket.run(server: client, path: APIPath.stream(device.device), device: device,
                                    maxFrameBytes: ClientBatchLimits.maxStreamMessageBytes, requests: requests,
                                    logger: logger) {
             opened.yield()

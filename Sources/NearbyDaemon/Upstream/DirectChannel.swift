@@ -124,7 +124,7 @@ final class DirectChannel {
         { requests, opened, received in
             let device = try await credentials.registration(account, with: client)
             do {
-                try await DeviceSocket.run(url: client.webSocketURL(APIPath.channel(device.device)), tls: client.tls, device: device,
+                try await DeviceSocket.run(server: client, path: APIPath.channel(device.device), device: device,
                                            maxFrameBytes: ChannelLimits.maximumFrameBytes, requests: requests, logger: logger,
                                            opened: opened) { text in
                     let event: ChannelEvent
