@@ -38,6 +38,33 @@ func withStorage(_ engine: Engine, _ body: (any ServerStorage) async throws -> V
     }
 }
 
+/// Runs `body` on `count` storages of one new database of `engine`, opened
+/// at once, as several server processes (and the CLI) open one database.
+func withStorages(_ engine: Engine, count: Int, _ body: ([any ServerStorage]) async throws -> Void) async throws {
+    switch engine {
+    case .sqlite:
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("nearby.sqlite").path
+            try await body(try (0..<count).map { _ in try SQLiteStorage(path: path) })
+        }
+    case .postgres:
+        let cluster = try #require(PostgresClusterTrait.current, "the suite has no PostgreSQL cluster: mark it .postgresCluster")
+        let url = try await cluster.createDatabase()
+        // Opened at once: their migrations take turns.
+        let storages = try await withThrowingTaskGroup(of: PostgresStorage.self) { group in
+            for _ in 0..<count { group.addTask { try await PostgresStorage(url: url) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        do {
+            try await body(storages)
+        } catch {
+            for storage in storages { await storage.close() }
+            throw error
+        }
+        for storage in storages { await storage.close() }
+    }
+}
+
 /// A throwaway PostgreSQL cluster (``PostgresCluster``) around a suite and
 /// everything in it: started before its first test, stopped after its last,
 /// however they end.
