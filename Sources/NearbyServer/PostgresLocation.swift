@@ -90,13 +90,17 @@ struct PostgresLocation: Sendable {
 
     /// For the pool that serves the storage's methods.
     var clientConfiguration: PostgresClient.Configuration {
-        switch endpoint {
+        var configuration = switch endpoint {
         case .tcp(let host, let port):
             PostgresClient.Configuration(host: host, port: port, username: username, password: password, database: database,
                                          tls: clientTLS)
         case .socket(let path):
             PostgresClient.Configuration(unixSocketPath: path, username: username, password: password, database: database)
         }
+        // Within the descriptors DescriptorBudget keeps for the database
+        // (SQLite's pool takes 18); a connection per core and then some.
+        configuration.options.maximumConnections = 8
+        return configuration
     }
 
     private var connectionTLS: PostgresConnection.Configuration.TLS {
