@@ -54,6 +54,8 @@ extension PostgresStorage {
             AND NOT EXISTS (SELECT 1 FROM unnest($4::TEXT[]) AS wanted(text)
                             WHERE strpos(lower(coalesce(description, '') COLLATE "C"), lower(wanted.text COLLATE "C")) = 0)
             """
+        // The condition is written once for the count and for the page: SQL
+        // text that is a constant, with numbered parameters, every value bound.
         var filtering = PostgresBindings()
         filtering.append(project)
         filtering.append(filter.statuses.map(\.rawValue))

@@ -7,8 +7,9 @@ import Foundation
 /// in a directory that user owns. ``stop()`` kills the server and removes the
 /// directory; it must be called however the tests end.
 public final class PostgresCluster: Sendable {
-    /// The cluster's directory: its data and its socket.
+    /// The cluster's directory: its data, its log and its socket.
     public let directory: String
+    /// The role every database of the cluster is opened as (no password: trust).
     public let superuser = "nearby"
     private let bin: String
     /// What runs a PostgreSQL program as the cluster's owner: setpriv when the tests run as root.

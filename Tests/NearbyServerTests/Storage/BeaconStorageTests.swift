@@ -118,6 +118,23 @@ extension StorageTests {
         }
 
         @Test(arguments: Engine.allCases)
+        func descriptionsAreComparedFoldingASCIICaseOnly(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                let school = try Self.beacon(1, description: "ÉCOLE Gate")
+                try await storage.registerBeacon(school)
+                try await storage.registerBeacon(try Self.beacon(2))
+                func matching(_ text: String) async throws -> [StoredBeacon] {
+                    try await storage.beacons(project: "alpha", filter: BeaconFilter(descriptions: [text]), after: 0, limit: 10).beacons
+                }
+                #expect(try await matching("gate") == [school])
+                #expect(try await matching("ÉCOLE g") == [school])
+                #expect(try await matching("école").isEmpty)
+                #expect(try await matching("") == [school, try Self.beacon(2)])
+            }
+        }
+
+        @Test(arguments: Engine.allCases)
         func observationsSeeActiveBeaconsWithTheAttachmentsAskedFor(engine: Engine) async throws {
             try await withStorage(engine) { storage in
                 try await createProject(storage, "alpha")
