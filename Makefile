@@ -18,9 +18,10 @@ VENV := .build/venv
 # Debian packages the build, the demo and the tests need (the tests' Python
 # D-Bus clients, and python-dbusmock standing in for logind and a notification
 # daemon, run on Debian's /usr/bin/python3; busctl and systemd-analyze are
-# systemd's).
+# systemd's; the storage tests start throwaway clusters with postgresql's
+# initdb and pg_ctl).
 PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev libxml2-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
-	python3-dbus-next python3-dbusmock
+	python3-dbus-next python3-dbusmock postgresql
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 

@@ -28,11 +28,11 @@ public struct NearbyServer: Sendable {
         }
     }
 
-    /// Opens (creating when missing) the SQLite database the configuration
-    /// names and loads what it holds.
+    /// Opens the database the configuration names (creating a SQLite file
+    /// when missing) and loads what it holds.
     public static func open(configuration: ServerConfiguration, clock: any WallClock = SystemWallClock(),
                             logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyServer {
-        let storage = try SQLiteStorage(path: configuration.databasePath)
+        let storage = try await configuration.openStorage()
         return try NearbyServer(service: try await NearbyService.start(storage: storage, configuration: configuration,
                                                                   clock: clock, logger: logger))
     }

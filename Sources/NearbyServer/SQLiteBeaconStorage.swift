@@ -227,34 +227,18 @@ extension SQLiteStorage {
     /// The values of description, properties, expectedStability, indoorLevel,
     /// latitude, longitude and placeId, in that order.
     private static func describing(_ beacon: StoredBeacon) throws -> StatementArguments {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let properties = String(decoding: try encoder.encode(beacon.properties), as: UTF8.self)
-        return [beacon.description, properties, beacon.expectedStability, beacon.indoorLevel, beacon.latLng?.latitude,
-                beacon.latLng?.longitude, beacon.placeId]
+        [beacon.description, try StoredColumns.json(beacon.properties), beacon.expectedStability, beacon.indoorLevel,
+         beacon.latLng?.latitude, beacon.latLng?.longitude, beacon.placeId]
     }
 
     private static func beacon(_ row: Row) throws -> StoredBeacon {
-        let typeName: String = row["type"]
-        let statusName: String = row["status"]
-        guard let type = AdvertisedIdType(rawValue: typeName) else { throw CorruptRow("beacon type '\(typeName)'") }
-        guard let status = BeaconStatus(rawValue: statusName) else { throw CorruptRow("beacon status '\(statusName)'") }
-        let bytes: Data = row["id"]
-        let id: BeaconID
-        do {
-            id = try BeaconID(AdvertisedIdJSON(type: type, id: bytes), field: "advertisedId")
-        } catch {
-            throw CorruptRow("beacon id of \(bytes.count) bytes")
-        }
-        let propertiesText: String = row["properties"]
-        guard let properties = try? JSONDecoder().decode([String: String].self, from: Data(propertiesText.utf8)) else {
-            throw CorruptRow("beacon properties '\(propertiesText)'")
-        }
         let latitude: Double? = row["latitude"]
         let longitude: Double? = row["longitude"]
         let telemetryAt: Int64? = row["lastTelemetryAtMs"]
-        return StoredBeacon(id: id, project: row["project"], status: status, description: row["description"],
-                            properties: properties, expectedStability: row["expectedStability"], indoorLevel: row["indoorLevel"],
+        return StoredBeacon(id: try StoredColumns.beaconID(type: row["type"], bytes: row["id"]), project: row["project"],
+                            status: try StoredColumns.beaconStatus(row["status"]), description: row["description"],
+                            properties: try StoredColumns.properties(row["properties"]), expectedStability: row["expectedStability"],
+                            indoorLevel: row["indoorLevel"],
                             latLng: latitude.flatMap { latitude in longitude.map { LatLng(latitude: latitude, longitude: $0) } },
                             placeId: row["placeId"], createdAtMs: milliseconds(row["createdAtMs"]),
                             lastTelemetry: row["lastTelemetry"], lastTelemetryAtMs: telemetryAt.map(milliseconds))
@@ -266,11 +250,8 @@ extension SQLiteStorage {
     }
 
     private static func namespace(_ row: Row) throws -> StoredNamespace {
-        let visibilityName: String = row["servingVisibility"]
-        guard let visibility = ServingVisibility(rawValue: visibilityName) else {
-            throw CorruptRow("namespace visibility '\(visibilityName)'")
-        }
-        return StoredNamespace(name: row["name"], project: row["project"], servingVisibility: visibility)
+        StoredNamespace(name: row["name"], project: row["project"],
+                        servingVisibility: try StoredColumns.visibility(row["servingVisibility"]))
     }
 
     private static func placeholders(_ count: Int) -> String {

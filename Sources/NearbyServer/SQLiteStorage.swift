@@ -514,7 +514,7 @@ public final class SQLiteStorage: ServerStorage {
                                                                 distance)
                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                             """).execute(arguments: [device, publication.id, publication.namespace, publication.type,
-                                                     publication.content, Self.text(publication.mediums),
+                                                     publication.content, StoredColumns.text(publication.mediums),
                                                      publication.mode.rawValue, Int64(clamping: publication.expiresAtMs),
                                                      publication.distance.rawValue])
                     }
@@ -527,7 +527,7 @@ public final class SQLiteStorage: ServerStorage {
                                                                  distance)
                             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                             """).execute(arguments: [device, subscription.id, subscription.namespace, subscription.type,
-                                                     Self.text(subscription.mediums), subscription.mode.rawValue,
+                                                     StoredColumns.text(subscription.mediums), subscription.mode.rawValue,
                                                      Int64(clamping: subscription.expiresAtMs), subscription.distance.rawValue])
                     }
                 case .deleteSubscription(let id):
@@ -547,9 +547,9 @@ public final class SQLiteStorage: ServerStorage {
             }
             return try rows.map { row in
                 StoredPublication(device: row["device"], id: row["id"], namespace: row["namespace"], type: row["type"],
-                                  content: row["content"], mediums: try Self.mediums(row["mediums"]),
-                                  mode: try Self.mode(row["mode"]), expiresAtMs: milliseconds(row["expiresAtMs"]),
-                                  distance: try Self.distance(row["distance"]))
+                                  content: row["content"], mediums: try StoredColumns.mediums(row["mediums"]),
+                                  mode: try StoredColumns.mode(row["mode"]), expiresAtMs: milliseconds(row["expiresAtMs"]),
+                                  distance: try StoredColumns.distance(row["distance"]))
             }
         }
     }
@@ -570,8 +570,8 @@ public final class SQLiteStorage: ServerStorage {
             }
             return try rows.map { row in
                 StoredSubscription(device: row["device"], id: row["id"], namespace: row["namespace"], type: row["type"],
-                                   mediums: try Self.mediums(row["mediums"]), mode: try Self.mode(row["mode"]),
-                                   expiresAtMs: milliseconds(row["expiresAtMs"]), distance: try Self.distance(row["distance"]))
+                                   mediums: try StoredColumns.mediums(row["mediums"]), mode: try StoredColumns.mode(row["mode"]),
+                                   expiresAtMs: milliseconds(row["expiresAtMs"]), distance: try StoredColumns.distance(row["distance"]))
             }
         }
     }
@@ -593,27 +593,6 @@ public final class SQLiteStorage: ServerStorage {
     private static func requireDevice(_ device: String, _ db: Database) throws {
         let exists = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM device WHERE id = ?)", arguments: [device]) ?? false
         guard exists else { throw StorageError.deviceNotFound(device) }
-    }
-
-    private static func distance(_ text: String) throws -> DistanceType {
-        guard let distance = DistanceType(rawValue: text) else { throw CorruptRow("distance '\(text)'") }
-        return distance
-    }
-
-    private static func text(_ mediums: [Medium]) -> String {
-        mediums.map(\.rawValue).joined(separator: ",")
-    }
-
-    private static func mediums(_ text: String) throws -> [Medium] {
-        try text.split(separator: ",").map { name in
-            guard let medium = Medium(rawValue: String(name)) else { throw CorruptRow("medium '\(name)'") }
-            return medium
-        }
-    }
-
-    private static func mode(_ text: String) throws -> DiscoveryMode {
-        guard let mode = DiscoveryMode(rawValue: text) else { throw CorruptRow("mode '\(text)'") }
-        return mode
     }
 }
 

@@ -12,8 +12,11 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var listen = ListenAddress(host: "127.0.0.1", port: 8080)
     /// `[http]`'s limits on connections and their requests.
     public var http = HTTP()
-    /// `[database] path`: the SQLite database file.
+    /// `[database] path`: the SQLite database file, the default engine.
     public var databasePath = "/var/lib/nearby-server/nearby.sqlite"
+    /// `[database] url`: a PostgreSQL database (`postgres://…`, as
+    /// ``PostgresLocation`` reads it) instead of the SQLite file.
+    public var databaseURL: String?
     /// `[tokens] lifetime-seconds`: how long an issued token stays valid.
     public var tokenLifetimeSeconds = 600
     /// `[tokens] overlap-seconds`: how long before expiry the device should ask
@@ -185,8 +188,18 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try http.integer("request-timeout-seconds") { configuration.http.requestTimeoutSeconds = value }
         if let value = try http.integer("max-request-line-bytes") { configuration.http.maxRequestLineBytes = value }
         if let value = try http.integer("max-header-bytes") { configuration.http.maxHeaderBytes = value }
-        let database = try file.section("database", keys: ["path"])
-        if let path = try database.string("path") { configuration.databasePath = path }
+        let database = try file.section("database", keys: ["path", "url"])
+        switch (try database.string("path"), try database.string("url")) {
+        case (_?, _?):
+            throw ConfigurationError("\(file.source): [database] has both path (a SQLite file) and url (a PostgreSQL database): set one")
+        case (let path?, nil):
+            configuration.databasePath = path
+            configuration.databaseURL = nil
+        case (nil, let url?):
+            configuration.databaseURL = url
+        case (nil, nil):
+            break
+        }
         let tokens = try file.section("tokens", keys: ["lifetime-seconds", "overlap-seconds"])
         if let value = try tokens.integer("lifetime-seconds") { configuration.tokenLifetimeSeconds = value }
         if let value = try tokens.integer("overlap-seconds") { configuration.tokenOverlapSeconds = value }
@@ -261,7 +274,15 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     /// Checks every value against its range and the values against each other.
     public func validate() throws(ConfigurationError) {
-        guard !databasePath.isEmpty else { throw ConfigurationError("[database] path must not be empty") }
+        if let databaseURL {
+            do {
+                _ = try PostgresLocation(url: databaseURL)
+            } catch {
+                throw ConfigurationError("[database] url: \(error.message)")
+            }
+        } else {
+            guard !databasePath.isEmpty else { throw ConfigurationError("[database] path must not be empty") }
+        }
         try Self.check(http.maxConnections, in: 1...1_000_000, "[http] max-connections")
         try Self.check(http.maxConnectionsPerAddress, in: 1...http.maxConnections, "[http] max-connections-per-address")
         try Self.check(http.headerTimeoutSeconds, in: 1...3600, "[http] header-timeout-seconds")

@@ -14,8 +14,8 @@ struct RegistryOptions: ParsableArguments {
     @Flag(help: "Print the API's JSON instead of text.")
     var json = false
 
-    func admin() throws -> BeaconAdmin {
-        BeaconAdmin(storage: try openStorage(storage))
+    func admin() async throws -> BeaconAdmin {
+        BeaconAdmin(storage: try await openStorage(storage))
     }
 }
 

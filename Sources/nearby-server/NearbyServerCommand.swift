@@ -52,7 +52,8 @@ struct StorageOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Configuration file.", valueName: "path"))
     var config: String?
 
-    @Option(name: .long, help: ArgumentHelp("SQLite database file; overrides [database] path.", valueName: "path"))
+    @Option(name: .long, help: ArgumentHelp("SQLite database file, or a postgres:// URL; overrides [database].",
+                                            valueName: "path-or-url"))
     var database: String?
 
     /// The file's configuration (defaults when the default file is missing),
@@ -60,7 +61,14 @@ struct StorageOptions: ParsableArguments {
     func load() throws -> ServerConfiguration {
         var configuration = try ServerConfiguration.load(path: config ?? ServerConfiguration.defaultPath,
                                                          required: config != nil)
-        if let database { configuration.databasePath = database }
+        if let database {
+            if database.hasPrefix("postgres://") || database.hasPrefix("postgresql://") {
+                configuration.databaseURL = database
+            } else {
+                configuration.databasePath = database
+                configuration.databaseURL = nil
+            }
+        }
         try configuration.validate()
         return configuration
     }

@@ -221,7 +221,7 @@ extension ProjectCommand {
 
         func run() async throws {
             let configuration = try storage.load()
-            let admin = ProjectAdmin(storage: try openStorage(storage))
+            let admin = ProjectAdmin(storage: try await openStorage(storage))
             let days = staleDays ?? (removeStale ? configuration.limits.deviceIdleDays : nil)
             let devices = try await admin.devices(project: name, staleDays: days)
             if removeStale {
@@ -268,15 +268,15 @@ private struct ListedProject: Encodable {
     var createdAtMs: UInt64
 }
 
-private func admin(_ options: StorageOptions) throws -> ProjectAdmin {
-    ProjectAdmin(storage: try openStorage(options))
+private func admin(_ options: StorageOptions) async throws -> ProjectAdmin {
+    ProjectAdmin(storage: try await openStorage(options))
 }
 
 /// The database the options name, for the commands that work on it directly.
-func openStorage(_ options: StorageOptions) throws -> SQLiteStorage {
+func openStorage(_ options: StorageOptions) async throws -> any ServerStorage {
     let configuration = try options.load()
     ServiceLogging.bootstrap(identifier: "nearby-server", level: .warning)
-    return try SQLiteStorage(path: configuration.databasePath)
+    return try await configuration.openStorage()
 }
 
 func printJSON(_ value: some Encodable) throws {

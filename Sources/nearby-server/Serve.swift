@@ -68,14 +68,14 @@ struct Serve: AsyncParsableCommand {
         ServiceLogging.bootstrap(identifier: "nearby-server", level: Logger.Level(rawValue: logLevel) ?? .info)
         let logger = Logger(label: "nearby-server")
         let server = try await NearbyServer.open(configuration: configuration, logger: logger)
-        let databasePath = configuration.databasePath
+        let databaseName = configuration.databaseName
         let scheme = configuration.http.usesTLS ? "https" : "http"
         try await server.run(
             onListening: { address in
                 // Unbuffered, so a parent waiting on the pipe sees the line at once.
                 FileHandle.standardOutput.write(Data("nearby-server: listening on \(scheme)://\(address)\n".utf8))
                 ServiceNotifier.ready(status: "listening on \(address)")
-                logger.info("listening", metadata: ["address": "\(scheme)://\(address)", "database": "\(databasePath)",
+                logger.info("listening", metadata: ["address": "\(scheme)://\(address)", "database": "\(databaseName)",
                                                     "descriptors": "\(descriptors)"])
             },
             onXMPPListening: { address in

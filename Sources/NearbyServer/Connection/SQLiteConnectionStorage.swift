@@ -38,7 +38,7 @@ extension SQLiteStorage {
         "position, project, device, app, messageId, data, receivedAtMs, expiresAtMs, verdict, verdictDescription"
 
     public func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance {
-        let data = try Self.json(message.data)
+        let data = try StoredColumns.json(message.data)
         return try await pool.write { db in
             if let known = try Row.fetchOne(db, sql: "SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND app = ? AND messageId = ?",
                                             arguments: [message.device, message.app, message.messageId]) {
@@ -72,7 +72,7 @@ extension SQLiteStorage {
                 ORDER BY position LIMIT 1
                 """, arguments: [device, messageId, project]) else { return nil }
             var message = try Self.upstream(row)
-            let (code, description) = Self.columns(of: verdict)
+            let (code, description) = StoredColumns.columns(of: verdict)
             try db.execute(sql: "UPDATE upstream SET verdict = ?, verdictDescription = ?, settledAtMs = ? WHERE position = ?",
                            arguments: [code, description, Int64(clamping: atMs), message.position])
             message.verdict = verdict
@@ -96,22 +96,11 @@ extension SQLiteStorage {
     }
 
     private static func upstream(_ row: Row) throws -> StoredUpstream {
-        let verdict: UpstreamVerdict? = switch row["verdict"] as String? {
-        case nil: nil
-        case "SENT": .sent
-        case let code?: .failed(error: code, description: row["verdictDescription"] ?? "")
-        }
-        return StoredUpstream(position: row["position"], project: row["project"], device: row["device"], app: row["app"],
-                              messageId: row["messageId"], data: try dictionary(row["data"]),
-                              receivedAtMs: UInt64(clamping: row["receivedAtMs"] as Int64),
-                              expiresAtMs: UInt64(clamping: row["expiresAtMs"] as Int64), verdict: verdict)
-    }
-
-    private static func columns(of verdict: UpstreamVerdict) -> (String, String?) {
-        switch verdict {
-        case .sent: ("SENT", nil)
-        case .failed(let error, let description): (error, description)
-        }
+        StoredUpstream(position: row["position"], project: row["project"], device: row["device"], app: row["app"],
+                       messageId: row["messageId"], data: try StoredColumns.dictionary(row["data"]),
+                       receivedAtMs: UInt64(clamping: row["receivedAtMs"] as Int64),
+                       expiresAtMs: UInt64(clamping: row["expiresAtMs"] as Int64),
+                       verdict: StoredColumns.verdict(code: row["verdict"], description: row["verdictDescription"]))
     }
 
     // MARK: Downstream
@@ -119,7 +108,7 @@ extension SQLiteStorage {
     private static let downstreamColumns = "project, device, messageId, data, receivedAtMs, expiresAtMs, receiptRequested"
 
     public func addDownstream(_ message: StoredDownstream, limit: Int) async throws -> Bool {
-        let data = try Self.json(message.data)
+        let data = try StoredColumns.json(message.data)
         return try await pool.write { db in
             let waiting = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM downstream WHERE device = ?", arguments: [message.device]) ?? 0
             guard waiting < limit else { return false }
@@ -159,7 +148,8 @@ extension SQLiteStorage {
     }
 
     private static func downstream(_ row: Row) throws -> StoredDownstream {
-        StoredDownstream(project: row["project"], device: row["device"], messageId: row["messageId"], data: try dictionary(row["data"]),
+        StoredDownstream(project: row["project"], device: row["device"], messageId: row["messageId"],
+                         data: try StoredColumns.dictionary(row["data"]),
                          receivedAtMs: UInt64(clamping: row["receivedAtMs"] as Int64),
                          expiresAtMs: UInt64(clamping: row["expiresAtMs"] as Int64), receiptRequested: row["receiptRequested"])
     }
@@ -194,17 +184,5 @@ extension SQLiteStorage {
             try db.execute(sql: "DELETE FROM receipt WHERE project = ? AND messageId = ?", arguments: [project, messageId])
             return db.changesCount > 0
         }
-    }
-
-    // MARK: Payloads
-
-    private static func json(_ data: [String: String]) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        return String(decoding: try encoder.encode(data), as: UTF8.self)
-    }
-
-    private static func dictionary(_ text: String) throws -> [String: String] {
-        try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
     }
 }

@@ -1,0 +1,109 @@
+import Foundation
+
+/// A throwaway PostgreSQL cluster for tests: `initdb` in a temporary
+/// directory, a server listening only on a unix socket in that directory, a
+/// superuser `nearby` who needs no password. Run as root (as CI runs the
+/// tests), PostgreSQL's programs refuse to start: they run as `nobody` then,
+/// in a directory that user owns. ``stop()`` kills the server and removes the
+/// directory; it must be called however the tests end.
+public final class PostgresCluster: Sendable {
+    /// The cluster's directory: its data, its log and its socket.
+    public let directory: String
+    /// The role every database of the cluster is opened as (no password: trust).
+    public let superuser = "nearby"
+    private let bin: String
+    /// What runs a PostgreSQL program as the cluster's owner: setpriv when the tests run as root.
+    private let owner: [String]
+
+    /// Creates and starts a cluster; each step has a deadline.
+    public static func start() async throws -> PostgresCluster {
+        let bin = try binaries()
+        var template = Array("\(FileManager.default.temporaryDirectory.path)/nearby-pg.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw ClusterError("cannot create a temporary directory: \(String(cString: strerror(errno)))") }
+        let directory = String(cString: made)
+        var owner: [String] = []
+        if getuid() == 0 {
+            guard let nobody = getpwnam("nobody") else {
+                try? FileManager.default.removeItem(atPath: directory)
+                throw ClusterError("running as root, and there is no user nobody to run PostgreSQL as")
+            }
+            guard chown(directory, nobody.pointee.pw_uid, nobody.pointee.pw_gid) == 0 else {
+                let reason = String(cString: strerror(errno))
+                try? FileManager.default.removeItem(atPath: directory)
+                throw ClusterError("cannot give \(directory) to nobody: \(reason)")
+            }
+            owner = ["/usr/bin/setpriv", "--reuid=\(nobody.pointee.pw_uid)", "--regid=\(nobody.pointee.pw_gid)", "--clear-groups"]
+        }
+        let cluster = PostgresCluster(directory: directory, bin: bin, owner: owner)
+        do {
+            // Throwaway data: no fsync, no locale (byte order, like SQLite's).
+            try await cluster.run("initdb", ["-D", cluster.data, "-U", cluster.superuser, "-A", "trust", "-E", "UTF8", "--no-locale",
+                                             "--no-sync"], within: 120)
+            // Only the socket, in the cluster's own directory: nothing else on
+            // the machine can reach it, and clusters of parallel test runs
+            // cannot collide on a port.
+            try await cluster.run("pg_ctl", ["-D", cluster.data, "-l", "\(directory)/server.log", "-w", "-t", "60", "-o",
+                                             "-c listen_addresses='' -k \(directory) -c fsync=off -c max_connections=200",
+                                             "start"], within: 90)
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        return cluster
+    }
+
+    private init(directory: String, bin: String, owner: [String]) {
+        self.directory = directory
+        self.bin = bin
+        self.owner = owner
+    }
+
+    private var data: String { "\(directory)/data" }
+
+    /// The URL of a new, empty database of the cluster (over its socket).
+    public func createDatabase() async throws -> String {
+        let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        try await run("createdb", ["-h", directory, "-U", superuser, name], within: 60)
+        return "postgres://\(superuser)@/\(name)?host=\(directory)"
+    }
+
+    /// Kills the server (immediate: the data is thrown away) and removes the directory.
+    public func stop() async {
+        if FileManager.default.fileExists(atPath: "\(data)/postmaster.pid") {
+            _ = try? await run("pg_ctl", ["-D", data, "-m", "immediate", "-w", "-t", "30", "stop"], within: 45)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Runs one of PostgreSQL's programs as the cluster's owner; throws with its output when it fails.
+    private func run(_ program: String, _ arguments: [String], within seconds: Double) async throws {
+        let command = owner + ["\(bin)/\(program)"] + arguments
+        let result = try await withTimeout(seconds, program) {
+            try await runProgram(command[0], Array(command.dropFirst()))
+        }
+        guard result.status == 0 else {
+            let log = (try? String(contentsOfFile: "\(directory)/server.log", encoding: .utf8)) ?? ""
+            throw ClusterError("\(program) exited with \(result.status): \(result.output)\(log.isEmpty ? "" : "\nserver log:\n\(log)")")
+        }
+    }
+
+    /// The directory of initdb and pg_ctl: the newest of Debian's /usr/lib/postgresql/*/bin, or where a build from source or
+    /// another distribution puts them.
+    private static func binaries() throws -> String {
+        let debian = "/usr/lib/postgresql"
+        let versions = ((try? FileManager.default.contentsOfDirectory(atPath: debian)) ?? []).compactMap(Int.init).sorted(by: >)
+        for version in versions where FileManager.default.isExecutableFile(atPath: "\(debian)/\(version)/bin/initdb") {
+            return "\(debian)/\(version)/bin"
+        }
+        for directory in ["/usr/local/pgsql/bin", "/usr/bin"] where FileManager.default.isExecutableFile(atPath: "\(directory)/initdb") {
+            return directory
+        }
+        throw ClusterError("no PostgreSQL server programs (initdb) in \(debian)/*/bin: install postgresql (make setup)")
+    }
+}
+
+/// Why a throwaway cluster could not be made.
+public struct ClusterError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
