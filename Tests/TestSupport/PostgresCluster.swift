@@ -5,7 +5,9 @@ import Foundation
 /// superuser `nearby` who needs no password. Run as root (as CI runs the
 /// tests), PostgreSQL's programs refuse to start: they run as `nobody` then,
 /// in a directory that user owns. ``stop()`` kills the server and removes the
-/// directory; it must be called however the tests end.
+/// directory; it must be called however the tests end. A test process killed
+/// outright (a `timeout`, SIGKILL) cannot call it: the next cluster started
+/// stops and removes the clusters whose test process is gone.
 public final class PostgresCluster: Sendable {
     /// The cluster's directory: its data, its log and its socket.
     public let directory: String
@@ -18,9 +20,15 @@ public final class PostgresCluster: Sendable {
     /// Creates and starts a cluster; each step has a deadline.
     public static func start() async throws -> PostgresCluster {
         let bin = try binaries()
-        var template = Array("\(FileManager.default.temporaryDirectory.path)/nearby-pg.XXXXXX".utf8CString)
+        await removeOrphans(bin: bin)
+        var template = Array("\(FileManager.default.temporaryDirectory.path)/\(prefix)XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw ClusterError("cannot create a temporary directory: \(String(cString: strerror(errno)))") }
         let directory = String(cString: made)
+        // Whose cluster it is, for removeOrphans.
+        guard FileManager.default.createFile(atPath: "\(directory)/\(ownerFile)", contents: Data("\(getpid())\n".utf8)) else {
+            try? FileManager.default.removeItem(atPath: directory)
+            throw ClusterError("cannot write \(directory)/\(ownerFile)")
+        }
         var owner: [String] = []
         if getuid() == 0 {
             guard let nobody = getpwnam("nobody") else {
@@ -32,7 +40,7 @@ public final class PostgresCluster: Sendable {
                 try? FileManager.default.removeItem(atPath: directory)
                 throw ClusterError("cannot give \(directory) to nobody: \(reason)")
             }
-            owner = ["/usr/bin/setpriv", "--reuid=\(nobody.pointee.pw_uid)", "--regid=\(nobody.pointee.pw_gid)", "--clear-groups"]
+            owner = asOwner(uid: nobody.pointee.pw_uid)
         }
         let cluster = PostgresCluster(directory: directory, bin: bin, owner: owner)
         do {
@@ -50,6 +58,32 @@ public final class PostgresCluster: Sendable {
             throw error
         }
         return cluster
+    }
+
+    private static let prefix = "nearby-pg."
+    private static let ownerFile = "test-process.pid"
+
+    /// Stops and removes the clusters in the temporary directory whose test
+    /// process no longer runs.
+    private static func removeOrphans(bin: String) async {
+        let temporary = FileManager.default.temporaryDirectory.path
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: temporary)) ?? []
+        for name in names where name.hasPrefix(prefix) {
+            let directory = "\(temporary)/\(name)"
+            guard let text = try? String(contentsOfFile: "\(directory)/\(ownerFile)", encoding: .utf8),
+                  let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)),
+                  kill(pid, 0) != 0, errno == ESRCH else { continue }
+            let stat = (try? FileManager.default.attributesOfItem(atPath: directory)) ?? [:]
+            let owner = (stat[.ownerAccountID] as? NSNumber)?.uint32Value ?? getuid()
+            let orphan = PostgresCluster(directory: directory, bin: bin, owner: asOwner(uid: owner))
+            await orphan.stop()
+        }
+    }
+
+    /// The command prefix that runs a program as `uid` (nothing when that is us).
+    private static func asOwner(uid: uid_t) -> [String] {
+        guard uid != getuid(), let user = getpwuid(uid) else { return [] }
+        return ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(user.pointee.pw_gid)", "--clear-groups"]
     }
 
     private init(directory: String, bin: String, owner: [String]) {
