@@ -317,6 +317,7 @@ let package = Package(
             name: "NearbyServerTests",
             dependencies: [
                 "NearbyServer", "ServerAPI", "ConfigFile", "TestSupport",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -148,8 +148,18 @@ extension PostgresStorage {
     }
 
     public func recordTelemetry(_ telemetry: [BeaconTelemetry]) async throws {
+        // One row each, in one order: two observations naming the same
+        // beacons in opposite orders would otherwise lock them A→B and B→A
+        // and deadlock. The last record of a beacon wins, as applied in turn.
+        var latest: [BeaconID: BeaconTelemetry] = [:]
+        for record in telemetry { latest[record.beacon] = record }
+        let ordered = latest.values.sorted { a, b in
+            a.beacon.type.rawValue != b.beacon.type.rawValue
+                ? a.beacon.type.rawValue < b.beacon.type.rawValue
+                : a.beacon.bytes.lexicographicallyPrecedes(b.beacon.bytes)
+        }
         try await write { connection in
-            for record in telemetry {
+            for record in ordered {
                 try await connection.query("""
                     UPDATE beacon SET lastTelemetry = \(record.telemetry), lastTelemetryAtMs = \(Int64(clamping: record.observedAtMs))
                     WHERE type = \(record.beacon.type.rawValue) AND id = \(record.beacon.bytes) AND status = 'ACTIVE'
@@ -281,3 +291,4 @@ extension PostgresStorage {
         }
     }
 }
+

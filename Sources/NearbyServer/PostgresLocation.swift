@@ -6,7 +6,8 @@ import PostgresNIO
 ///
 /// - `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` over TCP (port 5432
 ///   unless given), with `?sslmode=disable`, `prefer` (the default: TLS when
-///   the server offers it) or `require`;
+///   the server offers it), `require`, `verify-ca` or `verify-full`, as
+///   libpq reads them (``TLSMode``);
 /// - `postgres://USER@/DATABASE?host=/run/postgresql` over the unix socket in
 ///   that directory (`.s.PGSQL.PORT` in it, as libpq names it), without TLS.
 ///
@@ -20,9 +21,18 @@ struct PostgresLocation: Sendable {
         case socket(String)
     }
 
+    /// libpq's sslmode values, with libpq's meanings: prefer and require
+    /// encrypt without checking the certificate (Debian's clusters serve a
+    /// self-signed one), verify-ca checks it against the system's CAs and
+    /// verify-full its host name too.
     enum TLSMode: String, Sendable {
         case disable, prefer, require
+        case verifyCA = "verify-ca"
+        case verifyFull = "verify-full"
     }
+
+    /// The query parameters read; any other is refused (and left out of messages: it may be libpq's password=).
+    private static let parameters: Set<String> = ["host", "sslmode"]
 
     var endpoint: Endpoint
     var username: String
@@ -37,7 +47,10 @@ struct PostgresLocation: Sendable {
             throw DatabaseOpenError(message: "the database URL must start with postgres:// (postgres://user@host/database)")
         }
         password = components.password
+        let items = components.queryItems ?? []
         components.password = nil
+        let named = items.filter { Self.parameters.contains($0.name) }
+        components.queryItems = named.isEmpty ? nil : named
         let redacted = components.string ?? "postgres://"
         self.redacted = redacted
         func refuse(_ why: String) -> DatabaseOpenError {
@@ -50,12 +63,12 @@ struct PostgresLocation: Sendable {
         database = path.isEmpty ? user : path
         var socketDirectory: String?
         var tls = TLSMode.prefer
-        for item in components.queryItems ?? [] {
+        for item in items {
             switch (item.name, item.value) {
             case ("host", let value?) where value.hasPrefix("/"):
                 socketDirectory = value
             case ("sslmode", let value?):
-                guard let mode = TLSMode(rawValue: value) else { throw refuse("has sslmode '\(value)': use disable, prefer or require") }
+                guard let mode = TLSMode(rawValue: value) else { throw refuse("has sslmode '\(value)': use disable, prefer, require, verify-ca or verify-full") }
                 tls = mode
             default:
                 throw refuse("has the parameter '\(item.name)': only host (a socket directory) and sslmode are read")
@@ -100,6 +113,9 @@ struct PostgresLocation: Sendable {
         // Within the descriptors DescriptorBudget keeps for the database
         // (SQLite's pool takes 18); a connection per core and then some.
         configuration.options.maximumConnections = 8
+        // A request gives up on a lock held this long, as SQLite's writers
+        // give up after their busy timeout, instead of waiting with it.
+        configuration.options.additionalStartupParameters = [("lock_timeout", "10s")]
         return configuration
     }
 
@@ -107,8 +123,8 @@ struct PostgresLocation: Sendable {
         get throws {
             switch tls {
             case .disable: .disable
-            case .prefer: try .prefer(.init(configuration: .makeClientConfiguration()))
-            case .require: try .require(.init(configuration: .makeClientConfiguration()))
+            case .prefer: try .prefer(.init(configuration: tlsConfiguration))
+            case .require, .verifyCA, .verifyFull: try .require(.init(configuration: tlsConfiguration))
             }
         }
     }
@@ -116,8 +132,19 @@ struct PostgresLocation: Sendable {
     private var clientTLS: PostgresClient.Configuration.TLS {
         switch tls {
         case .disable: .disable
-        case .prefer: .prefer(.makeClientConfiguration())
-        case .require: .require(.makeClientConfiguration())
+        case .prefer: .prefer(tlsConfiguration)
+        case .require, .verifyCA, .verifyFull: .require(tlsConfiguration)
         }
+    }
+
+    /// The TLS settings of a TCP connection (unused with disable).
+    var tlsConfiguration: TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.certificateVerification = switch tls {
+        case .disable, .prefer, .require: .none
+        case .verifyCA: .noHostnameVerification
+        case .verifyFull: .fullVerification
+        }
+        return configuration
     }
 }

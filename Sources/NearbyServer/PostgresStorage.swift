@@ -76,14 +76,24 @@ public final class PostgresStorage: ServerStorage {
 
     /// The SQLSTATE of a failed statement (23505: a unique violation, 23503: a foreign key's).
     static func sqlState(_ error: any Error) -> String? {
-        (error as? PSQLError)?.serverInfo?[.sqlState]
+        (error as? PostgresFailure)?.sqlState ?? (error as? PSQLError)?.serverInfo?[.sqlState]
     }
+
+    /// A serialization failure or a deadlock: PostgreSQL rolled the
+    /// transaction back, and running it again may well succeed.
+    private static func isTransient(_ error: any Error) -> Bool {
+        ["40001", "40P01"].contains(sqlState(error))
+    }
+
+    /// How many times a transaction is tried when it fails transiently.
+    private static let attempts = 3
 
     // MARK: Transactions
 
-    /// Runs `body` as one read-write transaction (READ COMMITTED: see the type's comment).
+    /// Runs `body` as one read-write transaction (READ COMMITTED, whatever
+    /// the database's default: see the type's comment).
     func write<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await transaction("BEGIN", body)
+        try await transaction("BEGIN ISOLATION LEVEL READ COMMITTED", body)
     }
 
     /// Runs `body`'s queries on one snapshot.
@@ -91,7 +101,24 @@ public final class PostgresStorage: ServerStorage {
         try await transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
+    /// Runs `body` in a transaction begun by `begin`, again (up to
+    /// ``attempts`` in all) when PostgreSQL rolls it back for a deadlock or a
+    /// serialization failure; a statement's failure comes out as a
+    /// ``PostgresFailure``.
     private func transaction<T: Sendable>(_ begin: PostgresQuery, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await attemptTransaction(begin, body)
+            } catch where attempt < Self.attempts && Self.isTransient(error) {
+                attempt += 1
+            } catch let error as PSQLError {
+                throw PostgresFailure(error)
+            }
+        }
+    }
+
+    private func attemptTransaction<T: Sendable>(_ begin: PostgresQuery, _ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await client.withConnection { connection in
             try await connection.query(begin, logger: logger)
             do {
@@ -281,7 +308,13 @@ public final class PostgresStorage: ServerStorage {
 
     public func deleteDevice(id: String) async throws -> Bool {
         try await write { connection in
-            try await count("DELETE FROM device WHERE id = \(id) RETURNING 1", on: connection) > 0
+            // The project first, as deleteProject locks it before its devices:
+            // the deletion's trigger logs it with a reference to the project,
+            // which would otherwise lock device then project and deadlock
+            // with a deletion of the project.
+            try await execute("SELECT 1 FROM project WHERE name = (SELECT project FROM device WHERE id = \(id)) FOR KEY SHARE",
+                              on: connection)
+            return try await count("DELETE FROM device WHERE id = \(id) RETURNING 1", on: connection) > 0
         }
     }
 
@@ -542,5 +575,19 @@ private struct PostgresDeviceRows {
         guard try await storage.count(delete, on: connection) > 0 else { return .absent }
         count = count.map { $0 - 1 }
         return .deleted
+    }
+}
+
+/// A statement PostgreSQL refused, in the words the server used: PSQLError
+/// describes itself only generically (so that no bound value reaches a log),
+/// which left the server's logs saying nothing. The server's message names
+/// constraints and types, never the values.
+struct PostgresFailure: Error, CustomStringConvertible {
+    let sqlState: String?
+    let description: String
+
+    init(_ error: PSQLError) {
+        sqlState = error.serverInfo?[.sqlState]
+        description = "PostgreSQL: \(PostgresStorage.reason(error))" + (sqlState.map { " (SQLSTATE \($0))" } ?? "")
     }
 }

@@ -44,9 +44,12 @@ public final class PostgresCluster: Sendable {
         }
         let cluster = PostgresCluster(directory: directory, bin: bin, owner: owner)
         do {
-            // Throwaway data: no fsync, no locale (byte order, like SQLite's).
-            try await cluster.run("initdb", ["-D", cluster.data, "-U", cluster.superuser, "-A", "trust", "-E", "UTF8", "--no-locale",
-                                             "--no-sync"], within: 120)
+            // Throwaway data: no fsync. The default collation is ICU's root
+            // locale, as a production database's usually is a language's,
+            // not byte order: the engine must ask for byte order (COLLATE
+            // "C") where it sorts as SQLite does, and the tests can tell.
+            try await cluster.run("initdb", ["-D", cluster.data, "-U", cluster.superuser, "-A", "trust", "-E", "UTF8", "--locale=C",
+                                             "--locale-provider=icu", "--icu-locale=und", "--no-sync"], within: 120)
             // Only the socket, in the cluster's own directory: nothing else on
             // the machine can reach it, and clusters of parallel test runs
             // cannot collide on a port.

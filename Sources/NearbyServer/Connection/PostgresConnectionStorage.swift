@@ -55,6 +55,12 @@ extension PostgresStorage {
             }
             let kept = try await value(Int.self, "SELECT COUNT(*) FROM upstream WHERE device = \(message.device)", on: connection) ?? 0
             guard kept < limit else { return .full(kept) }
+            // The hub reads a project's messages after the last position it
+            // handed out (pendingUpstream(after:)): positions must become
+            // visible in order, or one that commits after a larger one is
+            // skipped. Two devices of a project would otherwise race here,
+            // so the project's inserts take turns (as SQLite's writers do).
+            try await connection.query("SELECT pg_advisory_xact_lock(20035, hashtext(\(message.project)))", logger: logger)
             try await connection.query("""
                 INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs)
                 VALUES (\(message.project), \(message.device), \(message.app), \(message.messageId), \(data),

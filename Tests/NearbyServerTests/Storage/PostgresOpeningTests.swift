@@ -1,5 +1,6 @@
 import Foundation
 @testable import NearbyServer
+import NIOSSL
 import Testing
 
 extension StorageTests {
@@ -17,6 +18,25 @@ extension StorageTests {
         func badURLsAreRefusedWithTheReason(url: String, reason: String) async throws {
             let error = try #require(throws: DatabaseOpenError.self) { try PostgresLocation(url: url) }
             #expect(error.message.contains(reason), "\(error.message)")
+        }
+
+        /// libpq also reads a password= parameter: refused, and not repeated in the message.
+        @Test func aPasswordParameterIsRefusedWithoutBeingRepeated() throws {
+            let error = try #require(throws: DatabaseOpenError.self) {
+                try PostgresLocation(url: "postgres://u@h/db?sslmode=require&password=hunter2")
+            }
+            #expect(error.message.contains("the parameter 'password'"), "\(error.message)")
+            #expect(!error.message.contains("hunter2"), "\(error.message)")
+            #expect(error.message.contains("postgres://u@h/db?sslmode=require "), "\(error.message)")
+        }
+
+        /// prefer and require encrypt without checking the certificate, as libpq's do; verify-* check it.
+        @Test(arguments: [("prefer", CertificateVerification.none), ("require", .none), ("verify-ca", .noHostnameVerification),
+                          ("verify-full", .fullVerification)])
+        func sslModesAreLibpqs(mode: String, verification: CertificateVerification) throws {
+            let location = try PostgresLocation(url: "postgres://u@h/db?sslmode=\(mode)")
+            #expect(location.tls.rawValue == mode)
+            #expect(location.tlsConfiguration.certificateVerification == verification)
         }
 
         @Test func urlsNameTheirEndpoint() throws {
