@@ -29,6 +29,10 @@ enum BeaconQuery {
                 }
                 filter.types.append(type)
             case "description":
+                // No stored description holds one, and PostgreSQL's text cannot.
+                guard !value.unicodeScalars.contains("\u{0}") else {
+                    throw APIError(.invalidArgument, "q term: a description may not hold the NUL character (U+0000)")
+                }
                 filter.descriptions.append(value)
             default:
                 throw APIError(.invalidArgument, "q term '\(term)' has the unknown field '\(field)' (fields: status, type, description)")

@@ -63,9 +63,14 @@ enum BeaconValidation {
         }
     }
 
+    /// At most `max` bytes, and no NUL, which PostgreSQL's text cannot hold
+    /// (so both engines refuse it alike).
     private static func checkLength(_ text: String?, max: Int, field: String) throws(APIError) {
-        guard let text, text.utf8.count > max else { return }
-        throw APIError(.invalidArgument, "\(field) is \(text.utf8.count) bytes long (UTF-8); at most \(max) are kept")
+        guard let text else { return }
+        guard text.utf8.count <= max else {
+            throw APIError(.invalidArgument, "\(field) is \(text.utf8.count) bytes long (UTF-8); at most \(max) are kept")
+        }
+        guard !text.utf8.contains(0) else { throw APIError(.invalidArgument, "\(field) may not hold the NUL character (U+0000)") }
     }
 }
 

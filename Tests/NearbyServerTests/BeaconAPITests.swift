@@ -56,6 +56,10 @@ import Testing
             let decommissioned = Beacon(advertisedId: advertisedID(seed: 1), status: .decommissioned)
             expectError(try await harness.request(.post, BeaconAPIPath.register, headers: alpha.admin, json: decommissioned),
                         .badRequest, .invalidArgument, mentioning: "DECOMMISSIONED")
+            // PostgreSQL's text cannot hold a NUL: both engines refuse it by name.
+            let nul = Beacon(advertisedId: advertisedID(seed: 2), description: "lobby\u{0}")
+            expectError(try await harness.request(.post, BeaconAPIPath.register, headers: alpha.admin, json: nul),
+                        .badRequest, .invalidArgument, mentioning: "description may not hold the NUL character")
         }
     }
 

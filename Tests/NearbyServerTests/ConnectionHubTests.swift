@@ -168,6 +168,12 @@ import Testing
             guard case .failed(let refused) = await s.channel.next() else { Issue.record("expected a failure"); return }
             #expect(refused.error == "INVALID_PARAMETERS")
             #expect(refused.description.contains("gcm.x"))
+            // A NUL in an id is refused by name, on every engine (PostgreSQL's text cannot hold one).
+            let nul = ChannelUpstream(app: "a", messageId: "m\u{0}1", to: "alpha@nearby.local", data: [:], expiresAtMs: startMs + 60_000)
+            await s.hub.received(.send(nul), device: s.device, project: "alpha")
+            guard case .failed(let control) = await s.channel.next() else { Issue.record("expected a failure"); return }
+            #expect(control.error == "INVALID_PARAMETERS")
+            #expect(control.description == "messageId may not hold control characters")
         }
     }
 

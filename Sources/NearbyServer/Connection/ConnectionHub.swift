@@ -343,6 +343,10 @@ public actor ConnectionHub {
         }
         guard (1...256).contains(message.messageId.utf8.count) else { return "messageId must be 1 to 256 bytes" }
         guard (1...256).contains(message.app.utf8.count) else { return "app must be 1 to 256 bytes" }
+        // Ids are named in logs, in CCS payloads and in PostgreSQL's text, which cannot hold a NUL.
+        let control = { (text: String) in text.unicodeScalars.contains { $0.properties.generalCategory == .control } }
+        if control(message.messageId) { return "messageId may not hold control characters" }
+        if control(message.app) { return "app may not hold control characters" }
         return nil
     }
 
