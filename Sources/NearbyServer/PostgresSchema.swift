@@ -4,7 +4,7 @@ import PostgresNIO
 /// The PostgreSQL engine's tables, as versioned migrations that
 /// ``PostgresStorage`` applies at start. Version 1 is the shape that SQLite's
 /// migrations v1 to v7 reach (SQLiteStorage.swift says why each table is
-/// there), in PostgreSQL's types: BIGINT for times in milliseconds (the
+/// there), version 2 its v8, in PostgreSQL's types: BIGINT for times in milliseconds (the
 /// server's UInt64 values clamped to Int64, as SQLite stores them), BYTEA for
 /// hashes, tokens and blobs, BIGSERIAL for the positions that order the logs
 /// and listings, and PL/pgSQL functions for SQLite's triggers. Identifiers are
@@ -283,6 +283,11 @@ enum PostgresSchema {
             END $$
             """,
             "CREATE TRIGGER device_deleted AFTER DELETE ON device FOR EACH ROW EXECUTE FUNCTION device_deleted()",
+        ]),
+        // device_deleted drops log entries older than a day at each device
+        // deleted: without an index it read the whole log each time.
+        Migration(version: 2, statements: [
+            "CREATE INDEX deviceDeletion_deletedAtMs ON deviceDeletion(deletedAtMs)",
         ]),
     ]
 }

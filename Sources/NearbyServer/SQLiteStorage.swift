@@ -271,6 +271,11 @@ public final class SQLiteStorage: ServerStorage {
                 END;
                 """)
         }
+        // The trigger of v6 drops log entries older than a day at each device
+        // deleted: without an index it read the whole log each time.
+        migrator.registerMigration("v8") { db in
+            try db.execute(sql: "CREATE INDEX deviceDeletion_deletedAtMs ON deviceDeletion(deletedAtMs)")
+        }
         return migrator
     }
 

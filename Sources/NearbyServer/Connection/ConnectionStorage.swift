@@ -45,7 +45,7 @@ public protocol ConnectionStorage: Sendable {
     func pendingDownstream(device: String) async throws -> [StoredDownstream]
     /// Removes the device's message with this id; returns it.
     func removeDownstream(device: String, messageId: String) async throws -> StoredDownstream?
-    /// Removes and returns messages whose time ran out by `nowMs`.
+    /// Removes and returns messages whose time ran out by `nowMs`, oldest first.
     func removeExpiredDownstream(nowMs: UInt64) async throws -> [StoredDownstream]
 
     // MARK: Receipts

@@ -140,7 +140,7 @@ extension SQLiteStorage {
 
     public func removeExpiredDownstream(nowMs: UInt64) async throws -> [StoredDownstream] {
         try await pool.write { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT \(Self.downstreamColumns) FROM downstream WHERE expiresAtMs <= ?",
+            let rows = try Row.fetchAll(db, sql: "SELECT \(Self.downstreamColumns) FROM downstream WHERE expiresAtMs <= ? ORDER BY position",
                                         arguments: [Int64(clamping: nowMs)])
             try db.execute(sql: "DELETE FROM downstream WHERE expiresAtMs <= ?", arguments: [Int64(clamping: nowMs)])
             return try rows.map(Self.downstream)
