@@ -22,6 +22,10 @@ struct HTTPAPI: Sendable {
         router.get("/v1/health") { _, _ in
             try Self.json(["status": "ok"])
         }
+        router.get("/v1/ready") { _, _ in
+            try await service.checkReady()
+            return try Self.json(["status": "ready"])
+        }
         router.post("/v1/devices") { request, context in
             let registration = try await service.registerDevice(apiKey: request.headers[Self.apiKeyField],
                                                                 from: ClientAddress(context.remoteAddress))
@@ -289,7 +293,7 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case .uriTooLong: .uriTooLong
         case .headersTooLarge: .requestHeaderFieldsTooLarge
         case .requestTimeout: .requestTimeout
-        case .tooManyConnections: .serviceUnavailable
+        case .tooManyConnections, .unavailable: .serviceUnavailable
         case .internalError: .internalServerError
         }
     }

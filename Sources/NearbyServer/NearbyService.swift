@@ -107,6 +107,29 @@ public final class NearbyService: Sendable {
 
     // MARK: Devices
 
+    /// How long `GET /v1/ready` waits for the database to answer.
+    static let readinessTimeout = Duration.seconds(2)
+
+    /// `GET /v1/ready`: answers when the database answers a trivial query
+    /// within ``readinessTimeout``; otherwise ``APIError/Code/unavailable``
+    /// saying why, so that a load balancer sends devices to another replica.
+    public func checkReady() async throws(APIError) {
+        let storage = self.storage
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await storage.ping() }
+                group.addTask {
+                    try await Task.sleep(for: Self.readinessTimeout)
+                    throw ReadinessTimeout()
+                }
+                defer { group.cancelAll() }
+                try await group.next()
+            }
+        } catch {
+            throw APIError(.unavailable, "the database does not answer: \(error)")
+        }
+    }
+
     /// `POST /v1/devices`: a new device of the API key's project, within the
     /// registration rates of the caller's address and of the project.
     public func registerDevice(apiKey: String?, from address: ClientAddress) async throws -> DeviceRegistration {
@@ -522,4 +545,9 @@ private struct TokenCache {
             if byDevice[record.device]?.isEmpty == true { byDevice[record.device] = nil }
         }
     }
+}
+
+/// The database did not answer a readiness check in time.
+private struct ReadinessTimeout: Error, CustomStringConvertible {
+    var description: String { "no answer within \(NearbyService.readinessTimeout)" }
 }

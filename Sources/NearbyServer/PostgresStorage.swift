@@ -197,6 +197,14 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
+    public func ping() async throws {
+        do {
+            try await client.withConnection { connection in _ = try await connection.query("SELECT 1", logger: logger) }
+        } catch let error as PSQLError {
+            throw PostgresFailure(error)
+        }
+    }
+
     public func projects() async throws -> [ProjectSummary] {
         try await read { connection in
             var projects: [ProjectSummary] = []

@@ -298,6 +298,10 @@ public final class SQLiteStorage: ServerStorage {
         }
     }
 
+    public func ping() async throws {
+        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+    }
+
     public func projects() async throws -> [ProjectSummary] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: """

@@ -7,6 +7,10 @@ import NearbyCore
 /// since the epoch; credentials arrive already hashed. The beacon registry's
 /// part is ``BeaconStorage``, the connection server's ``ConnectionStorage``.
 public protocol ServerStorage: BeaconStorage, ConnectionStorage {
+    /// Answers once the database has answered one trivial query: whether it
+    /// can be reached now (readiness). Throws why not.
+    func ping() async throws
+
     // MARK: Projects
 
     /// Creates a project with its first API key, its admin key, its server

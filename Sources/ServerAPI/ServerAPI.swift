@@ -8,6 +8,7 @@ import NearbyCore
 /// Paths of the API, version 1.
 public enum APIPath {
     public static let health = "/v1/health"
+    public static let ready = "/v1/ready"
     public static let devices = "/v1/devices"
 
     public static func device(_ device: String) -> String { "/v1/devices/\(device)" }
@@ -340,6 +341,8 @@ public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvert
         case requestTimeout = "request_timeout"
         /// 503: every connection slot is busy (from this address, or at all); try again later.
         case tooManyConnections = "too_many_connections"
+        /// 503: the server runs but cannot serve now (its database does not answer).
+        case unavailable
         case internalError = "internal"
     }
 }

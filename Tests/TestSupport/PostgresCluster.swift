@@ -50,12 +50,7 @@ public final class PostgresCluster: Sendable {
             // "C") where it sorts as SQLite does, and the tests can tell.
             try await cluster.run("initdb", ["-D", cluster.data, "-U", cluster.superuser, "-A", "trust", "-E", "UTF8", "--locale=C",
                                              "--locale-provider=icu", "--icu-locale=und", "--no-sync"], within: 120)
-            // Only the socket, in the cluster's own directory: nothing else on
-            // the machine can reach it, and clusters of parallel test runs
-            // cannot collide on a port.
-            try await cluster.run("pg_ctl", ["-D", cluster.data, "-l", "\(directory)/server.log", "-w", "-t", "60", "-o",
-                                             "-c listen_addresses='' -k \(directory) -c fsync=off -c max_connections=200",
-                                             "start"], within: 90)
+            try await cluster.startServer()
         } catch {
             await cluster.stop()
             throw error
@@ -102,6 +97,21 @@ public final class PostgresCluster: Sendable {
         let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         try await run("createdb", ["-h", directory, "-U", superuser, name], within: 60)
         return "postgres://\(superuser)@/\(name)?host=\(directory)"
+    }
+
+    /// Starts the server on the cluster's data (again, after ``stopServer()``).
+    public func startServer() async throws {
+        // Only the socket, in the cluster's own directory: nothing else on
+        // the machine can reach it, and clusters of parallel test runs
+        // cannot collide on a port.
+        try await run("pg_ctl", ["-D", data, "-l", "\(directory)/server.log", "-w", "-t", "60", "-o",
+                                 "-c listen_addresses='' -k \(directory) -c fsync=off -c max_connections=200", "start"], within: 90)
+    }
+
+    /// Stops the server and keeps its data, as an operator's restart does;
+    /// its clients' connections end.
+    public func stopServer() async throws {
+        try await run("pg_ctl", ["-D", data, "-m", "fast", "-w", "-t", "30", "stop"], within: 45)
     }
 
     /// Kills the server (immediate: the data is thrown away) and removes the directory.

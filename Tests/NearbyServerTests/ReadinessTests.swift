@@ -1,0 +1,53 @@
+import Foundation
+import HTTPTypes
+@testable import NearbyServer
+import ServerAPI
+import Testing
+import TestSupport
+
+/// `GET /v1/ready` says whether the server can serve: a load balancer in
+/// front of replicas sends devices elsewhere while a replica's database does
+/// not answer. `/v1/health` (liveness) answers regardless.
+@Suite(.timeLimit(.minutes(2))) struct ReadinessTests {
+    @Test func readyOnSQLite() async throws {
+        try await withServer { harness in
+            let ready = try await harness.request(.get, APIPath.ready)
+            #expect(try decode([String: String].self, ready) == ["status": "ready"])
+        }
+    }
+
+    /// PostgreSQL stopped under the server: not ready (503 unavailable, within
+    /// the readiness timeout), alive; started again: ready again, without a
+    /// restart of the server.
+    @Test func readinessFollowsThePostgreSQLServer() async throws {
+        let cluster = try await PostgresCluster.start()
+        do {
+            let url = try await cluster.createDatabase()
+            try await withServer(configure: { $0.databaseURL = url }) { harness in
+                #expect(try await harness.request(.get, APIPath.ready).status == .ok)
+
+                try await cluster.stopServer()
+                let asked = ContinuousClock.now
+                let down = try await harness.request(.get, APIPath.ready)
+                expectError(down, .serviceUnavailable, .unavailable, mentioning: "the database does not answer")
+                #expect(ContinuousClock.now - asked < NearbyService.readinessTimeout + .seconds(3))
+                #expect(try await harness.request(.get, APIPath.health).status == .ok)
+
+                try await cluster.startServer()
+                // The pool connects again by itself; each check waits at most
+                // the readiness timeout, and a few are allowed.
+                var ready = false
+                for _ in 0..<10 where !ready {
+                    ready = try await harness.request(.get, APIPath.ready).status == .ok
+                }
+                #expect(ready, "not ready again after PostgreSQL came back")
+                let key = try await harness.createProject("alpha")
+                _ = try await harness.register(apiKey: key)
+            }
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+}
