@@ -10,8 +10,8 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Reads the configuration file (default \(ServerConfiguration.defaultPath); a missing \
             default file means built-in defaults, a missing file named with --config is an error), \
-            applies the command-line overrides, opens the database (creating it and its directory \
-            when missing) and listens.
+            applies the command-line overrides, opens the database (a SQLite file is created, with \
+            its directory, when missing; a PostgreSQL database must exist) and listens.
 
             Once listening it prints exactly one line to standard output:
 
