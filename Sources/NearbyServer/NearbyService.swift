@@ -111,23 +111,18 @@ public final class NearbyService: Sendable {
     static let readinessTimeout = Duration.seconds(2)
 
     /// `GET /v1/ready`: answers when the database answers a trivial query
-    /// within ``readinessTimeout``; otherwise ``APIError/Code/unavailable``
-    /// saying why, so that a load balancer sends devices to another replica.
+    /// within ``readinessTimeout``; otherwise ``APIError/Code/unavailable``.
+    /// Why is logged, not answered: the endpoint needs no credential, and the
+    /// reason may name the database's host, socket or role.
     public func checkReady() async throws(APIError) {
         let storage = self.storage
-        do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await storage.ping() }
-                group.addTask {
-                    try await Task.sleep(for: Self.readinessTimeout)
-                    throw ReadinessTimeout()
-                }
-                defer { group.cancelAll() }
-                try await group.next()
-            }
-        } catch {
-            throw APIError(.unavailable, "the database does not answer: \(error)")
-        }
+        // The ping is left to finish on its own, not awaited: a query on a
+        // connection whose peer went silent ignores cancellation, and a task
+        // group would wait for it past the deadline.
+        let outcome = await FirstOutcome.race(within: Self.readinessTimeout) { try await storage.ping() }
+        guard case .failure(let error) = outcome else { return }
+        logger.warning("not ready: the database does not answer", metadata: ["reason": "\(error)"])
+        throw APIError(.unavailable, "the database does not answer")
     }
 
     /// `POST /v1/devices`: a new device of the API key's project, within the
@@ -547,7 +542,66 @@ private struct TokenCache {
     }
 }
 
-/// The database did not answer a readiness check in time.
-private struct ReadinessTimeout: Error, CustomStringConvertible {
-    var description: String { "no answer within \(NearbyService.readinessTimeout)" }
+/// The first of an operation's outcome and a deadline, without waiting for
+/// an operation that ignores cancellation.
+enum FirstOutcome {
+    /// The operation's result, or ``TimedOut`` once `timeout` has passed;
+    /// then the operation is cancelled and left to end by itself.
+    static func race(within timeout: Duration, _ operation: @escaping @Sendable () async throws -> Void) async -> Result<Void, any Error> {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, any Error>, Never>) in
+            let race = Race(continuation)
+            let work = Task {
+                do {
+                    try await operation()
+                    race.finish(.success(()))
+                } catch {
+                    race.finish(.failure(error))
+                }
+            }
+            race.startDeadline(Task {
+                try? await Task.sleep(for: timeout)
+                race.finish(.failure(TimedOut(timeout: timeout)))
+                work.cancel()
+            })
+        }
+    }
+
+    /// No outcome within the deadline.
+    struct TimedOut: Error, CustomStringConvertible {
+        let timeout: Duration
+        var description: String { "no answer within \(timeout)" }
+    }
+
+    /// One race's continuation, resumed once, and its deadline's task,
+    /// cancelled when the race is decided so that it does not sleep on.
+    private final class Race: Sendable {
+        private struct State {
+            var continuation: CheckedContinuation<Result<Void, any Error>, Never>?
+            var deadline: Task<Void, Never>?
+        }
+
+        private let state: Mutex<State>
+
+        init(_ continuation: CheckedContinuation<Result<Void, any Error>, Never>) {
+            state = Mutex(State(continuation: continuation))
+        }
+
+        func startDeadline(_ task: Task<Void, Never>) {
+            let decided = state.withLock { state in
+                state.deadline = task
+                return state.continuation == nil
+            }
+            if decided { task.cancel() }
+        }
+
+        func finish(_ result: Result<Void, any Error>) {
+            let (continuation, deadline) = state.withLock { state in
+                defer { state.continuation = nil }
+                return (state.continuation, state.deadline)
+            }
+            guard let continuation else { return }
+            continuation.resume(returning: result)
+            deadline?.cancel()
+        }
+    }
 }

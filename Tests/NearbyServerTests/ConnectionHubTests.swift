@@ -173,7 +173,7 @@ import Testing
             await s.hub.received(.send(nul), device: s.device, project: "alpha")
             guard case .failed(let control) = await s.channel.next() else { Issue.record("expected a failure"); return }
             #expect(control.error == "INVALID_PARAMETERS")
-            #expect(control.description == "messageId may not hold control characters")
+            #expect(control.description == "messageId must be 1 to 256 bytes without control characters")
         }
     }
 

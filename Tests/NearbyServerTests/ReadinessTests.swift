@@ -9,6 +9,19 @@ import TestSupport
 /// front of replicas sends devices elsewhere while a replica's database does
 /// not answer. `/v1/health` (liveness) answers regardless.
 @Suite(.timeLimit(.minutes(2))) struct ReadinessTests {
+    /// A check whose query never returns, even when cancelled (a connection
+    /// whose peer went silent), is answered at the deadline all the same.
+    @Test func anOperationThatIgnoresCancellationIsNotWaitedFor() async {
+        let asked = ContinuousClock.now
+        let outcome = await FirstOutcome.race(within: .milliseconds(100)) {
+            await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
+        }
+        guard case .failure(let error) = outcome else { Issue.record("no timeout: \(outcome)"); return }
+        #expect(error is FirstOutcome.TimedOut)
+        #expect(ContinuousClock.now - asked < .seconds(5))
+        #expect(await FirstOutcome.race(within: .seconds(60)) {} .isSuccess)
+    }
+
     @Test func readyOnSQLite() async throws {
         try await withServer { harness in
             let ready = try await harness.request(.get, APIPath.ready)
@@ -50,4 +63,8 @@ import TestSupport
         }
         await cluster.stop()
     }
+}
+
+private extension Result {
+    var isSuccess: Bool { if case .success = self { true } else { false } }
 }

@@ -3,6 +3,7 @@ import HTTPTypes
 import Logging
 import NIOSSL
 import ServerAPI
+import Synchronization
 import WSClient
 
 /// A WebSocket the device keeps open to nearby-server (the stream, the direct
@@ -25,11 +26,14 @@ enum DeviceSocket {
     ) async throws {
         var configuration = WebSocketClientConfiguration(maxFrameSize: maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(15)))
         configuration.additionalHeaders[.authorization] = "Bearer \(device.secret)"
+        // Only a failure before the upgrade is the handshake's: a TLS error
+        // after it (the server gone mid-stream) is a lost server, said as such.
+        let upgraded = Upgraded()
         do {
             try await serve(url: server.webSocketURL(path), configuration: configuration, tls: server.tls, requests: requests,
-                            logger: logger, opened: opened, received: received)
+                            logger: logger, opened: { upgraded.set(); await opened() }, received: received)
         } catch {
-            guard let explained = ServerTLS.explain(error, caFile: server.caFile) else { throw error }
+            guard !upgraded.value, let explained = ServerTLS.explain(error, caFile: server.caFile) else { throw error }
             throw ServerCallError.unreachable("WebSocket \(path): \(explained)")
         }
     }
@@ -56,4 +60,13 @@ enum DeviceSocket {
             }
         }
     }
+}
+
+/// Whether a socket's upgrade succeeded, set from the socket's task and read after it.
+private final class Upgraded: Sendable {
+    private let state = Mutex(false)
+
+    var value: Bool { state.withLock { $0 } }
+
+    func set() { state.withLock { $0 = true } }
 }

@@ -53,6 +53,16 @@ enum CCSPayload {
     ]
     private static let replyFields: Set<String> = ["to", "message_id", "message_type", "error", "error_description"]
 
+    /// The longest message id, app or registration id kept.
+    static let maximumIDBytes = 256
+
+    /// An id as the connection server keeps it (in text columns, which in
+    /// PostgreSQL cannot hold a NUL, and in logs and payloads): 1 to
+    /// ``maximumIDBytes`` bytes, no control characters.
+    static func isID(_ text: String) -> Bool {
+        (1...maximumIDBytes).contains(text.utf8.count) && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
     /// Reads an application server's payload strictly: unknown fields, wrong
     /// types and missing fields are refused with `INVALID_JSON`, saying which.
     static func parse(_ text: String) throws(Refusal) -> Incoming {
@@ -66,6 +76,8 @@ enum CCSPayload {
         }
         guard let messageId, !messageId.isEmpty else { throw refuse("message_id must be a non-empty string") }
         guard let to, !to.isEmpty else { throw refuse("to must be a non-empty string") }
+        guard isID(messageId) else { throw refuse("message_id must be 1 to \(maximumIDBytes) bytes without control characters") }
+        guard isID(to) else { throw refuse("to must be 1 to \(maximumIDBytes) bytes without control characters") }
         if let type = object["message_type"] {
             if let unknown = Set(object.keys).subtracting(replyFields).sorted().first { throw refuse("unknown field '\(unknown)'") }
             switch type as? String {

@@ -285,7 +285,8 @@ public actor ConnectionHub {
         do {
             switch request {
             case .send(let message): try await upstream(message, device: device, project: project)
-            case .ack(let messageId): try await deviceAcked(messageId, device: device, project: project)
+            // An id no message can have is looked for nowhere.
+            case .ack(let messageId): if CCSPayload.isID(messageId) { try await deviceAcked(messageId, device: device, project: project) }
             }
         } catch {
             logger.error("connection server storage failed: \(error)")
@@ -341,12 +342,9 @@ public actor ConnectionHub {
         }) {
             return "data key '\(key)' is empty or reserved"
         }
-        guard (1...256).contains(message.messageId.utf8.count) else { return "messageId must be 1 to 256 bytes" }
-        guard (1...256).contains(message.app.utf8.count) else { return "app must be 1 to 256 bytes" }
-        // Ids are named in logs, in CCS payloads and in PostgreSQL's text, which cannot hold a NUL.
-        let control = { (text: String) in text.unicodeScalars.contains { $0.properties.generalCategory == .control } }
-        if control(message.messageId) { return "messageId may not hold control characters" }
-        if control(message.app) { return "app may not hold control characters" }
+        let limit = CCSPayload.maximumIDBytes
+        guard CCSPayload.isID(message.messageId) else { return "messageId must be 1 to \(limit) bytes without control characters" }
+        guard CCSPayload.isID(message.app) else { return "app must be 1 to \(limit) bytes without control characters" }
         return nil
     }
 
