@@ -74,8 +74,24 @@ public final class PostgresCluster: Sendable {
             let stat = (try? FileManager.default.attributesOfItem(atPath: directory)) ?? [:]
             let owner = (stat[.ownerAccountID] as? NSNumber)?.uint32Value ?? getuid()
             let orphan = PostgresCluster(directory: directory, bin: bin, owner: asOwner(uid: owner))
-            await orphan.stop()
+            if orphan.postmasterRuns {
+                await orphan.stop()
+            } else {
+                // A postmaster.pid whose process is gone (or is another's now)
+                // must not be signalled: the directory alone goes.
+                try? FileManager.default.removeItem(atPath: directory)
+            }
         }
+    }
+
+    /// Whether the pid of the data directory's postmaster.pid is a running
+    /// server of this directory (its working directory is the data
+    /// directory), not a pid reused by another process.
+    private var postmasterRuns: Bool {
+        guard let text = try? String(contentsOfFile: "\(data)/postmaster.pid", encoding: .utf8),
+              let line = text.split(separator: "\n").first, let pid = Int32(line.trimmingCharacters(in: .whitespaces)),
+              let cwd = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/cwd") else { return false }
+        return URL(fileURLWithPath: cwd).standardizedFileURL.path == URL(fileURLWithPath: data).standardizedFileURL.path
     }
 
     /// The command prefix that runs a program as `uid` (nothing when that is us).
