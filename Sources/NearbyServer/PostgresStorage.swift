@@ -152,19 +152,27 @@ public final class PostgresStorage: ServerStorage {
         return count
     }
 
-    /// Locks the device's row until commit (see the type's comment); throws
-    /// ``StorageError/deviceNotFound(_:)`` when there is none.
-    func lockDevice(_ device: String, on connection: PostgresConnection) async throws {
-        guard try await count("SELECT 1 FROM device WHERE id = \(device) FOR NO KEY UPDATE", on: connection) > 0 else {
-            throw StorageError.deviceNotFound(device)
-        }
+    /// Locks the device's row until commit (see the type's comment); says
+    /// whether there is one.
+    @discardableResult
+    func lock(device: String, on connection: PostgresConnection) async throws -> Bool {
+        try await count("SELECT 1 FROM device WHERE id = \(device) FOR NO KEY UPDATE", on: connection) > 0
     }
 
-    /// Locks the project's row until commit; throws ``StorageError/projectNotFound(_:)`` when there is none.
+    /// Locks the project's row until commit; says whether there is one.
+    @discardableResult
+    func lock(project: String, on connection: PostgresConnection) async throws -> Bool {
+        try await count("SELECT 1 FROM project WHERE name = \(project) FOR NO KEY UPDATE", on: connection) > 0
+    }
+
+    /// ``lock(device:on:)``; throws ``StorageError/deviceNotFound(_:)`` when there is none.
+    func lockDevice(_ device: String, on connection: PostgresConnection) async throws {
+        guard try await lock(device: device, on: connection) else { throw StorageError.deviceNotFound(device) }
+    }
+
+    /// ``lock(project:on:)``; throws ``StorageError/projectNotFound(_:)`` when there is none.
     func lockProject(_ project: String, on connection: PostgresConnection) async throws {
-        guard try await count("SELECT 1 FROM project WHERE name = \(project) FOR NO KEY UPDATE", on: connection) > 0 else {
-            throw StorageError.projectNotFound(project)
-        }
+        guard try await lock(project: project, on: connection) else { throw StorageError.projectNotFound(project) }
     }
 
     // MARK: Projects
@@ -440,8 +448,8 @@ public final class PostgresStorage: ServerStorage {
         try await write { connection in
             // The device's changes take turns here: its counts hold until commit.
             try await lockDevice(device, on: connection)
-            var publications = PostgresDeviceRows(kind: .publication, device: device, limit: limits.publications)
-            var subscriptions = PostgresDeviceRows(kind: .subscription, device: device, limit: limits.subscriptions)
+            var publications = PostgresDeviceRows(table: "publication", device: device, limit: limits.publications)
+            var subscriptions = PostgresDeviceRows(table: "subscription", device: device, limit: limits.subscriptions)
             var outcomes: [ChangeOutcome] = []
             for change in changes {
                 switch change {
@@ -531,18 +539,17 @@ public final class PostgresStorage: ServerStorage {
     }
 }
 
-/// One device's publications or subscriptions while a batch of changes is
-/// written, as SQLite's DeviceRows: counted once, at the first new id.
+/// One device's rows of one table while a batch of changes is written, as
+/// SQLite's DeviceRows: counted once, at the first new id.
 private struct PostgresDeviceRows {
-    enum Kind { case publication, subscription }
-
-    let kind: Kind
+    /// publication or subscription: a constant, never outside input.
+    let table: String
     let device: String
     let limit: Int
     private var count: Int?
 
-    init(kind: Kind, device: String, limit: Int) {
-        self.kind = kind
+    init(table: String, device: String, limit: Int) {
+        self.table = table
         self.device = device
         self.limit = limit
     }
@@ -550,23 +557,16 @@ private struct PostgresDeviceRows {
     /// Runs `write` (an upsert of `id`) unless `id` is new and the device is at its limit.
     mutating func put(_ id: String, _ storage: PostgresStorage, _ connection: PostgresConnection,
                       write: () async throws -> Void) async throws -> ChangeOutcome {
-        let exists: PostgresQuery = switch kind {
-        case .publication: "SELECT 1 FROM publication WHERE device = \(device) AND id = \(id)"
-        case .subscription: "SELECT 1 FROM subscription WHERE device = \(device) AND id = \(id)"
-        }
-        if try await storage.count(exists, on: connection) > 0 {
+        if try await storage.count("SELECT 1 FROM \(unescaped: table) WHERE device = \(device) AND id = \(id)", on: connection) > 0 {
             try await write()
             return .replaced
-        }
-        let counting: PostgresQuery = switch kind {
-        case .publication: "SELECT COUNT(*) FROM publication WHERE device = \(device)"
-        case .subscription: "SELECT COUNT(*) FROM subscription WHERE device = \(device)"
         }
         let current: Int
         if let count {
             current = count
         } else {
-            current = try await storage.value(Int.self, counting, on: connection) ?? 0
+            current = try await storage.value(Int.self, "SELECT COUNT(*) FROM \(unescaped: table) WHERE device = \(device)",
+                                              on: connection) ?? 0
         }
         count = current
         guard current < limit else { return .limitReached }
@@ -576,11 +576,8 @@ private struct PostgresDeviceRows {
     }
 
     mutating func delete(_ id: String, _ storage: PostgresStorage, _ connection: PostgresConnection) async throws -> ChangeOutcome {
-        let delete: PostgresQuery = switch kind {
-        case .publication: "DELETE FROM publication WHERE device = \(device) AND id = \(id) RETURNING 1"
-        case .subscription: "DELETE FROM subscription WHERE device = \(device) AND id = \(id) RETURNING 1"
-        }
-        guard try await storage.count(delete, on: connection) > 0 else { return .absent }
+        guard try await storage.count("DELETE FROM \(unescaped: table) WHERE device = \(device) AND id = \(id) RETURNING 1",
+                                      on: connection) > 0 else { return .absent }
         count = count.map { $0 - 1 }
         return .deleted
     }
@@ -589,7 +586,7 @@ private struct PostgresDeviceRows {
 /// A statement PostgreSQL refused, in the words the server used: PSQLError
 /// describes itself only generically (so that no bound value reaches a log),
 /// which left the server's logs saying nothing. The server's message names
-/// constraints and types, never the values.
+/// constraints and types; a value only where one failed to parse as its type.
 struct PostgresFailure: Error, CustomStringConvertible {
     let sqlState: String?
     let description: String

@@ -46,7 +46,7 @@ extension PostgresStorage {
             // The device's messages take turns here: a repeat sent to two
             // replicas at once is kept once, and the count holds until commit.
             // A device that does not exist fails the insert's foreign key, as in SQLite.
-            _ = try await count("SELECT 1 FROM device WHERE id = \(message.device) FOR NO KEY UPDATE", on: connection)
+            try await lock(device: message.device, on: connection)
             if let known = try await upstream("""
                 SELECT \(unescaped: Self.upstreamColumns) FROM upstream
                 WHERE device = \(message.device) AND app = \(message.app) AND messageId = \(message.messageId)
@@ -138,7 +138,7 @@ extension PostgresStorage {
         let data = try StoredColumns.json(message.data)
         return try await write { connection in
             // The device's messages take turns here, so that the count holds until commit.
-            _ = try await count("SELECT 1 FROM device WHERE id = \(message.device) FOR NO KEY UPDATE", on: connection)
+            try await lock(device: message.device, on: connection)
             let waiting = try await value(Int.self, "SELECT COUNT(*) FROM downstream WHERE device = \(message.device)", on: connection) ?? 0
             guard waiting < limit else { return false }
             try await connection.query("""
@@ -199,7 +199,7 @@ extension PostgresStorage {
         try await write { connection in
             // The project's receipts take turns here, so that the newest `limit`
             // stay. A project that does not exist fails the insert's foreign key, as in SQLite.
-            _ = try await count("SELECT 1 FROM project WHERE name = \(receipt.project) FOR NO KEY UPDATE", on: connection)
+            try await lock(project: receipt.project, on: connection)
             try await connection.query("""
                 INSERT INTO receipt (project, messageId, payload) VALUES (\(receipt.project), \(receipt.messageId), \(receipt.payload))
                 """, logger: logger)
