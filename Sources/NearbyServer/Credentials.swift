@@ -14,6 +14,9 @@ public enum Credentials {
     /// A device id: 16 random bytes, URL-safe base64 (22 characters).
     public static func newDeviceID() -> String { urlSafeBase64(randomBytes(16)) }
 
+    /// A server process's id among the replicas, for its logs and events: 12 random bytes.
+    static func newReplicaID() -> String { urlSafeBase64(randomBytes(12)) }
+
     /// A device secret or project key: 32 random bytes, URL-safe base64 (43
     /// characters), never starting with '-', which would read as an option
     /// where a key follows one on a command line (`--api-key KEY`).

@@ -31,7 +31,7 @@ enum DeviceSockets {
         else { return .dontUpgrade }
         return .upgrade([:]) { inbound, outbound, _ in
             switch kind {
-            case .stream: try await StreamEndpoint.run(device: record.id, service: service, inbound: inbound, outbound: outbound)
+            case .stream: try await StreamEndpoint.run(device: record, service: service, inbound: inbound, outbound: outbound)
             case .channel: await ChannelEndpoint.run(device: record, service: service, inbound: inbound, outbound: outbound)
             }
         }

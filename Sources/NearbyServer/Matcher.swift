@@ -21,7 +21,7 @@ struct StreamHandle: Sendable {
 }
 
 /// An ok sighting, its token already resolved to the device that holds it.
-struct SeenEdge: Sendable {
+struct SeenEdge: Sendable, Equatable, Codable {
     var observed: String
     var token: Token
     var medium: Medium
@@ -30,7 +30,7 @@ struct SeenEdge: Sendable {
 }
 
 /// A `gone` entry, resolved.
-struct GoneEdge: Sendable {
+struct GoneEdge: Sendable, Equatable, Codable {
     var observed: String
     var token: Token
     var medium: Medium
@@ -163,6 +163,10 @@ actor Matcher {
         let backlog: StreamBacklog
         /// The snapshot being sent, if one is.
         var snapshot: SnapshotCursor?
+        /// Whether its ``MatcherEvent/streamOpened(device:owner:)`` has been
+        /// applied: a stream another replica opens later replaces it, one
+        /// opened earlier (whose event comes first) does not.
+        var announced = false
     }
 
     /// Where a snapshot sent a page at a time has got to. It walks the
@@ -191,6 +195,8 @@ actor Matcher {
     }
 
     private let clock: any WallClock
+    /// This replica's id, which the streams it holds are owned by.
+    let replica: String
     private let edgeTimeoutMs: UInt64
     private let streamBufferLimit: Int
     private let streamBufferBytes: Int
@@ -205,7 +211,12 @@ actor Matcher {
     private var matches: [Pair: Set<MatchKey>] = [:]
     /// For each subscriber, the publishers it has matches with.
     private var matchedPublishers: [String: Set<String>] = [:]
+    /// The streams this replica holds.
     private var sessions: [String: Session] = [:]
+    /// Which replica's stream each device has, as the last
+    /// ``MatcherEvent/streamOpened(device:owner:)`` said: the stream whose
+    /// end takes the device's sightings away.
+    private var streamOwners: [String: StreamOwner] = [:]
     private var deadlines = DeadlineQueue<Deadline>()
     private var lastSessionID: UInt64 = 0
     private var lastSnapshotGeneration: UInt64 = 0
@@ -216,29 +227,57 @@ actor Matcher {
     /// instead of the server holding ever more memory. `snapshotPageBytes`:
     /// about how much of the matches' content one page of a snapshot holds
     /// (at least one match, however large).
-    init(clock: any WallClock, edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192, streamBufferBytes: Int = 16 << 20,
-         snapshotPageBytes: Int = 1 << 20) {
+    init(clock: any WallClock, replica: String = "local", edgeTimeoutMs: UInt64, streamBufferLimit: Int = 8192,
+         streamBufferBytes: Int = 16 << 20, snapshotPageBytes: Int = 1 << 20) {
         self.clock = clock
+        self.replica = replica
         self.edgeTimeoutMs = edgeTimeoutMs
         self.streamBufferLimit = streamBufferLimit
         self.streamBufferBytes = streamBufferBytes
         self.snapshotPageBytes = snapshotPageBytes
     }
 
-    /// Fills an empty matcher from storage at start.
-    func load(devices records: [DeviceRecord], publications: [StoredPublication], subscriptions: [StoredSubscription]) {
-        for record in records {
-            addDevice(record.id, project: record.project)
+    /// What storage holds that the matcher keeps: every device, publication and subscription.
+    struct Contents: Sendable {
+        var devices: [DeviceRecord]
+        var publications: [StoredPublication]
+        var subscriptions: [StoredSubscription]
+    }
+
+    /// Brings the devices, publications and subscriptions in line with
+    /// storage, with found and lost for what differs: a replica that may have
+    /// missed events (its connection to the others was lost) reloads.
+    /// At start it fills the empty matcher.
+    func resync(_ contents: Contents) {
+        let stored = Set(contents.devices.map(\.id))
+        removeDevices(Set(devices.keys).subtracting(stored))
+        for record in contents.devices { addDevice(record.id, project: record.project) }
+        let publicationsByDevice = Dictionary(grouping: contents.publications, by: \.device)
+        let subscriptionsByDevice = Dictionary(grouping: contents.subscriptions, by: \.device)
+        for id in devices.keys.sorted() {
+            let device = devices[id]!
+            let storedPublications = publicationsByDevice[id] ?? []
+            let storedSubscriptions = subscriptionsByDevice[id] ?? []
+            let keptPublications = Set(storedPublications.map(\.id))
+            let keptSubscriptions = Set(storedSubscriptions.map(\.id))
+            var changes: [ObjectChange] = []
+            changes += device.publications.keys.filter { !keptPublications.contains($0) }.sorted().map { .deletePublication(id: $0) }
+            changes += device.subscriptions.keys.filter { !keptSubscriptions.contains($0) }.sorted().map { .deleteSubscription(id: $0) }
+            changes += storedPublications.filter { device.publications[$0.id] != Publication($0) }.map { .putPublication($0) }
+            changes += storedSubscriptions.filter { device.subscriptions[$0.id] != Subscription($0) }.map { .putSubscription($0) }
+            apply(changes, device: id)
         }
-        for stored in publications where devices[stored.device] != nil {
-            devices[stored.device]!.insert(Publication(stored))
-            deadlines.schedule(.publication(device: stored.device, id: stored.id), at: stored.expiresAtMs)
-        }
-        for stored in subscriptions where devices[stored.device] != nil {
-            devices[stored.device]!.subscriptions[stored.id] = Subscription(stored)
-            if stored.expiresAtMs != 0 {
-                deadlines.schedule(.subscription(device: stored.device, id: stored.id), at: stored.expiresAtMs)
-            }
+    }
+
+    /// Applies an event, which this replica or another published.
+    func apply(_ event: MatcherEvent) {
+        switch event {
+        case .deviceAdded(let id, let project): addDevice(id, project: project)
+        case .devicesRemoved(let ids): removeDevices(Set(ids))
+        case .objects(let device, let changes): apply(changes, device: device)
+        case .sightings(let observer, let atMs, let seen, let gone): applySightings(observer: observer, seen: seen, gone: gone, atMs: atMs)
+        case .streamOpened(let device, let owner): streamOpened(device: device, owner: owner)
+        case .streamClosed(let device, let owner): streamClosed(device: device, owner: owner)
         }
     }
 
@@ -260,6 +299,7 @@ actor Matcher {
         for subscription in device.subscriptions.keys { deadlines.cancel(.subscription(device: id, id: subscription)) }
         projectDevices[device.project]?.remove(id)
         if projectDevices[device.project]?.isEmpty == true { projectDevices[device.project] = nil }
+        streamOwners[id] = nil
         if let session = sessions.removeValue(forKey: id) {
             session.continuation.yield(StreamOutputs.Queued(output: .close("device unregistered"), bytes: 0))
             session.continuation.finish()
@@ -363,32 +403,38 @@ actor Matcher {
 
     // MARK: Sightings
 
-    /// Applies one report of `observer`: `seen` makes or refreshes edges, then
-    /// `gone` takes tokens off them (an edge lasts while any token of the
-    /// observed device is heard, so token rotation does not break it).
-    /// Returns the tokens of devices of other projects among `seen`: they
-    /// make no edge, and their observer is told they are unknown, as any
-    /// token it could not have been given.
-    @discardableResult
-    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge]) -> Set<Token> {
+    /// The tokens among `seen` of devices of another project than the
+    /// observer's (all of them for an observer this replica does not know):
+    /// they make no edge, and their observer is told they are unknown, as
+    /// any token it could not have been given.
+    func foreignTokens(observer: String, seen: [SeenEdge]) -> Set<Token> {
         guard let project = devices[observer]?.project else { return Set(seen.map(\.token)) }
-        let foreign = Set(seen.filter { devices[$0.observed].map { $0.project != project } ?? false }.map(\.token))
-        let now = clock.nowMs
+        return Set(seen.filter { devices[$0.observed].map { $0.project != project } ?? false }.map(\.token))
+    }
+
+    /// Applies one report of `observer`, made at `atMs`: `seen` makes or
+    /// refreshes edges, then `gone` takes tokens off them (an edge lasts
+    /// while any token of the observed device is heard, so token rotation
+    /// does not break it). Sightings of devices of another project are left out.
+    func applySightings(observer: String, seen: [SeenEdge], gone: [GoneEdge], atMs: UInt64) {
+        guard let project = devices[observer]?.project else { return }
+        // A report applied late (a replica catching up) makes no edge that has timed out already.
+        let current = atMs + edgeTimeoutMs > clock.nowMs
         var changed = Set<String>()
-        for sighting in seen where sighting.observed != observer && devices[sighting.observed]?.project == project {
+        for sighting in seen where current && sighting.observed != observer && devices[sighting.observed]?.project == project {
             let key = EdgeKey(observer: observer, observed: sighting.observed, medium: sighting.medium)
             if var edge = edges[key] {
                 let wasInEarshot = edge.inEarshot(key.medium)
-                edge.tokens[sighting.token] = now
+                edge.tokens[sighting.token] = max(edge.tokens[sighting.token] ?? 0, atMs)
                 edge.rssi = sighting.rssi
                 edge.distance = sighting.distance
                 edges[key] = edge
                 // Coming into or out of earshot changes what earshot objects match.
                 if edge.inEarshot(key.medium) != wasInEarshot { changed.insert(sighting.observed) }
             } else {
-                edges[key] = Edge(tokens: [sighting.token: now], rssi: sighting.rssi, distance: sighting.distance)
+                edges[key] = Edge(tokens: [sighting.token: atMs], rssi: sighting.rssi, distance: sighting.distance)
                 link(observer, sighting.observed, by: 1)
-                deadlines.schedule(.edge(key), at: now + edgeTimeoutMs)
+                deadlines.schedule(.edge(key), at: atMs + edgeTimeoutMs)
                 changed.insert(sighting.observed)
             }
         }
@@ -407,12 +453,14 @@ actor Matcher {
             recompute(subscriber: observer, publisher: other)
             recompute(subscriber: other, publisher: observer)
         }
-        return foreign
     }
 
     // MARK: Streams
 
-    /// Opens the device's stream, closing the one it had. Nil for an unknown device.
+    /// Opens a stream of the device on this replica, closing the one it had
+    /// here. Nil for an unknown device. The stream becomes the device's
+    /// (whose end takes its sightings away) once a
+    /// ``MatcherEvent/streamOpened(device:owner:)`` naming it is applied.
     func openStream(device: String) -> StreamHandle? {
         guard devices[device] != nil else { return nil }
         if let old = sessions[device] {
@@ -427,13 +475,40 @@ actor Matcher {
         return StreamHandle(id: lastSessionID, outputs: StreamOutputs(base: outputs, backlog: backlog))
     }
 
-    /// The connection of stream `id` ended. Unless a newer stream replaced it,
-    /// the device's sightings as observer go: it reports them again when it
-    /// reconnects.
-    func closeStream(device: String, id: UInt64) {
-        guard let session = sessions[device], session.id == id else { return }
+    /// The connection of stream `id` ended. Returns whether it was the
+    /// device's stream here, not one a newer stream replaced: then its end is
+    /// to be announced (``MatcherEvent/streamClosed(device:owner:)``).
+    func closeStream(device: String, id: UInt64) -> Bool {
+        guard let session = sessions[device], session.id == id else { return false }
         sessions[device] = nil
         session.continuation.finish()
+        return true
+    }
+
+    /// A stream of the device opened on `owner.replica`. Its stream here, if
+    /// an earlier event announced it, is replaced: the device went to another replica.
+    private func streamOpened(device: String, owner: StreamOwner) {
+        guard devices[device] != nil else { return }
+        streamOwners[device] = owner
+        guard var session = sessions[device] else { return }
+        if owner.replica == replica {
+            if session.id == owner.stream {
+                session.announced = true
+                sessions[device] = session
+            }
+        } else if session.announced {
+            sessions[device] = nil
+            session.continuation.yield(StreamOutputs.Queued(output: .close("replaced by a newer stream of this device"), bytes: 0))
+            session.continuation.finish()
+        }
+    }
+
+    /// The device's stream `owner` ended. Unless a newer stream replaced it,
+    /// the device's sightings as observer go: it reports them again when it
+    /// reconnects.
+    private func streamClosed(device: String, owner: StreamOwner) {
+        guard streamOwners[device] == owner else { return }
+        streamOwners[device] = nil
         var changed: [String] = []
         for other in (links[device] ?? [:]).keys.sorted() {
             var removedAny = false

@@ -12,6 +12,8 @@ public final class NearbyService: Sendable {
     public let configuration: ServerConfiguration
     let storage: any ServerStorage
     let matcher: Matcher
+    /// How the matcher's events reach it, and the other replicas' matchers.
+    let feed: any MatcherFeed
     /// The connection server: devices' direct channels and application servers.
     public let connections: ConnectionHub
     let clock: any WallClock
@@ -27,17 +29,17 @@ public final class NearbyService: Sendable {
     private let serializer = DeviceSerializer()
     let registrations: RegistrationLimiter
 
-    private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger) {
+    private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
+                 matcher: Matcher, feed: any MatcherFeed) {
         self.storage = storage
+        self.matcher = matcher
+        self.feed = feed
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
         registrations = RegistrationLimiter(limits: .init(
             perAddressPerMinute: configuration.limits.registrationsPerAddressPerMinute,
             perProjectPerMinute: configuration.limits.registrationsPerProjectPerMinute))
-        matcher = Matcher(clock: clock, edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
-                          streamBufferBytes: configuration.limits.maxStreamBufferBytes,
-                          snapshotPageBytes: configuration.limits.snapshotPageBytes)
         connections = ConnectionHub(storage: storage, clock: clock, domain: configuration.xmpp.domain,
                                     maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
                                     maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
@@ -48,22 +50,46 @@ public final class NearbyService: Sendable {
     }
 
     /// A service over `storage`, with the devices, live tokens, publications
-    /// and subscriptions it holds already loaded.
+    /// and subscriptions it holds already loaded. On a database that several
+    /// replicas may share (PostgreSQL) it listens to the others' events first.
     public static func start(storage: any ServerStorage, configuration: ServerConfiguration,
                              clock: any WallClock = SystemWallClock(),
                              logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyService {
-        let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger)
+        try await start(storage: storage, configuration: configuration, clock: clock, logger: logger,
+                        // Several server processes may share a PostgreSQL database; one alone holds an SQLite file.
+                        bus: (storage as? PostgresStorage).map { PostgresReplicaBus(storage: $0, logger: logger) })
+    }
+
+    /// As ``start(storage:configuration:clock:logger:)``, over `bus` (tests
+    /// give replicas on one SQLite file a bus of their own).
+    static func start(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
+                      bus: (any ReplicaBus)?) async throws -> NearbyService {
+        let matcher = Matcher(clock: clock, replica: bus == nil ? "local" : Credentials.newReplicaID(),
+                              edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
+                              streamBufferBytes: configuration.limits.maxStreamBufferBytes,
+                              snapshotPageBytes: configuration.limits.snapshotPageBytes)
         // Read before the devices: a project deleted while they load is noticed at the first sweep.
         let deletions = try await storage.projectDeletions(after: 0)
-        service.projectDeletionPosition.withLock { $0 = deletions.position }
         let deviceDeletions = try await storage.deviceDeletions(after: 0)
+        let feed: any MatcherFeed
+        if let bus {
+            feed = try await ReplicatedMatcherFeed.start(bus: bus, matcher: matcher, logger: logger) {
+                try await Matcher.Contents(devices: storage.devices(), publications: storage.publications(device: nil),
+                                           subscriptions: storage.subscriptions(device: nil))
+            }
+            logger.info("listening to the other replicas", metadata: ["replica": "\(matcher.replica)"])
+        } else {
+            await matcher.resync(Matcher.Contents(devices: try await storage.devices(),
+                                                  publications: try await storage.publications(device: nil),
+                                                  subscriptions: try await storage.subscriptions(device: nil)))
+            feed = LocalMatcherFeed(matcher: matcher)
+        }
+        let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,
+                                    matcher: matcher, feed: feed)
+        service.projectDeletionPosition.withLock { $0 = deletions.position }
         service.deviceDeletionPosition.withLock { $0 = deviceDeletions.position }
-        let now = clock.nowMs
-        let live = try await storage.liveTokens(nowMs: now)
+        let live = try await storage.liveTokens(nowMs: clock.nowMs)
         service.tokens.withLock { cache in live.forEach { cache.insert($0) } }
-        await service.matcher.load(devices: try await storage.devices(),
-                                   publications: try await storage.publications(device: nil),
-                                   subscriptions: try await storage.subscriptions(device: nil))
         return service
     }
 
@@ -147,7 +173,7 @@ public final class NearbyService: Sendable {
         guard created else {
             throw APIError(.limitExceeded, "project '\(project.name)' has \(limit) devices, its limit ([limits] max-devices-per-project)")
         }
-        await matcher.addDevice(record.id, project: project.name)
+        try await feed.publish(.deviceAdded(id: record.id, project: project.name))
         logger.info("device registered", metadata: ["device": "\(record.id)", "project": "\(project.name)"])
         return DeviceRegistration(device: record.id, secret: secret, project: project.name, namespace: project.namespace)
     }
@@ -173,7 +199,7 @@ public final class NearbyService: Sendable {
             _ = try await self.storage.deleteDevice(id: device.id)
             self.authenticated.withLock { $0.remove(device) }
             self.tokens.withLock { $0.remove(devices: [device.id]) }
-            await self.matcher.removeDevice(device.id)
+            try await self.feed.publish(.devicesRemoved([device.id]))
             await self.connections.devicesDeleted([device.id])
         }
         logger.info("device unregistered", metadata: ["device": "\(device.id)"])
@@ -313,8 +339,10 @@ public final class NearbyService: Sendable {
             let outcomes = try await self.mapStorageErrors {
                 try await self.storage.applyChanges(changes, device: device.id, limits: limits)
             }
-            let applied = zip(changes, outcomes).filter { $0.1 != .limitReached && $0.1 != .absent }.map(\.0)
-            await self.matcher.apply(applied, device: device.id)
+            // A deletion of what is absent goes too: it may be the retry of
+            // one stored whose event was lost, and it changes nothing elsewhere.
+            let applied = zip(changes, outcomes).filter { $0.1 != .limitReached }.map(\.0)
+            if !applied.isEmpty { try await self.feed.publish(.objects(device: device.id, changes: applied)) }
             return zip(changes, outcomes).map { change, outcome in
                 outcome == .limitReached ? .failure(Self.limitExceeded(change, limits)) : .success(outcome)
             }
@@ -365,11 +393,50 @@ public final class NearbyService: Sendable {
             records[entry.token].map { GoneEdge(observed: $0.device, token: entry.token, medium: entry.medium) }
         }
         // Tokens of another project are unknown to this device: no edge, and no hint that they are valid.
-        let foreign = await matcher.applySightings(observer: device.id, seen: seen, gone: gone)
+        try await knowInMatcher(device)
+        let foreign = await matcher.foreignTokens(observer: device.id, seen: seen)
+        try await feed.publish(.sightings(observer: device.id, atMs: now, seen: seen.filter { !foreign.contains($0.token) },
+                                          gone: gone))
         if !foreign.isEmpty {
             for index in results.indices where foreign.contains(results[index].token) { results[index].status = .unknown }
         }
         return SightingResults(results: results)
+    }
+
+    /// Makes sure the matcher holds the device: one registered on another
+    /// replica may be asked for here before that replica's event has come.
+    private func knowInMatcher(_ device: DeviceRecord) async throws {
+        guard await !matcher.hasDevice(device.id) else { return }
+        try await feed.publish(.deviceAdded(id: device.id, project: device.project))
+    }
+
+    // MARK: Streams
+
+    /// Opens the device's stream on this replica (closing one it had on any
+    /// replica), announced to every replica. Nil when the device is gone.
+    func openStream(device: DeviceRecord) async throws -> StreamHandle? {
+        try await knowInMatcher(device)
+        guard let handle = await matcher.openStream(device: device.id) else { return nil }
+        do {
+            try await feed.publish(.streamOpened(device: device.id, owner: StreamOwner(replica: matcher.replica, stream: handle.id)))
+        } catch {
+            _ = await matcher.closeStream(device: device.id, id: handle.id)
+            throw error
+        }
+        return handle
+    }
+
+    /// The connection of the device's stream ended: unless a newer stream
+    /// replaced it, every replica drops the device's sightings.
+    func closeStream(device: String, handle: StreamHandle) async {
+        guard await matcher.closeStream(device: device, id: handle.id) else { return }
+        do {
+            try await feed.publish(.streamClosed(device: device, owner: StreamOwner(replica: matcher.replica, stream: handle.id)))
+        } catch {
+            // The sightings then time out, on the replicas that missed this, instead.
+            logger.warning("the end of a stream could not be told to the replicas",
+                           metadata: ["device": "\(device)", "error": "\(error)"])
+        }
     }
 
     /// The stored records of `wanted`, from memory for live tokens and from

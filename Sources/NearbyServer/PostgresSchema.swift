@@ -4,7 +4,7 @@ import PostgresNIO
 /// The PostgreSQL engine's tables, as versioned migrations that
 /// ``PostgresStorage`` applies at start. Version 1 is the shape that SQLite's
 /// migrations v1 to v7 reach (SQLiteStorage.swift says why each table is
-/// there), version 2 its v8, in PostgreSQL's types: BIGINT for times in milliseconds (the
+/// there), version 2 its v8 (version 3 is PostgreSQL's own: PostgresReplicaBus), in PostgreSQL's types: BIGINT for times in milliseconds (the
 /// server's UInt64 values clamped to Int64, as SQLite stores them), BYTEA for
 /// hashes, tokens and blobs, BIGSERIAL for the positions that order the logs
 /// and listings, and PL/pgSQL functions for SQLite's triggers. Identifiers are
@@ -288,6 +288,17 @@ enum PostgresSchema {
         // deleted: without an index it read the whole log each time.
         Migration(version: 2, statements: [
             "CREATE INDEX deviceDeletion_deletedAtMs ON deviceDeletion(deletedAtMs)",
+        ]),
+        // Messages among the replicas too long for a NOTIFY's payload
+        // (PostgresReplicaBus): the notification names the row.
+        Migration(version: 3, statements: [
+            """
+            CREATE TABLE replicaMessage (
+                id BIGSERIAL PRIMARY KEY,
+                payload TEXT NOT NULL,
+                createdAtMs BIGINT NOT NULL DEFAULT nearby_now_ms()
+            )
+            """,
         ]),
     ]
 }

@@ -26,6 +26,8 @@ import PostgresNIO
 public final class PostgresStorage: ServerStorage {
     let client: PostgresClient
     let logger: Logger
+    /// Where the database is: the replica bus opens its own connection there.
+    let location: PostgresLocation
     private let running: Task<Void, Never>
 
     /// Connects to the database at `url` (``PostgresLocation`` says which URLs
@@ -50,6 +52,7 @@ public final class PostgresStorage: ServerStorage {
             throw DatabaseOpenError(message: "cannot open the database \(location.redacted): \(Self.reason(error))")
         }
         self.logger = logger
+        self.location = location
         let client = PostgresClient(configuration: location.clientConfiguration)
         self.client = client
         running = Task { await client.run() }

@@ -2,8 +2,8 @@ import Foundation
 import NearbyCore
 
 /// What the server keeps across restarts. One protocol, several engines: SQLite
-/// for one machine (``SQLiteStorage``), and later PostgreSQL for replicas that
-/// share the load. Every method is one transaction. Times are milliseconds
+/// for one machine (``SQLiteStorage``), and PostgreSQL (``PostgresStorage``),
+/// which several replicas share. Every method is one transaction. Times are milliseconds
 /// since the epoch; credentials arrive already hashed. The beacon registry's
 /// part is ``BeaconStorage``, the connection server's ``ConnectionStorage``.
 public protocol ServerStorage: BeaconStorage, ConnectionStorage {
@@ -181,7 +181,7 @@ public struct TokenRecord: Sendable, Equatable {
 }
 
 /// A publication as stored: namespace already resolved, mediums sorted.
-public struct StoredPublication: Sendable, Equatable {
+public struct StoredPublication: Sendable, Equatable, Codable {
     public var device: String
     public var id: String
     public var namespace: String
@@ -207,7 +207,7 @@ public struct StoredPublication: Sendable, Equatable {
 }
 
 /// A subscription as stored: namespace resolved, mediums sorted, expiry 0 for never.
-public struct StoredSubscription: Sendable, Equatable {
+public struct StoredSubscription: Sendable, Equatable, Codable {
     public var device: String
     public var id: String
     public var namespace: String
@@ -243,7 +243,7 @@ public struct ProjectDeletions: Sendable, Equatable {
 }
 
 /// A validated change to one of a device's publications or subscriptions.
-public enum ObjectChange: Sendable, Equatable {
+public enum ObjectChange: Sendable, Equatable, Codable {
     case putPublication(StoredPublication)
     case deletePublication(id: String)
     case putSubscription(StoredSubscription)

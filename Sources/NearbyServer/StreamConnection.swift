@@ -13,9 +13,10 @@ enum StreamEndpoint {
     static let maximumRequestBytes = 4096
 
     /// Serves one stream until either side ends it.
-    static func run(device: String, service: NearbyService, inbound: WebSocketInboundStream,
+    static func run(device record: DeviceRecord, service: NearbyService, inbound: WebSocketInboundStream,
                     outbound: WebSocketOutboundWriter) async throws {
-        guard let handle = await service.matcher.openStream(device: device) else {
+        let device = record.id
+        guard let handle = try await service.openStream(device: record) else {
             try await outbound.close(.policyViolation, reason: "device is not registered")
             return
         }
@@ -33,7 +34,7 @@ enum StreamEndpoint {
             await group.next()
             group.cancelAll()
         }
-        await service.matcher.closeStream(device: device, id: handle.id)
+        await service.closeStream(device: device, handle: handle)
     }
 
     /// Writes the stream's outputs in order. A snapshot page with more to

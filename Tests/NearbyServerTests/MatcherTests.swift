@@ -24,7 +24,7 @@ import Testing
         await matcher.addDevice("pub", project: "alpha")
         await matcher.addDevice("sub", project: "alpha")
         await matcher.putSubscription(subscription)
-        await matcher.applySightings(observer: "sub", seen: [seen(token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [seen(token(1))], gone: [], atMs: startMs)
         return matcher
     }
 
@@ -51,14 +51,14 @@ import Testing
         let stream = try #require(await matcher.openStream(device: "sub"))
         var outputs = stream.outputs.makeAsyncIterator()
 
-        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [], atMs: startMs)
         guard case .event(.found) = await outputs.next() else { Issue.record("expected found"); return }
         // The next token is heard and the old one gone in one report: still near.
         await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(2))],
-                                     gone: [GoneEdge(observed: "pub", token: Self.token(1), medium: .ble)])
+                                     gone: [GoneEdge(observed: "pub", token: Self.token(1), medium: .ble)], atMs: startMs)
         #expect(await matcher.snapshot(of: "sub").count == 1)
         await matcher.applySightings(observer: "sub", seen: [],
-                                     gone: [GoneEdge(observed: "pub", token: Self.token(2), medium: .ble)])
+                                     gone: [GoneEdge(observed: "pub", token: Self.token(2), medium: .ble)], atMs: startMs)
         guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost"); return }
     }
 
@@ -69,7 +69,7 @@ import Testing
         for index in 0..<5 { await matcher.putPublication(Self.publication("pub", "p\(index)")) }
         await matcher.putSubscription(Self.subscription)
         let stream = try #require(await matcher.openStream(device: "sub"))
-        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [], atMs: startMs)
         var received: [StreamOutput] = []
         for await output in stream.outputs { received.append(output) }
         // The first events, then the end without a close: the connection closes it as overflowed.
@@ -83,7 +83,7 @@ import Testing
         await matcher.addDevice("sub", project: "alpha")
         await matcher.putSubscription(Self.subscription)
         // "pub" was unregistered between resolving its token and applying the report.
-        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [], atMs: startMs)
         await matcher.addDevice("pub", project: "alpha")
         await matcher.putPublication(Self.publication("pub", "p1"))
         #expect(await matcher.snapshot(of: "sub").isEmpty)
@@ -99,7 +99,7 @@ import Testing
         // The device's state is intact for the snapshot after it reconnects.
         #expect(await matcher.snapshot(of: "sub").count == 5)
         // Closed here as well, so that reading ends even if the budget did not end the stream.
-        await matcher.closeStream(device: "sub", id: stream.id)
+        _ = await matcher.closeStream(device: "sub", id: stream.id)
         var received: [StreamOutput] = []
         for await output in stream.outputs { received.append(output) }
         // Two events fit in 3000 bytes, the third does not.
@@ -160,10 +160,10 @@ import Testing
         var subscription = Self.subscription
         subscription.expiresAtMs = day
         await matcher.putSubscription(subscription)
-        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [], atMs: startMs)
         #expect(await matcher.deadlineEntries == 3)
         await matcher.applySightings(observer: "sub", seen: [],
-                                     gone: [GoneEdge(observed: "pub", token: Self.token(1), medium: .ble)])
+                                     gone: [GoneEdge(observed: "pub", token: Self.token(1), medium: .ble)], atMs: startMs)
         // Replaced by a subscription that never expires.
         subscription.expiresAtMs = 0
         await matcher.putSubscription(subscription)
@@ -178,7 +178,7 @@ import Testing
         await matcher.addDevice("sub", project: "alpha")
         await matcher.putSubscription(Self.subscription)
         for index in 0..<10 { await matcher.putPublication(Self.publication("pub", "p\(index)")) }
-        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [Self.seen(Self.token(1))], gone: [], atMs: startMs)
         for index in 0..<9 { await matcher.removePublication(device: "pub", id: "p\(index)") }
         // The edge and p9 are left.
         #expect(await matcher.deadlineEntries == 2)

@@ -19,7 +19,7 @@ struct SnapshotPagingTests {
         for index in 0..<count {
             await matcher.putPublication(MatcherTests.publication("pub", "p\(index)", contentBytes: 1000))
         }
-        await matcher.applySightings(observer: "sub", seen: [MatcherTests.seen(MatcherTests.token(1))], gone: [])
+        await matcher.applySightings(observer: "sub", seen: [MatcherTests.seen(MatcherTests.token(1))], gone: [], atMs: startMs)
         return matcher
     }
 

@@ -21,9 +21,11 @@ func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> 
     return try await body(directory)
 }
 
+/// The servers' logger in tests: silent, unless `NEARBY_TEST_LOG=debug` is
+/// set to see what a failing test's servers said.
 func quietLogger() -> Logger {
     var logger = Logger(label: "nearby-server-test")
-    logger.logLevel = .critical
+    logger.logLevel = ProcessInfo.processInfo.environment["NEARBY_TEST_LOG"] == "debug" ? .debug : .critical
     return logger
 }
 

@@ -1,0 +1,24 @@
+/// A broadcast among the server processes that share one database: each
+/// message one of them publishes reaches every one listening, itself
+/// included, in one order for all. ``PostgresReplicaBus`` is PostgreSQL's
+/// LISTEN/NOTIFY; a server alone on SQLite has none.
+protocol ReplicaBus: Sendable {
+    /// Sends `message` to every replica listening. Throws when it could not
+    /// be sent; then no replica receives it.
+    func publish(_ message: String) async throws
+
+    /// Listens until cancelled, handing `deliver` what happens, one at a time
+    /// and in order: ``ReplicaDelivery/joined`` each time the bus
+    /// (re)connects, then the messages published from then on. Reconnects by
+    /// itself after a failure, or when `deliver` throws.
+    func listen(_ deliver: @escaping @Sendable (ReplicaDelivery) async throws -> Void) async
+}
+
+/// What a ``ReplicaBus`` hands its listener.
+enum ReplicaDelivery: Sendable, Equatable {
+    /// The bus is listening, from now on. Messages published while it was not
+    /// are lost to it: the listener reloads from storage what they may have said.
+    case joined
+    /// A message, this replica's own or another's.
+    case message(String)
+}

@@ -1,0 +1,160 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// The matcher's events over a ``ReplicaBus``: each replica publishes its
+/// events on the bus and applies every replica's, its own included, as the
+/// bus delivers them, so all replicas' matchers see one order. When the bus
+/// (re)joins, the matcher is brought in line with storage (events missed
+/// meanwhile are lost; the sightings in them come back with the observers'
+/// next reports).
+final class ReplicatedMatcherFeed: MatcherFeed {
+    /// How long a publisher waits for its own event to come back applied.
+    static let echoTimeout = Duration.seconds(5)
+
+    /// An event on the bus, with who published it: a publisher waits for its own.
+    private struct Envelope: Codable {
+        var replica: String
+        var sequence: UInt64
+        var event: MatcherEvent
+    }
+
+    /// Who waits for what to be applied. A class, so that the listening
+    /// task holds it without holding the feed.
+    private final class Waiters: Sendable {
+        private struct State {
+            var lastSequence: UInt64 = 0
+            /// Publishers waiting for their events to be applied, by sequence.
+            var events: [UInt64: AsyncStream<Void>.Continuation] = [:]
+            /// ``start(bus:matcher:logger:timeout:reload:)``, until the first join is applied.
+            var firstJoin: AsyncStream<Void>.Continuation?
+        }
+
+        private let state: Mutex<State>
+
+        init(firstJoin: AsyncStream<Void>.Continuation) {
+            state = Mutex(State(firstJoin: firstJoin))
+        }
+
+        /// A new sequence number, and what yields once the event of that number is applied.
+        func waitForEvent() -> (UInt64, AsyncStream<Void>) {
+            let (applied, continuation) = AsyncStream.makeStream(of: Void.self)
+            let sequence = state.withLock { state in
+                state.lastSequence += 1
+                state.events[state.lastSequence] = continuation
+                return state.lastSequence
+            }
+            return (sequence, applied)
+        }
+
+        func stopWaiting(_ sequence: UInt64) {
+            state.withLock { $0.events.removeValue(forKey: sequence) }?.finish()
+        }
+
+        func eventApplied(_ sequence: UInt64) {
+            Self.signal(state.withLock { $0.events.removeValue(forKey: sequence) })
+        }
+
+        /// The bus joined (again) and the matcher holds what storage does:
+        /// publishers still waiting for events sent before will not see them
+        /// come back (they were sent while the bus was away, or are lost with
+        /// it), so they wait no longer.
+        func joined(sentBefore last: UInt64) {
+            let released = state.withLock { state in
+                defer { state.firstJoin = nil }
+                let sequences = state.events.keys.filter { $0 <= last }
+                return [state.firstJoin] + sequences.map { state.events.removeValue(forKey: $0) }
+            }
+            released.forEach(Self.signal)
+        }
+
+        /// The last sequence number handed out.
+        var lastSequence: UInt64 { state.withLock { $0.lastSequence } }
+
+        private static func signal(_ waiter: AsyncStream<Void>.Continuation?) {
+            waiter?.yield()
+            waiter?.finish()
+        }
+    }
+
+    private let bus: any ReplicaBus
+    private let matcher: Matcher
+    private let logger: Logger
+    private let waiters: Waiters
+    private let listening: Task<Void, Never>
+
+    /// Starts listening on `bus`; `reload` reads what storage holds, for
+    /// each join. Returns once the first join has been applied (the matcher
+    /// holds what storage does), or throws when it is not within `timeout`.
+    static func start(bus: any ReplicaBus, matcher: Matcher, logger: Logger, timeout: Duration = .seconds(30),
+                      reload: @escaping @Sendable () async throws -> Matcher.Contents) async throws -> ReplicatedMatcherFeed {
+        let (joined, continuation) = AsyncStream.makeStream(of: Void.self)
+        let feed = ReplicatedMatcherFeed(bus: bus, matcher: matcher, logger: logger, firstJoin: continuation, reload: reload)
+        let outcome = await FirstOutcome.race(within: timeout) {
+            for await _ in joined { return }
+        }
+        if case .failure = outcome {
+            feed.listening.cancel()
+            throw ReplicationError(message: "the replicas' notifications could not be listened to within \(timeout)")
+        }
+        return feed
+    }
+
+    private init(bus: any ReplicaBus, matcher: Matcher, logger: Logger, firstJoin: AsyncStream<Void>.Continuation,
+                 reload: @escaping @Sendable () async throws -> Matcher.Contents) {
+        self.bus = bus
+        self.matcher = matcher
+        self.logger = logger
+        let waiters = Waiters(firstJoin: firstJoin)
+        self.waiters = waiters
+        // The task holds what it uses, not the feed: the feed's deinit ends it.
+        listening = Task {
+            await bus.listen { delivery in
+                try await Self.deliver(delivery, matcher: matcher, waiters: waiters, logger: logger, reload: reload)
+            }
+        }
+    }
+
+    deinit {
+        listening.cancel()
+    }
+
+    func publish(_ event: MatcherEvent) async throws {
+        // Waiting before publishing: the event may come back before publish returns.
+        let (sequence, applied) = waiters.waitForEvent()
+        defer { waiters.stopWaiting(sequence) }
+        let envelope = Envelope(replica: matcher.replica, sequence: sequence, event: event)
+        try await bus.publish(String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self))
+        let outcome = await FirstOutcome.race(within: Self.echoTimeout) {
+            for await _ in applied { return }
+        }
+        if case .failure = outcome {
+            // Sent, so other replicas apply it; this one catches up when its bus rejoins.
+            logger.warning("an event sent to the replicas did not come back in time", metadata: ["timeout": "\(Self.echoTimeout)"])
+        }
+    }
+
+    private static func deliver(_ delivery: ReplicaDelivery, matcher: Matcher, waiters: Waiters, logger: Logger,
+                                reload: @Sendable () async throws -> Matcher.Contents) async throws {
+        switch delivery {
+        case .joined:
+            let sentBefore = waiters.lastSequence
+            await matcher.resync(try await reload())
+            waiters.joined(sentBefore: sentBefore)
+        case .message(let text):
+            guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)) else {
+                logger.warning("a message on the replica bus was not understood: a replica of another version?",
+                               metadata: ["bytes": "\(text.utf8.count)"])
+                return
+            }
+            await matcher.apply(envelope.event)
+            if envelope.replica == matcher.replica { waiters.eventApplied(envelope.sequence) }
+        }
+    }
+}
+
+/// The replicas cannot be listened to.
+struct ReplicationError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}

@@ -1,0 +1,92 @@
+@testable import NearbyServer
+import Synchronization
+
+/// Replicas in one process, on one SQLite file: what one publishes every
+/// listener receives, in one order. ``drop(_:)`` cuts one replica off as a
+/// lost database connection does: it misses what is published until it
+/// joins again.
+final class InMemoryReplicaHub: Sendable {
+    private struct State {
+        var listeners: [Int: AsyncStream<String>.Continuation] = [:]
+        var lastID = 0
+        /// Replicas cut off, by bus number: their listening waits for ``reconnect(_:)``.
+        var dropped: Set<Int> = []
+        /// How many times each bus has joined.
+        var joins: [Int: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let joins: AsyncStream<Int>.Continuation
+    /// The number of each bus as it joins (or joins again).
+    let joined: AsyncStream<Int>
+
+    init() {
+        (joined, joins) = AsyncStream.makeStream(of: Int.self)
+    }
+
+    /// The bus of replica `number`.
+    func bus(_ number: Int) -> InMemoryReplicaBus { InMemoryReplicaBus(hub: self, number: number) }
+
+    fileprivate func publish(_ message: String) {
+        state.withLock { state in
+            for listener in state.listeners.values { listener.yield(message) }
+        }
+    }
+
+    /// Listens for replica `number`, or nil while it is cut off.
+    fileprivate func join(_ number: Int) -> AsyncStream<String>? {
+        state.withLock { state in
+            guard !state.dropped.contains(number) else { return nil }
+            let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+            state.listeners[number]?.finish()
+            state.listeners[number] = continuation
+            state.joins[number, default: 0] += 1
+            joins.yield(number)
+            return stream
+        }
+    }
+
+    /// Cuts replica `number` off: its listening ends, and what is published meanwhile is lost to it.
+    func drop(_ number: Int) {
+        state.withLock { state in
+            state.dropped.insert(number)
+            state.listeners.removeValue(forKey: number)?.finish()
+        }
+    }
+
+    /// Lets replica `number` join again, and waits until it has: what is
+    /// published from then on reaches it, after it has reloaded from storage.
+    func reconnect(_ number: Int) async {
+        let before = state.withLock { state in
+            state.dropped.remove(number)
+            return state.joins[number, default: 0]
+        }
+        // The stream holds earlier joins too: the count tells the new one.
+        for await _ in joined where state.withLock({ $0.joins[number, default: 0] }) > before { return }
+    }
+}
+
+struct InMemoryReplicaBus: ReplicaBus {
+    let hub: InMemoryReplicaHub
+    let number: Int
+
+    func publish(_ message: String) async throws {
+        hub.publish(message)
+    }
+
+    func listen(_ deliver: @escaping @Sendable (ReplicaDelivery) async throws -> Void) async {
+        while !Task.isCancelled {
+            guard let messages = hub.join(number) else {
+                // Cut off: try again shortly, as a bus's backoff does.
+                try? await Task.sleep(for: .milliseconds(10))
+                continue
+            }
+            do {
+                try await deliver(.joined)
+                for await message in messages { try await deliver(.message(message)) }
+            } catch {
+                continue
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NearbyCore
+@testable import NearbyServer
+import ServerAPI
+import Testing
+import TestSupport
+
+/// Several replicas on one database: a device and its peers may each talk to
+/// any replica, and found and lost come out as with one server. On SQLite
+/// the replicas share a file and an in-memory bus; on PostgreSQL the real
+/// LISTEN/NOTIFY (PostgresReplicaBus).
+@Suite(.postgresCluster, .timeLimit(.minutes(1))) struct ReplicationTests {
+    /// The subscriber's replica knows a publication made on another.
+    @Test(arguments: Engine.allCases) func aPublicationOnOneReplicaIsFoundOnAnother(engine: Engine) async throws {
+        try await withReplicas(engine) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await b.register(apiKey: key)
+            let token = try await a.issueToken(publisher)
+            try await a.publish(publisher, "p1", content: "hello")
+            try await b.subscribe(subscriber, "s1")
+            let stream = try await b.openStream(subscriber)
+
+            #expect(try await b.report(subscriber, seen: [(token.token, .ble)], rssi: -42) == [.ok])
+            let expected = Match(subscription: "s1", source: "\(publisher.id)/p1", namespace: "alpha", type: "greeting",
+                                 content: Data("hello".utf8), medium: .ble, rssi: -42, distance: 1.5)
+            #expect(try await stream.next() == .found(expected))
+            // The publisher deletes it on its replica: lost on the subscriber's.
+            #expect(try await a.request(.delete, APIPath.publication(publisher.id, "p1"), headers: publisher.auth).status == .noContent)
+            #expect(try await stream.next() == .lost(subscription: "s1", source: "\(publisher.id)/p1"))
+            try await stream.close()
+        }
+    }
+
+    /// The observer reports to one replica, the subscriber it hears listens on
+    /// another (the publisher scans): the sighting reaches the subscriber's
+    /// replica; gone, and the end of the observer's stream, take it away.
+    @Test(arguments: Engine.allCases) func sightingsReportedToOneReplicaMatchOnAnother(engine: Engine) async throws {
+        try await withReplicas(engine) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await b.register(apiKey: key)
+            let token = try await b.issueToken(subscriber)
+            try await a.publish(publisher, "p1", mode: .scan)
+            try await b.subscribe(subscriber, "s1", mode: .broadcast)
+            let subscriberStream = try await b.openStream(subscriber)
+            let publisherStream = try await a.openStream(publisher)
+            let lost = StreamEvent.lost(subscription: "s1", source: "\(publisher.id)/p1")
+
+            #expect(try await a.report(publisher, seen: [(token.token, .ble)]) == [.ok])
+            guard case .found = try await subscriberStream.next() else { Issue.record("expected found"); return }
+            try await a.report(publisher, gone: [(token.token, .ble)])
+            #expect(try await subscriberStream.next() == lost)
+
+            try await a.report(publisher, seen: [(token.token, .ble)])
+            guard case .found = try await subscriberStream.next() else { Issue.record("expected found"); return }
+            // The observer's stream ends on its replica: its sightings go on every replica.
+            try await publisherStream.close()
+            #expect(try await subscriberStream.next() == lost)
+            try await subscriberStream.close()
+        }
+    }
+
+    /// A device that opens its stream on another replica (its first replica
+    /// died, or the load balancer moved it) is served there; the first
+    /// stream is closed, and its end does not take the device's sightings.
+    @Test(arguments: Engine.allCases) func aStreamOpenedOnAnotherReplicaReplacesTheFirst(engine: Engine) async throws {
+        try await withReplicas(engine) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await a.register(apiKey: key)
+            let token = try await a.issueToken(publisher)
+            try await a.publish(publisher, "p1")
+            try await a.subscribe(subscriber, "s1")
+            let first = try await a.openStream(subscriber)
+            try await a.report(subscriber, seen: [(token.token, .ble)])
+            guard case .found = try await first.next() else { Issue.record("expected found"); return }
+
+            let second = try await b.openStream(subscriber)
+            let closed = try await first.closedByServer()
+            #expect(closed?.reason == "replaced by a newer stream of this device")
+            // Still near: the snapshot on the new replica has the match, and nothing was lost.
+            #expect(try await second.snapshot().map(\.source) == ["\(publisher.id)/p1"])
+            try await b.report(subscriber, gone: [(token.token, .ble)])
+            #expect(try await second.next() == .lost(subscription: "s1", source: "\(publisher.id)/p1"))
+            try await second.close()
+        }
+    }
+
+    /// A replica cut off from the others misses their events; when it joins
+    /// again it reloads from storage, and what changed meanwhile is found.
+    @Test func aReplicaThatMissedEventsReloadsWhenItJoinsAgain() async throws {
+        let hub = InMemoryReplicaHub()
+        try await withReplicas(.sqlite, hub: hub) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await a.register(apiKey: key)
+            let token = try await a.issueToken(publisher)
+            try await b.subscribe(subscriber, "s1")
+            let stream = try await b.openStream(subscriber)
+
+            hub.drop(1)
+            try await a.publish(publisher, "p1")
+            await hub.reconnect(1)
+            try await b.report(subscriber, seen: [(token.token, .ble)])
+            guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
+            #expect(match.source == "\(publisher.id)/p1")
+            try await stream.close()
+        }
+    }
+
+    /// PostgreSQL restarted under two replicas: they wait, join again by
+    /// themselves, and match what changed while it was down.
+    @Test func replicasRecoverFromARestartOfPostgreSQL() async throws {
+        // A cluster of its own: the suite's other tests run meanwhile.
+        let cluster = try await PostgresCluster.start()
+        do {
+            try await PostgresClusterTrait.$current.withValue(cluster) { try await restartUnderReplicas(cluster) }
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+
+    private func restartUnderReplicas(_ cluster: PostgresCluster) async throws {
+        try await withReplicas(.postgres) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await b.register(apiKey: key)
+            let token = try await a.issueToken(publisher)
+            try await b.subscribe(subscriber, "s1")
+            let stream = try await b.openStream(subscriber)
+
+            try await cluster.stopServer()
+            try await cluster.startServer()
+            // The pool reconnects at the next request; the listener by itself, with backoff.
+            try await a.publish(publisher, "p1")
+            // The subscriber keeps reporting, as a device refreshes what it hears,
+            // until its replica has joined again and matches.
+            let reporting = Task {
+                while !Task.isCancelled {
+                    _ = try? await b.report(subscriber, seen: [(token.token, .ble)])
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            defer { reporting.cancel() }
+            guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
+            #expect(match.source == "\(publisher.id)/p1")
+            try await stream.close()
+        }
+    }
+}
+
+/// Runs `body` with `count` replicas of a server on one new database of
+/// `engine`, each serving on a socket of its own, sharing one manual clock.
+/// On SQLite they share a file, and `hub` as their bus.
+func withReplicas(_ engine: Engine, count: Int = 2, hub: InMemoryReplicaHub = InMemoryReplicaHub(),
+                  _ body: @escaping @Sendable ([Harness]) async throws -> Void) async throws {
+    let clock = ManualWallClock(nowMs: startMs)
+    try await withStorages(engine, count: count) { storages in
+        var servers: [NearbyServer] = []
+        for (number, storage) in storages.enumerated() {
+            let bus: any ReplicaBus = switch engine {
+            case .sqlite: hub.bus(number)
+            case .postgres: PostgresReplicaBus(storage: storage as! PostgresStorage, logger: quietLogger())
+            }
+            let configuration = testConfiguration(databasePath: "unused")
+            servers.append(try NearbyServer(service: try await NearbyService.start(
+                storage: storage, configuration: configuration, clock: clock, logger: quietLogger(), bus: bus)))
+        }
+        try await serve(servers[...], clock: clock, harnesses: [], body)
+    }
+}
+
+/// Serves each server live, then runs `body` with a harness for each.
+private func serve(_ servers: ArraySlice<NearbyServer>, clock: ManualWallClock, harnesses: [Harness],
+                   _ body: @escaping @Sendable ([Harness]) async throws -> Void) async throws {
+    guard let server = servers.first else { return try await body(harnesses) }
+    try await server.makeApplication(sweepInterval: nil).test(.live) { client in
+        try await serve(servers.dropFirst(), clock: clock, harnesses: harnesses + [Harness(server: server, clock: clock, client: client)],
+                        body)
+    }
+}
