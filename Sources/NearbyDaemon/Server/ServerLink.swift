@@ -13,8 +13,9 @@ enum LinkEvent: Sendable {
     case connected(namespace: String, registered: Set<String>, server: String)
     /// The server cannot be reached; the link retries by itself.
     case disconnected
-    /// Why the link is not connected, after each failed attempt whose reason
-    /// differs from the last one's; `reached` when the server answered (it
+    /// Why the link is not connected, after each failed round of attempts
+    /// (one per URL of `[server] url`, ``Backoff``) whose reason differs from
+    /// the last one's; `reached` when the server answered (it
     /// refused the API key), false when it could not be reached or its
     /// certificate was not trusted.
     case waiting(String, reached: Bool)
