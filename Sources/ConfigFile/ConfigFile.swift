@@ -136,6 +136,16 @@ public struct Section {
         return result
     }
 
+    /// A string, or an array of strings (a key that takes one value or a
+    /// list): the string alone, or the array's strings.
+    public func stringOrStrings(_ key: String) throws(ConfigurationError) -> [String]? {
+        guard let value = table[key] else { return nil }
+        if let text = value.string { return [text] }
+        let texts = value.array.map { $0.map(\.string) } ?? [nil]
+        guard !texts.contains(nil) else { throw wrongType(key, "a string or an array of strings") }
+        return texts.compactMap { $0 }
+    }
+
     public func numbers(_ key: String) throws(ConfigurationError) -> [Double]? {
         guard let value = table[key] else { return nil }
         guard let array = value.array else { throw wrongType(key, "an array of numbers") }

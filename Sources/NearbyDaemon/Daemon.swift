@@ -120,7 +120,8 @@ public struct Daemon: Service {
         }
         let serverTLS: TLSConfiguration?
         do {
-            serverTLS = try ServerTLS.configuration(url: configuration.serverURL, caFile: configuration.serverCAFile)
+            // The URLs share one scheme (DaemonConfiguration), so one configuration serves them all.
+            serverTLS = try ServerTLS.configuration(url: configuration.serverURLs[0], caFile: configuration.serverCAFile)
         } catch {
             throw DaemonError.serverTLS(error.message)
         }

@@ -70,8 +70,12 @@ public struct DaemonConfiguration: Sendable {
     /// `[publications] max-files`.
     public var maxStaticPublications = 64
 
-    /// `[server] url`: base URL of nearby-server.
-    public var serverURL = "http://127.0.0.1:8080"
+    /// `[server] url`: base URLs of nearby-server, replicas of one service,
+    /// tried in this order (``maxServerURLs`` at most).
+    public var serverURLs = ["http://127.0.0.1:8080"]
+    /// The most URLs `[server] url` may list: enough for any set of replicas,
+    /// few enough that a round of them all stays short.
+    public static let maxServerURLs = 16
     /// `[server] ca-file`: PEM file of the CAs an `https://` server's
     /// certificate must chain to, in place of the system's CA store.
     public var serverCAFile: String?
@@ -183,7 +187,7 @@ public struct DaemonConfiguration: Sendable {
     /// Reads a configuration file over the defaults. With `validating` false
     /// the values are checked one by one but not against each other, for a
     /// caller that overrides some (nearbyd's options) and then calls
-    /// `validate()` itself: a file's `ca-file` is for the `--server` given.
+    /// `validate()` itself: a file's `ca-file` is for the `--server` URLs given.
     public static func load(path: String, required: Bool, validating: Bool = true) throws(ConfigurationError) -> DaemonConfiguration {
         try DaemonConfiguration().applying(ConfigFile(path: path, required: required), validating: validating)
     }
@@ -229,7 +233,7 @@ public struct DaemonConfiguration: Sendable {
                                                        "batch-delay", "refused-key-retry", "refused-change-retry"])
         if let delay = try server.number("refused-key-retry") { result.refusedKeyRetry = delay }
         if let delay = try server.number("refused-change-retry") { result.refusedChangeRetry = delay }
-        if let url = try server.string("url") { result.serverURL = url }
+        if let urls = try server.stringOrStrings("url") { result.serverURLs = urls }
         if let path = try server.string("ca-file") { result.serverCAFile = path }
         if let delay = try server.number("reconnect-initial-delay") { result.reconnectInitialDelay = delay }
         if let delay = try server.number("reconnect-max-delay") { result.reconnectMaxDelay = delay }
@@ -336,16 +340,7 @@ public struct DaemonConfiguration: Sendable {
     /// Checks every value against its range and the values against each other.
     public func validate() throws(ConfigurationError) {
         guard !stateDirectory.isEmpty else { throw ConfigurationError("[daemon] state-directory must not be empty") }
-        guard let url = URL(string: serverURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
-            throw ConfigurationError("[server] url '\(serverURL)' must be an http:// or https:// URL")
-        }
-        // WSClient names the host in SNI, where an address may not stand (RFC 6066), and refuses to connect.
-        if url.scheme == "https", let host = url.host, host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) {
-            throw ConfigurationError("[server] url '\(serverURL)': over https:// name the server by its host name, as its certificate does, not by an address")
-        }
-        if serverCAFile != nil, url.scheme != "https" {
-            throw ConfigurationError("[server] ca-file is for an https:// url; '\(serverURL)' is plain HTTP")
-        }
+        try validateServerURLs()
         try Self.check(permissionTimeout, in: 0.1...3600, "[permissions] request-timeout")
         try Self.check(Double(maxDecisions), in: 1...10_000_000, "[permissions] max-decisions")
         try Self.check(Double(maxDecisionsPerUser), in: 1...Double(maxDecisions), "[permissions] max-decisions-per-user")
@@ -387,6 +382,36 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(verdictRetentionDays, in: 0.01...365, "[upstream] verdict-retention-days")
         guard !simDevice.isEmpty, simDevice.utf8.count <= 64 else {
             throw ConfigurationError("[sim] device must be 1..64 bytes")
+        }
+    }
+
+    /// Each URL of `[server] url` on its own, then the list: one scheme for
+    /// all, so that moving to another replica never drops TLS and sends the
+    /// device's credential in the clear.
+    private func validateServerURLs() throws(ConfigurationError) {
+        guard (1...Self.maxServerURLs).contains(serverURLs.count) else {
+            throw ConfigurationError("[server] url lists \(serverURLs.count) URLs; it takes 1 to \(Self.maxServerURLs)")
+        }
+        var schemes: Set<String> = []
+        for text in serverURLs {
+            guard let url = URL(string: text), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
+                throw ConfigurationError("[server] url '\(text)' must be an http:// or https:// URL")
+            }
+            // WSClient names the host in SNI, where an address may not stand (RFC 6066), and refuses to connect.
+            if scheme == "https", let host = url.host, host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) {
+                throw ConfigurationError("[server] url '\(text)': over https:// name the server by its host name, as its certificate does, not by an address")
+            }
+            schemes.insert(scheme)
+        }
+        guard schemes.count == 1 else {
+            throw ConfigurationError("[server] url mixes http:// and https:// URLs; all must use one scheme, so that a move to another never drops TLS")
+        }
+        let normalized = serverURLs.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
+        if let repeated = normalized.enumerated().first(where: { normalized[..<$0.offset].contains($0.element) }) {
+            throw ConfigurationError("[server] url lists '\(serverURLs[repeated.offset])' twice")
+        }
+        if serverCAFile != nil, schemes.first != "https" {
+            throw ConfigurationError("[server] ca-file is for an https:// url; '\(serverURLs[0])' is plain HTTP")
         }
     }
 

@@ -24,7 +24,8 @@ final class NearbyService {
     let connection: BusConnection
     let logger: Logger
     private let registry: Registry
-    private let serverClient: ServerClient
+    /// The URLs of nearby-server and the one in use, shared by every connection to it.
+    private let endpoints: ServerEndpoints
     private let credentials: CredentialStore
     private let backends: [Medium: any MediumBackend]
     private(set) var availableMediums: Set<Medium> = []
@@ -95,22 +96,23 @@ final class NearbyService {
         permissions = PermissionBroker(configuration: configuration, connection: connection, logger: logger)
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
-        let client = ServerClient(baseURL: configuration.serverURL, timeoutSeconds: configuration.requestTimeout,
-                                  tls: serverTLS, caFile: configuration.serverCAFile)
-        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory, limits: configuration.registrationLimits,
+        let endpoints = ServerEndpoints(clients: configuration.serverURLs.map {
+            ServerClient(baseURL: $0, timeoutSeconds: configuration.requestTimeout, tls: serverTLS, caFile: configuration.serverCAFile)
+        }, logger: logger)
+        let credentials = CredentialStore(stateDirectory: configuration.stateDirectory, endpoints: endpoints,
+                                          limits: configuration.registrationLimits,
                                           refusedKeyRetry: .milliseconds(Int64(configuration.refusedKeyRetry * 1000)),
                                           logger: logger)
-        serverClient = client
+        self.endpoints = endpoints
         self.credentials = credentials
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
                                     refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
-        beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: serverClient, logger: logger)
+        beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: endpoints, logger: logger)
         let backoff = Backoff(configuration)
         upstream = UpstreamService(outbox: outbox, logger: logger) { account in
-            DirectChannel(account: account,
-                          connect: DirectChannel.connector(account: account, client: client, credentials: credentials, logger: logger),
-                          backoff: backoff, logger: logger)
+            DirectChannel(account: account, connect: DirectChannel.connector(account: account, credentials: credentials, logger: logger),
+                          endpoints: endpoints, backoff: backoff, logger: logger)
         }
     }
 
@@ -157,8 +159,8 @@ final class NearbyService {
     /// Registrations unused for `[daemon] registration-retention-days`, and
     /// those beyond the bounds, go; looked for at start and every day.
     private func dropStaleRegistrations() {
-        let (credentials, client) = (credentials, serverClient)
-        Task { await credentials.dropStale(client: client) }
+        let credentials = credentials
+        Task { await credentials.dropStale() }
         registrationsTimer = BusTimer(after: .seconds(86_400)) { [weak self] in self?.dropStaleRegistrations() }
     }
 
@@ -732,13 +734,18 @@ final class NearbyService {
 
     // MARK: Server links
 
-    /// `Nearby1.Server`: `connected` while a link is in step with the
-    /// server; else `unreachable: WHY` after an attempt that could not reach
-    /// it (or did not trust its certificate), `connecting` before any
-    /// attempt has ended, and `idle` while no app uses it. A refused API key
-    /// is not the server's state: the server answered.
+    /// `Nearby1.Server`: `connected: URL` while a link is in step with the
+    /// server at URL (`URL, URL` when links use different ones of `[server]
+    /// url`); else `unreachable: WHY` after a round of attempts that could not
+    /// reach it (or did not trust its certificate; with several URLs, WHY
+    /// says why each failed), `connecting` before any round has ended, and
+    /// `idle` while no app uses it. A refused API key is not the server's
+    /// state: the server answered.
     var serverStatus: String {
-        if links.values.contains(where: \.connected) { return "connected" }
+        let servers = Set(links.values.filter(\.connected).compactMap(\.server))
+        if !servers.isEmpty {
+            return "connected: " + endpoints.urls.filter { servers.contains($0) }.joined(separator: ", ")
+        }
         if let serverUnreachable { return "unreachable: \(serverUnreachable)" }
         return links.isEmpty ? "idle" : "connecting"
     }
@@ -761,7 +768,7 @@ final class NearbyService {
     }
 
     private func makeLink(for account: Account) -> LinkState {
-        let link = ServerLink(account: account, client: serverClient, credentials: credentials, backoff: Backoff(configuration),
+        let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
                               refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
@@ -790,9 +797,10 @@ final class NearbyService {
 
     private func handle(_ event: LinkEvent, from state: LinkState) {
         switch event {
-        case .connected(let namespace, let registered):
+        case .connected(let namespace, let registered, let server):
             announcingServerStatus {
                 state.connected = true
+                state.server = server
                 serverUnreachable = nil
             }
             state.waiting = nil
@@ -1182,6 +1190,8 @@ final class LinkState {
     let task: Task<Void, Never>
     var managers = 0
     var connected = false
+    /// The URL of the server the link is connected to, or was last.
+    var server: String?
     /// Why the link is not connected, as it last said.
     var waiting: String?
     /// Why the server refused an object, by id, until it holds it.

@@ -12,8 +12,8 @@ public struct DaemonStatus: Sendable {
     /// Whether the daemon follows login sessions: `logind`, or `unavailable: WHY`
     /// (then `Background` is only what apps set).
     public let loginSessions: String
-    /// nearby-server as the daemon meets it: `connected`, `unreachable: WHY`,
-    /// `connecting` or `idle`.
+    /// nearby-server as the daemon meets it: `connected: URL` (the URL in
+    /// use), `unreachable: WHY`, `connecting` or `idle`.
     public let server: String
     /// The static publications: each file, and its status (`starting`,
     /// `active`) and object path, or `error` and why.

@@ -285,9 +285,10 @@ struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the daemon's version, the mediums it can use now, nearby-server's state, and its login sessions and static publications.",
         discussion: """
-            'server' is 'connected' while nearbyd is in step with nearby-server,
-            'unreachable: WHY' after an attempt that could not reach it (WHY says
-            what failed, such as a TLS certificate nearbyd does not trust),
+            'server' is 'connected: URL' while nearbyd is in step with nearby-server
+            at URL (one of its [server] url), 'unreachable: WHY' after an attempt
+            that could not reach it (WHY says what failed, such as a TLS certificate
+            nearbyd does not trust; with several URLs, what failed at each),
             'connecting' before any attempt has ended, or 'idle' while no app uses it.
             'login sessions' is 'logind' when nearbyd follows its clients' login
             sessions (a manager is in the background while its session is inactive or

@@ -68,8 +68,11 @@ struct NearbydCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("State directory.", valueName: "path"))
     var stateDir: String?
 
-    @Option(name: .long, help: ArgumentHelp("Base URL of nearby-server.", valueName: "url"))
-    var server: String?
+    @Option(name: .long, help: ArgumentHelp(
+        "Base URL of nearby-server; given again, another replica of it (\(DaemonConfiguration.maxServerURLs) at most, " +
+            "one scheme for all): nearbyd uses the first and moves to the next when one fails. Replaces [server] url.",
+        valueName: "url"))
+    var server: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("BLE backend: bluez, hci, sim (nearby-air) or off.", valueName: "backend"))
     var ble: String?
@@ -123,7 +126,7 @@ struct NearbydCommand: AsyncParsableCommand {
         if system { result.bus = .system }
         if let bus { result.bus = .address(bus) }
         if let stateDir { result.stateDirectory = stateDir }
-        if let server { result.serverURL = server }
+        if !server.isEmpty { result.serverURLs = server }
         if let ble { result.ble = try Self.backend(ble, of: [.bluez, .hci, .sim, .off], option: "--ble") }
         if let audio { result.audio = try Self.backend(audio, of: [.alsa, .sim, .off], option: "--audio") }
         if let airSocket { result.airSocket = airSocket }

@@ -58,7 +58,7 @@ import Testing
         #expect(configuration.bus == .session)
         #expect(configuration.stateDirectory == "/tmp/state")
         #expect(configuration.logLevel == .debug)
-        #expect(configuration.serverURL == "https://nearby.example:8443")
+        #expect(configuration.serverURLs == ["https://nearby.example:8443"])
         #expect(configuration.lostTimeout == 2)
         #expect(configuration.limits.maxObjectsPerManager == 50)
         #expect(configuration.ble == .off && configuration.enabledMediums == [.audio])
@@ -121,6 +121,13 @@ import Testing
         ("[server]\nurl = \"https://192.0.2.7:8443\"", "over https:// name the server by its host name"),
         ("[server]\nurl = \"https://[2001:db8::7]:8443\"", "over https:// name the server by its host name"),
         ("[server]\nurl = \"http://127.0.0.1:8080\"\nca-file = \"/etc/ssl/certs/ca-certificates.crt\"", "[server] ca-file is for an https:// url"),
+        ("[server]\nurl = []", "[server] url lists 0 URLs; it takes 1 to 16"),
+        ("[server]\nurl = 8080", "[server] url must be a string or an array of strings"),
+        ("[server]\nurl = [\"http://a.example\", 8080]", "[server] url must be a string or an array of strings"),
+        ("[server]\nurl = [\"https://a.example\", \"ftp://b.example\"]", "[server] url 'ftp://b.example' must be an http:// or https:// URL"),
+        ("[server]\nurl = [\"https://a.example\", \"https://192.0.2.7\"]", "[server] url 'https://192.0.2.7': over https:// name the server"),
+        ("[server]\nurl = [\"https://a.example\", \"http://b.example\"]", "[server] url mixes http:// and https:// URLs"),
+        ("[server]\nurl = [\"http://a.example\", \"http://b.example/\", \"http://b.example\"]", "[server] url lists 'http://b.example' twice"),
     ])
     func mistakesAreNamed(_ text: String, _ complaint: String) {
         #expect {
@@ -128,6 +135,23 @@ import Testing
         } throws: { error in
             "\(error)".contains(complaint) && "\(error)".hasPrefix("test.conf")
         }
+    }
+
+    /// `[server] url` takes one URL or a list of replicas, up to the bound, in the order given.
+    @Test func theServerURLIsOneOrAList() throws {
+        #expect(try parse("[server]\nurl = \"http://a.example:8080\"").serverURLs == ["http://a.example:8080"])
+        let list = try parse("""
+            [server]
+            url = ["https://a.example:8443", "https://b.example:8443"]
+            ca-file = "/etc/nearbyd/server-ca.pem"
+            """)
+        #expect(list.serverURLs == ["https://a.example:8443", "https://b.example:8443"])
+        let most = (1...DaemonConfiguration.maxServerURLs).map { "\"http://replica\($0).example\"" }
+        #expect(try parse("[server]\nurl = [\(most.joined(separator: ", "))]").serverURLs.count == 16)
+        let error = #expect(throws: ConfigurationError.self) {
+            try parse("[server]\nurl = [\((most + ["\"http://one-too-many.example\""]).joined(separator: ", "))]")
+        }
+        #expect(error?.message == "test.conf: [server] url lists 17 URLs; it takes 1 to 16")
     }
 
     /// Per-user limits: each at its edge, and one left out follows the daemon-wide limit it must fit in.
@@ -205,7 +229,7 @@ import Testing
         #expect(throws: ConfigurationError.self) { try DaemonConfiguration().applying(file) }
         var configuration = try DaemonConfiguration().applying(file, validating: false)
         #expect(throws: ConfigurationError.self) { try configuration.validate() }
-        configuration.serverURL = "https://nearby.example:8443"
+        configuration.serverURLs = ["https://nearby.example:8443"]
         try configuration.validate()
     }
 

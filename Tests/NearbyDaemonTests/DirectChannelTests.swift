@@ -11,6 +11,8 @@ import Testing
 struct DirectChannelTests {
     /// One connection the channel made, driven by the test.
     struct Connection: Sendable {
+        /// The URL it was made to.
+        let server: String
         let requests: AsyncStream<ChannelRequest>
         let opened: @Sendable () async -> Void
         let received: @Sendable (ChannelEvent) async -> Void
@@ -25,18 +27,21 @@ struct DirectChannelTests {
     let changes: AsyncStream<Bool>
     let events: AsyncStream<ChannelEvent>
 
-    init() {
+    /// Two URLs of one server; `backoff`'s delays, long or short.
+    init(backoff: Backoff = Backoff(initial: .milliseconds(1), maximum: .milliseconds(2))) {
         let (connections, made) = AsyncStream.makeStream(of: Connection.self)
         self.connections = connections
-        channel = DirectChannel(account: Account(uid: 1000, apiKey: "key"), connect: { requests, opened, received in
+        let endpoints = ServerEndpoints(clients: Self.urls.map { ServerClient(baseURL: $0, timeoutSeconds: 1) },
+                                        logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+        channel = DirectChannel(account: Account(uid: 1000, apiKey: "key"), connect: { server, requests, opened, received in
             let (ends, end) = AsyncStream.makeStream(of: (any Error)?.self)
-            made.yield(Connection(requests: requests, opened: opened, received: received, end: end))
+            made.yield(Connection(server: server.baseURL, requests: requests, opened: opened, received: received, end: end))
             // Iteration stops when the channel cancels the connection's task.
             for await outcome in ends {
                 if let outcome { throw outcome }
                 return
             }
-        }, backoff: Backoff(initial: .milliseconds(1), maximum: .milliseconds(2)), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+        }, endpoints: endpoints, backoff: backoff, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
         let (changes, changed) = AsyncStream.makeStream(of: Bool.self)
         self.changes = changes
         let (events, event) = AsyncStream.makeStream(of: ChannelEvent.self)
@@ -110,6 +115,33 @@ struct DirectChannelTests {
         let heard = await events.next(isolation: #isolation)
         #expect(heard == failed)
         channel.wanted = false
+    }
+
+    static let urls = ["http://a.example:8080", "http://b.example:8080"]
+
+    /// The backoff is a minute here: a connection that failed as a server
+    /// fails is followed at once by one to the next URL, which the test sees
+    /// within its time limit; so is a connection lost after it opened, since
+    /// that began a new round. A refusal (a 4xx) is no reason to move.
+    @Test(.timeLimit(.minutes(1))) func aFailedServerCostsOneQuickRetryOnTheNextURL() async throws {
+        let test = DirectChannelTests(backoff: Backoff(initial: .seconds(60), maximum: .seconds(60)))
+        var connections = test.connections.makeAsyncIterator()
+        var changes = test.changes.makeAsyncIterator()
+        test.channel.wanted = true
+        let first = try #require(await connections.next(isolation: #isolation))
+        #expect(first.server == Self.urls[0])
+        first.end.yield(ServerCallError.unreachable("GET /v1/devices/d/channel: connection refused"))
+        let second = try #require(await connections.next(isolation: #isolation))
+        #expect(second.server == Self.urls[1])
+        await second.opened()
+        #expect(await changes.next(isolation: #isolation) == true)
+        second.end.yield(ServerCallError.rejected(status: 503, APIError(.unavailable, "the database does not answer")))
+        #expect(await changes.next(isolation: #isolation) == false)
+        let third = try #require(await connections.next(isolation: #isolation))
+        #expect(third.server == Self.urls[0])
+        #expect(!ServerEndpoints.isServerFailure(ServerCallError.rejected(status: 403, APIError(.permissionDenied, "no"))))
+        #expect(!ServerEndpoints.isServerFailure(ServerCallError.keyRefused("unknown API key")))
+        test.channel.wanted = false
     }
 
     @Test func aKeyWantsItsChannelWhileOneManagerInTheForegroundAsksForIt() {

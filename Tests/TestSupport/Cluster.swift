@@ -22,6 +22,9 @@ public final class Cluster: Sendable {
         public var extraConfiguration = ""
         /// More lines of the daemons' `[server]` section.
         public var daemonServerSettings = ""
+        /// URLs the daemons' `[server] url` lists before the cluster's server
+        /// (replicas that are down, say); with none it is that server's URL alone.
+        public var serverURLsBefore: [String] = []
         /// `nearby-server.conf` text.
         public var serverConfiguration = ""
         /// The daemons' `--log-level`: debug for tests (their output is shown
@@ -52,7 +55,8 @@ public final class Cluster: Sendable {
                     daemonServerSettings: String = "",
                     serverConfiguration: String = "", daemonLogLevel: String = "debug", xmpp: Bool = false,
                     permissionPolicy: String = "grant", permissionTimeout: Double = 20.0, logindBus: String = "none",
-                    busPolicy: PrivateBus.Policy = .open, tls: Bool = false, daemonsTrustServer: Bool = true) {
+                    busPolicy: PrivateBus.Policy = .open, tls: Bool = false, daemonsTrustServer: Bool = true,
+                    serverURLsBefore: [String] = []) {
             self.lostTimeout = lostTimeout
             self.refreshInterval = refreshInterval
             self.extraConfiguration = extraConfiguration
@@ -66,6 +70,7 @@ public final class Cluster: Sendable {
             self.busPolicy = busPolicy
             self.tls = tls
             self.daemonsTrustServer = daemonsTrustServer
+            self.serverURLsBefore = serverURLsBefore
         }
     }
 
@@ -182,7 +187,7 @@ public final class Cluster: Sendable {
             directory = "\(directory.file("publications-\(name)"))"
 
             [server]
-            url = "\(serverURL)"
+            url = \(daemonServerURLs)
             reconnect-initial-delay = 0.05
             reconnect-max-delay = 0.5
             request-timeout = 5
@@ -218,6 +223,12 @@ public final class Cluster: Sendable {
                             daemon: try await startDaemon(name, bus: old.bus, configuration: directory.file("\(name).conf")))
         devices.withLock { $0[name] = device }
         return device
+    }
+
+    /// The daemons' `[server] url`: the cluster's server, after ``Options/serverURLsBefore``.
+    private var daemonServerURLs: String {
+        let urls = options.serverURLsBefore + [serverURL]
+        return urls.count == 1 ? "\"\(serverURL)\"" : "[" + urls.map { "\"\($0)\"" }.joined(separator: ", ") + "]"
     }
 
     private func startDaemon(_ name: String, bus: PrivateBus, configuration: String) async throws -> ChildProcess {

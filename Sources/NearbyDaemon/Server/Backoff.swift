@@ -6,6 +6,13 @@ struct Backoff: Sendable {
     var initial: Duration
     var maximum: Duration
 
+    /// What came of one attempt: whether it got connected (and then ended),
+    /// and the error it ended with, if any.
+    struct Attempt {
+        var connected: Bool
+        var failure: (any Error)?
+    }
+
     init(initial: Duration, maximum: Duration) {
         self.initial = initial
         self.maximum = maximum
@@ -17,19 +24,38 @@ struct Backoff: Sendable {
                   maximum: .milliseconds(Int64(configuration.reconnectMaxDelay * 1000)))
     }
 
-    /// Runs `attempt` again and again until the task is cancelled. Between
-    /// attempts it waits (with `pause`) from `initial`, doubling up to
-    /// `maximum`; an attempt that returns true got connected, so the next
-    /// failure starts from `initial` again.
+    /// Runs `attempt` on the current URL of `endpoints` again and again until
+    /// the task is cancelled, telling `endpoints` how each went. The backoff
+    /// counts rounds of the list, not URLs: an attempt whose failure moved
+    /// `endpoints` to a URL not yet tried in this round is followed at once by
+    /// one on that URL, so a dead replica costs one quick retry on the next.
+    /// Once the current URL has been tried in the round, the round has failed:
+    /// `settled(true)` runs, then it waits (with `pause`) from `initial`,
+    /// doubling up to `maximum`. An attempt that got connected starts a new
+    /// round, and the next failed round waits `initial` again. `settled` runs
+    /// after every attempt, with whether the round failed with it.
     @BusActor
-    func retry(_ attempt: @BusActor () async -> Bool,
+    func retry(over endpoints: ServerEndpoints,
+               _ attempt: @BusActor (ServerEndpoints.Endpoint) async -> Attempt,
+               settled: @BusActor (_ roundFailed: Bool) async -> Void = { _ in },
                pause: @BusActor (Duration) async -> Void = { try? await Task.sleep(for: $0) }) async {
         var delay = initial
+        var tried: Set<Int> = []
         while !Task.isCancelled {
-            if await attempt() { delay = initial }
-            if Task.isCancelled { break }
+            let endpoint = await endpoints.current
+            tried.insert(endpoint.index)
+            let outcome = await attempt(endpoint)
+            if outcome.connected {
+                delay = initial
+                tried = [endpoint.index]
+            }
+            if let failure = outcome.failure, !Task.isCancelled { await endpoints.failed(endpoint, failure) }
+            let roundFailed = await tried.contains(endpoints.current.index)
+            await settled(roundFailed)
+            guard roundFailed, !Task.isCancelled else { continue }
             await pause(delay)
             delay = min(delay * 2, maximum)
+            tried = []
         }
     }
 }

@@ -3,8 +3,19 @@ import Foundation
 import ServerAPI
 
 /// Beacon attachments from nearby-server's `beaconinfo:getforobserved`
-/// (doc/server-api/openapi.yaml), one beacon per question.
-extension ServerClient: AttachmentSource {
+/// (doc/server-api/openapi.yaml), one beacon per question, asked at the
+/// current URL (and the next ones, should its server fail).
+extension ServerEndpoints: AttachmentSource {
+    func attachments(apiKey: String, namespacedType: String, beacon: AdvertisedID,
+                     telemetry: [UInt8]?) async throws -> [BeaconAttachment] {
+        try await request { client in
+            try await client.attachments(apiKey: apiKey, namespacedType: namespacedType, beacon: beacon, telemetry: telemetry)
+        }
+    }
+}
+
+extension ServerClient {
+    /// One question to this URL's server.
     func attachments(apiKey: String, namespacedType: String, beacon: AdvertisedID,
                      telemetry: [UInt8]?) async throws -> [BeaconAttachment] {
         guard let type = AdvertisedIdType(rawValue: beacon.type.rawValue) else { return [] }

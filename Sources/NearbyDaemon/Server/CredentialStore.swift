@@ -7,8 +7,11 @@ import ServerAPI
 /// The device registrations nearbyd holds with nearby-server, one per user
 /// and API key (``Account``), kept in the state directory so a restarted
 /// daemon is the same device. Entries are keyed by a hash of server URL, uid
-/// and API key; the file is readable by its owner only, as it holds device
-/// secrets.
+/// and API key, the URL being the one of `[server] url` the registration
+/// was made through; it is used through every URL of the list (the replicas
+/// share one database), so a list that gains, loses or reorders URLs keeps
+/// the registrations made through those it still has. The file is readable
+/// by its owner only, as it holds device secrets.
 ///
 /// The file is durable per-user state, so it is bounded and expires: a
 /// registration not used for ``Limits/retention`` goes, and so does a
@@ -40,11 +43,14 @@ actor CredentialStore {
     }
 
     private let path: String
+    /// The server's URLs; the server is told of the registrations dropped.
+    private let endpoints: ServerEndpoints
     private let limits: Limits
     private let logger: Logger
     private var entries: [String: Entry] = [:]
-    /// Registrations on their way, by entry key: later callers wait for them.
-    private var registering: [String: Task<DeviceRegistration, any Error>] = [:]
+    /// Registrations on their way, by ``Account``: later callers wait for
+    /// them, whichever URL they would register through.
+    private var registering: [Account: Task<DeviceRegistration, any Error>] = [:]
     /// API keys the server refused lately, with its reason and when it may be
     /// asked again: until then registering fails at once, so a program that
     /// makes up keys costs the server one request per key per `refusedKeyRetry`.
@@ -54,7 +60,8 @@ actor CredentialStore {
     /// reconnecting link should not cost a write each time.
     private static let touchInterval: UInt64 = 3_600_000
 
-    init(stateDirectory: String, limits: Limits, refusedKeyRetry: Duration, logger: Logger) {
+    init(stateDirectory: String, endpoints: ServerEndpoints, limits: Limits, refusedKeyRetry: Duration, logger: Logger) {
+        self.endpoints = endpoints
         self.limits = limits
         self.refusedKeyRetry = refusedKeyRetry
         self.logger = logger
@@ -70,17 +77,16 @@ actor CredentialStore {
         }
     }
 
-    /// The device registration of `account` with `client`'s server: the one
-    /// stored, or one made now (and stored). Callers asking while a
-    /// registration is on its way share it.
+    /// The device registration of `account` with the server: the one stored
+    /// (made through any of its URLs), or one made now through `client` (and
+    /// stored). Callers asking while a registration is on its way share it.
     func registration(_ account: Account, with client: ServerClient) async throws -> DeviceRegistration {
-        let key = Self.key(server: client.baseURL, account: account)
-        if let stored = entries[key] {
+        if let (key, stored) = stored(account) {
             touch(key, stored)
             return stored.registration
         }
         if let refused = refusedKeys[account.apiKey], refused.until > .now { throw ServerCallError.keyRefused(refused.message) }
-        if let running = registering[key] { return try await running.value }
+        if let running = registering[account] { return try await running.value }
         let task = Task { () async throws -> DeviceRegistration in
             do {
                 return try await client.register(apiKey: account.apiKey)
@@ -88,8 +94,8 @@ actor CredentialStore {
                 throw ServerCallError.keyRefused(message)
             }
         }
-        registering[key] = task
-        defer { registering[key] = nil }
+        registering[account] = task
+        defer { registering[account] = nil }
         let registration: DeviceRegistration
         do {
             registration = try await task.value
@@ -101,8 +107,9 @@ actor CredentialStore {
                            metadata: ["account": "\(account)"])
             throw ServerCallError.keyRefused(message)
         }
+        let key = Self.key(server: client.baseURL, account: account)
         entries[key] = Entry(registration: registration, uid: account.uid, server: client.baseURL, usedAtMs: Self.nowMs)
-        dropStale(keeping: key, client: client)
+        dropStale(keeping: key)
         save()
         logger.info("registered as a device", metadata: ["device": "\(registration.device)", "project": "\(registration.project)",
                                                          "uid": "\(account.uid)"])
@@ -112,18 +119,27 @@ actor CredentialStore {
     /// The server refused `registration`: forgotten, so the next caller
     /// registers afresh, unless another caller has replaced it already (the
     /// link and the channel may both find the same credential refused).
-    func forget(_ registration: DeviceRegistration, server: String, account: Account) {
-        let key = Self.key(server: server, account: account)
-        guard entries[key]?.registration == registration else { return }
+    func forget(_ registration: DeviceRegistration, account: Account) {
+        guard let (key, stored) = stored(account), stored.registration == registration else { return }
         entries[key] = nil
         save()
     }
 
+    /// The entry of `account` made through one of the server's URLs, the
+    /// first in the list's order should there be several.
+    private func stored(_ account: Account) -> (key: String, entry: Entry)? {
+        for server in endpoints.urls {
+            let key = Self.key(server: server, account: account)
+            if let entry = entries[key] { return (key, entry) }
+        }
+        return nil
+    }
+
     /// Drops what has not been used within the retention, and each user's
     /// and everyone's least recently used beyond their bounds; `kept` (just
-    /// made) stays. The server of `client` is asked to forget its devices
-    /// among them, without waiting for it.
-    func dropStale(keeping kept: String? = nil, client: ServerClient) {
+    /// made) stays. The server is asked to forget the devices among them
+    /// that were registered through one of its URLs, without waiting for it.
+    func dropStale(keeping kept: String? = nil) {
         let now = Self.nowMs
         let cutoff = now - min(now, UInt64(limits.retention / .milliseconds(1)))
         var dropped = entries.filter { $0.key != kept && $0.value.usedAtMs < cutoff }
@@ -140,9 +156,12 @@ actor CredentialStore {
         guard !dropped.isEmpty else { return }
         logger.info("device registrations dropped (unused, or over the bounds)", metadata: ["count": "\(dropped.count)"])
         save()
-        let forsaken = dropped.values.filter { $0.server == client.baseURL }.map(\.registration)
-        Task.detached {
-            for registration in forsaken { try? await client.unregister(registration) }
+        let servers = Set(endpoints.urls)
+        let forsaken = dropped.values.filter { servers.contains($0.server) }.map(\.registration)
+        Task.detached { [endpoints] in
+            for registration in forsaken {
+                _ = try? await endpoints.request { client in try await client.unregister(registration) }
+            }
         }
     }
 
@@ -162,7 +181,7 @@ actor CredentialStore {
         }
     }
 
-    private static func key(server: String, account: Account) -> String {
+    static func key(server: String, account: Account) -> String {
         SHA256.hash(data: Data("\(server)\n\(account.uid)\n\(account.apiKey)".utf8)).map { String(format: "%02x", $0) }.joined()
     }
 

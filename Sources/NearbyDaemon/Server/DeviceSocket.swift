@@ -15,10 +15,14 @@ enum DeviceSocket {
     /// upgrade succeeded, then each request of `requests` is written as it
     /// comes and each text frame received goes to `received`, in order. An
     /// error thrown by `received` closes the socket and is rethrown. A refused
-    /// upgrade (a 401, but WSClient does not say which status) throws
-    /// `WebSocketClientError.webSocketUpgradeFailed`; a failed TLS handshake
-    /// throws `ServerCallError.unreachable` with ``ServerTLS``'s words, as a
-    /// REST call's does.
+    /// upgrade is explained by a REST call with the same credential, since
+    /// WSClient does not say which status it got: its `ServerCallError` is
+    /// thrown (`unauthenticated` for a credential the server no longer
+    /// accepts, `rejected` with a 5xx or `unreachable` for a server in
+    /// trouble, which ``ServerEndpoints`` moves away from), or
+    /// `WebSocketClientError.webSocketUpgradeFailed` when the call went
+    /// through. A failed TLS handshake throws `ServerCallError.unreachable`
+    /// with ``ServerTLS``'s words, as a REST call's does.
     static func run<Request: Encodable & Sendable>(
         server: ServerClient, path: String, device: DeviceRegistration, maxFrameBytes: Int, requests: AsyncStream<Request>,
         logger: Logger,
@@ -32,6 +36,10 @@ enum DeviceSocket {
         do {
             try await serve(url: server.webSocketURL(path), configuration: configuration, tls: server.tls, requests: requests,
                             logger: logger, opened: { upgraded.set(); await opened() }, received: received)
+        } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
+            // The call's own error says why; if it goes through, the upgrade's failure stands.
+            _ = try await server.subscriptions(device)
+            throw error
         } catch {
             guard !upgraded.value, let explained = ServerTLS.explain(error, caFile: server.caFile) else { throw error }
             throw ServerCallError.unreachable("WebSocket \(path): \(explained)")

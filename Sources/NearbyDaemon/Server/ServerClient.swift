@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
@@ -30,6 +31,19 @@ enum ServerCallError: Error, CustomStringConvertible {
 
 /// The REST calls nearbyd makes to nearby-server (doc/server-api/openapi.yaml).
 struct ServerClient: Sendable {
+    /// The HTTP client of every call: AsyncHTTPClient's shared settings, but
+    /// a connection that cannot be made fails its request at once, where the
+    /// shared client would try again until the request's deadline. A dead
+    /// replica then costs a moment before the next URL is tried, and the
+    /// daemon's own backoff paces the retries. Lives as long as the process,
+    /// so it is never shut down.
+    private static let http: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        configuration.connectionPool.retryConnectionEstablishment = false
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
+                          backgroundActivityLogger: Logger(label: "nearbyd.http") { _ in SwiftLogNoOpLogHandler() })
+    }()
+
     let baseURL: String
     let timeout: TimeAmount
     /// How an `https://` server's certificate is checked (``ServerTLS``); nil for `http://`.
@@ -116,7 +130,7 @@ struct ServerClient: Sendable {
         let status: Int
         let data: Data
         do {
-            let response = try await HTTPClient.shared.execute(request, timeout: timeout)
+            let response = try await Self.http.execute(request, timeout: timeout)
             status = Int(response.status.code)
             data = Data(buffer: try await response.body.collect(upTo: 64 << 20))
         } catch {

@@ -7,13 +7,15 @@ import ServerAPI
 
 /// What a ``ServerLink`` tells the daemon, in order.
 enum LinkEvent: Sendable {
-    /// In step with the server: `registered` are the publication and subscription
-    /// ids the server now holds; `namespace` is the project's own.
-    case connected(namespace: String, registered: Set<String>)
+    /// In step with the server at `server` (one of `[server] url`):
+    /// `registered` are the publication and subscription ids it now holds;
+    /// `namespace` is the project's own.
+    case connected(namespace: String, registered: Set<String>, server: String)
     /// The server cannot be reached; the link retries by itself.
     case disconnected
-    /// Why the link is not connected, after each failed attempt whose reason
-    /// differs from the last one's; `reached` when the server answered (it
+    /// Why the link is not connected, after each failed round of attempts
+    /// (one per URL of `[server] url`, ``Backoff``) whose reason differs from
+    /// the last one's; `reached` when the server answered (it
     /// refused the API key), false when it could not be reached or its
     /// certificate was not trusted.
     case waiting(String, reached: Bool)
@@ -33,7 +35,10 @@ enum LinkEvent: Sendable {
 /// registration, the rotating token, keeping the server's publications and
 /// subscriptions in step with the daemon's, reporting the tokens heard, and the
 /// stream of found and lost. When the server is unreachable or restarts it
-/// reconnects with backoff and restores all of it, without anyone asking.
+/// reconnects with backoff and restores all of it, without anyone asking. Each
+/// session runs on one URL of ``ServerEndpoints``, the current one when it
+/// began; a failed session moves on to the next URL with the registration it
+/// had (valid on every replica).
 ///
 /// It lives on the bus actor: the daemon hands it changes synchronously, which
 /// costs a D-Bus call no thread hop; the requests themselves run off the actor.
@@ -74,7 +79,9 @@ final class ServerLink {
     }
 
     let account: Account
-    private let client: ServerClient
+    private let endpoints: ServerEndpoints
+    /// The server of this session, or of the last one.
+    private var client: ServerClient
     private let credentials: CredentialStore
     private let backoff: Backoff
     private let batchDelay: Duration
@@ -118,11 +125,12 @@ final class ServerLink {
     private var performing = false
     private var token: IssuedToken?
 
-    init(account: Account, client: ServerClient, credentials: CredentialStore, backoff: Backoff, batchDelay: Duration,
+    init(account: Account, endpoints: ServerEndpoints, credentials: CredentialStore, backoff: Backoff, batchDelay: Duration,
          refusedRetry: Duration, logger: Logger) {
         self.account = account
         self.refusedRetry = refusedRetry
-        self.client = client
+        self.endpoints = endpoints
+        client = endpoints.clients[0]
         self.credentials = credentials
         self.backoff = backoff
         self.batchDelay = batchDelay
@@ -175,15 +183,20 @@ final class ServerLink {
 
     /// Keeps connected to the server until the task is cancelled.
     func run() async {
-        await backoff.retry {
+        var failure: (any Error)?
+        await backoff.retry(over: endpoints) { endpoint in
+            client = endpoint.client
+            failure = nil
             do {
-                try await session()
+                try await session(endpoint)
             } catch {
-                failed(error)
+                failure = error
             }
-            let reached = connected
+            return Backoff.Attempt(connected: connected, failure: failure)
+        } settled: { roundFailed in
+            // Told only when no URL is left to try at once: a move to the next is no news.
+            if roundFailed, let failure { await failed(failure) }
             disconnect()
-            return reached
         } pause: { delay in
             await pause(delay)
         }
@@ -191,13 +204,17 @@ final class ServerLink {
         refusedRetryTask?.cancel()
     }
 
-    /// An attempt ended: the daemon hears why, and the log says so, once per reason.
-    private func failed(_ error: any Error) {
+    /// A round of attempts failed: the daemon hears why, and the log says so,
+    /// once per reason. With several URLs, why each failed.
+    private func failed(_ error: any Error) async {
         guard !Task.isCancelled else { return }
-        let reason = switch error {
+        var reason = switch error {
         case ServerCallError.keyRefused(let message): "nearby-server refuses the API key: \(message)"
         case ServerCallError.unreachable(let message): "cannot reach nearby-server: \(message)"
         default: "lost nearby-server: \(error)"
+        }
+        if endpoints.clients.count > 1, ServerEndpoints.isServerFailure(error) {
+            reason = "cannot reach nearby-server: \(await endpoints.failureSummary)"
         }
         guard reason != lastFailure else { return }
         lastFailure = reason
@@ -206,7 +223,7 @@ final class ServerLink {
         notify(.waiting(reason, reached: reached))
     }
 
-    private func session() async throws {
+    private func session(_ endpoint: ServerEndpoints.Endpoint) async throws {
         let device = try await registration()
         operations.removeAll()
         queued.removeAll()
@@ -238,8 +255,9 @@ final class ServerLink {
             restarted.removeAll()
             connected = true
             lastFailure = nil
+            await endpoints.succeeded(endpoint)
             logger.info("connected to nearby-server", metadata: ["server": "\(client.baseURL)", "device": "\(device.device)"])
-            notify(.connected(namespace: device.namespace, registered: registered))
+            notify(.connected(namespace: device.namespace, registered: registered, server: client.baseURL))
             try await flushSightings(device)
             // After the resync and the re-reported sightings: what was lost meanwhile drops out.
             outgoing.yield(.snapshot)
@@ -283,11 +301,16 @@ final class ServerLink {
         do {
             return try await body()
         } catch .unauthenticated(let message) {
-            logger.warning("the server no longer knows this device (\(message)); registering again")
-            await credentials.forget(device, server: client.baseURL, account: account)
-            token = nil
+            await forget(device, message)
             throw ServerCallError.unauthenticated(message)
         }
+    }
+
+    /// The server refused the device's credential: the next session registers afresh.
+    private func forget(_ device: DeviceRegistration, _ message: String) async {
+        logger.warning("the server no longer knows this device (\(message)); registering again")
+        await credentials.forget(device, account: account)
+        token = nil
     }
 
     private func refreshToken(_ device: DeviceRegistration) async throws {
@@ -559,16 +582,21 @@ final class ServerLink {
                         opened: AsyncStream<Void>.Continuation) async throws {
         defer { opened.finish() }
         let logger = self.logger
-        try await DeviceSocket.run(server: client, path: APIPath.stream(device.device), device: device,
-                                   maxFrameBytes: ClientBatchLimits.maxStreamMessageBytes, requests: requests,
-                                   logger: logger) {
-            opened.yield()
-        } received: { text in
-            do {
-                await self.notify(.stream(try JSONDecoder().decode(StreamEvent.self, from: Data(text.utf8))))
-            } catch {
-                logger.warning("ignoring a malformed stream event: \(error)")
+        do {
+            try await DeviceSocket.run(server: client, path: APIPath.stream(device.device), device: device,
+                                       maxFrameBytes: ClientBatchLimits.maxStreamMessageBytes, requests: requests,
+                                       logger: logger) {
+                opened.yield()
+            } received: { text in
+                do {
+                    await self.notify(.stream(try JSONDecoder().decode(StreamEvent.self, from: Data(text.utf8))))
+                } catch {
+                    logger.warning("ignoring a malformed stream event: \(error)")
+                }
             }
+        } catch ServerCallError.unauthenticated(let message) {
+            await forget(device, message)
+            throw ServerCallError.unauthenticated(message)
         }
     }
 

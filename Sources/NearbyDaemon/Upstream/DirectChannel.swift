@@ -3,35 +3,38 @@ import Foundation
 import Logging
 import NearbyCore
 import ServerAPI
-import WSClient
 
 /// The direct channel of one ``Account`` (a user's registration under one
 /// API key): the WebSocket to nearby-server
 /// (`GET /v1/devices/{device}/channel`) that carries the upstream messages
 /// of every app of the key and brings their downstream messages.
 ///
-/// It connects while it is ``wanted``, reconnecting with the daemon's backoff,
-/// and is closed as soon as it is not. ``onOpenChanged`` hears each time it
+/// It connects while it is ``wanted``, to the current URL of
+/// ``ServerEndpoints``, reconnecting with the daemon's backoff (at once on the
+/// next URL when the server of one failed), and is closed as soon as it is not. ``onOpenChanged`` hears each time it
 /// opens or closes, ``onEvent`` what the server writes while it is open; both
 /// run on the bus actor, in order. Nothing of a connection that was closed is
 /// heard after ``onOpenChanged(false)``.
 @BusActor
 final class DirectChannel {
-    /// Makes one connection and serves it until it ends: calls `opened` once
-    /// the socket is open, writes each request of `requests`, hands each
-    /// event to `received`, in order.
-    typealias Connect = @Sendable (_ requests: AsyncStream<ChannelRequest>, _ opened: @escaping @Sendable () async -> Void,
+    /// Makes one connection to `server` and serves it until it ends: calls
+    /// `opened` once the socket is open, writes each request of `requests`,
+    /// hands each event to `received`, in order.
+    typealias Connect = @Sendable (_ server: ServerClient, _ requests: AsyncStream<ChannelRequest>,
+                                   _ opened: @escaping @Sendable () async -> Void,
                                    _ received: @escaping @Sendable (ChannelEvent) async -> Void) async throws -> Void
 
     /// The server broke the protocol (a frame that is not a ``ChannelEvent``):
-    /// the connection is dropped, and the next one waits out the backoff as
-    /// after a failure, since the server may well do it again.
+    /// the connection is dropped, and the next one is made as after a failure
+    /// to connect (on the next URL, or after the backoff), since the server
+    /// may well do it again.
     struct ProtocolViolation: Error, CustomStringConvertible {
         var description: String
     }
 
     let account: Account
     private let connect: Connect
+    private let endpoints: ServerEndpoints
     private let backoff: Backoff
     private let logger: Logger
     var onOpenChanged: (Bool) -> Void = { _ in }
@@ -43,9 +46,10 @@ final class DirectChannel {
     /// Counts starts and stops: what a stopped run reports late is dropped.
     private var generation = 0
 
-    init(account: Account, connect: @escaping Connect, backoff: Backoff, logger: Logger) {
+    init(account: Account, connect: @escaping Connect, endpoints: ServerEndpoints, backoff: Backoff, logger: Logger) {
         self.account = account
         self.connect = connect
+        self.endpoints = endpoints
         self.backoff = backoff
         self.logger = logger
     }
@@ -74,25 +78,29 @@ final class DirectChannel {
     }
 
     private func run(_ current: Int) async {
-        await backoff.retry {
+        await backoff.retry(over: endpoints) { endpoint in
             let (requests, sink) = AsyncStream.makeStream(of: ChannelRequest.self)
-            var violated = false
+            var failure: (any Error)?
             do {
-                try await connect(requests, { await self.opened(sink, current) }, { event in await self.received(event, current) })
+                try await connect(endpoint.client, requests, { await self.opened(sink, endpoint, current) },
+                                  { event in await self.received(event, current) })
             } catch {
-                violated = error is ProtocolViolation
-                if !Task.isCancelled { logger.warning("direct channel: \(error)", metadata: ["account": "\(account)"]) }
+                failure = error
+                if !Task.isCancelled {
+                    logger.warning("direct channel: \(error)", metadata: ["account": "\(account)", "server": "\(endpoint.client.baseURL)"])
+                }
             }
             sink.finish()
-            return ended(current) && !violated
+            return Backoff.Attempt(connected: ended(current) && !(failure is ProtocolViolation), failure: failure)
         }
     }
 
-    private func opened(_ sink: AsyncStream<ChannelRequest>.Continuation, _ current: Int) {
+    private func opened(_ sink: AsyncStream<ChannelRequest>.Continuation, _ endpoint: ServerEndpoints.Endpoint, _ current: Int) async {
+        await endpoints.succeeded(endpoint)
         guard current == generation else { return }
         outgoing = sink
         isOpen = true
-        logger.info("direct channel open", metadata: ["account": "\(account)"])
+        logger.info("direct channel open", metadata: ["account": "\(account)", "server": "\(endpoint.client.baseURL)"])
         onOpenChanged(true)
     }
 
@@ -115,13 +123,11 @@ final class DirectChannel {
     }
 
     /// The real connection: the device registration of the account (made
-    /// once for the link and the channel), then the WebSocket. A refused
-    /// upgrade may be a credential the server no longer accepts; WSClient does
-    /// not say which status it got, so the server is asked with a REST call,
-    /// and a 401 there forgets the credential as the link does.
-    nonisolated static func connector(account: Account, client: ServerClient, credentials: CredentialStore,
-                                      logger: Logger) -> Connect {
-        { requests, opened, received in
+    /// once for the link and the channel, and good on every URL), then the
+    /// WebSocket. A credential the server no longer accepts (``DeviceSocket``
+    /// finds out why an upgrade was refused) is forgotten, as the link does.
+    nonisolated static func connector(account: Account, credentials: CredentialStore, logger: Logger) -> Connect {
+        { client, requests, opened, received in
             let device = try await credentials.registration(account, with: client)
             do {
                 try await DeviceSocket.run(server: client, path: APIPath.channel(device.device), device: device,
@@ -135,16 +141,10 @@ final class DirectChannel {
                     }
                     await received(event)
                 }
-            } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
-                do {
-                    _ = try await client.subscriptions(device)
-                } catch ServerCallError.unauthenticated(let message) {
-                    logger.warning("the server no longer knows this device (\(message)); registering again")
-                    await credentials.forget(device, server: client.baseURL, account: account)
-                } catch {
-                    // Unreachable, or refused otherwise: the upgrade's failure is the one to report.
-                }
-                throw error
+            } catch ServerCallError.unauthenticated(let message) {
+                logger.warning("the server no longer knows this device (\(message)); registering again")
+                await credentials.forget(device, account: account)
+                throw ServerCallError.unauthenticated(message)
             }
         }
     }

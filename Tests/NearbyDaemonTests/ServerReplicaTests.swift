@@ -1,0 +1,246 @@
+import Beacons
+import DBus
+import Foundation
+import Logging
+import NearbyCore
+import ServerAPI
+import Testing
+import TestSupport
+@testable import NearbyDaemon
+
+/// `[server] url` with several replicas of nearby-server on one database,
+/// each a real `nearby-server` process: the links of two devices and a
+/// direct channel move to the second URL when the first one's server stops,
+/// and go on working there; a dead first URL costs one quick retry, not a
+/// backoff delay; when every URL fails, the reason names each.
+@BusActor
+@Suite(.timeLimit(.minutes(2))) struct ServerReplicaTests {
+    /// One nearby-server process on the shared database.
+    struct Replica {
+        let process: ChildProcess
+        let url: String
+
+        static func start(_ name: String, in directory: TemporaryDirectory) async throws -> Replica {
+            let process = try await ChildProcess(name: name, executable: Programs.path("nearby-server"), arguments: [
+                "serve", "--listen", "127.0.0.1:0", "--database", directory.file("server.sqlite"),
+                "--config", try directory.write("server.conf", ""), "--log-level", "debug",
+            ])
+            let line = try await process.waitForLine(containing: "nearby-server: listening on ")
+            let url = line[line.range(of: "listening on ")!.upperBound...].trimmingCharacters(in: .whitespaces)
+            return Replica(process: process, url: url)
+        }
+    }
+
+    /// One device's link, and what it reported.
+    struct Device {
+        let link: ServerLink
+        let events: Inbox<LinkEvent>
+        let task: Task<Void, Never>
+
+        func stop() async {
+            task.cancel()
+            await task.value
+        }
+    }
+
+    let directory: TemporaryDirectory
+    let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+    let registry = Registry(limits: RegistryLimits(), idPrefix: "replicas")
+    /// Far above what a test waits: a retry that came only after it would time the test out.
+    let slowBackoff = Backoff(initial: .seconds(30), maximum: .seconds(60))
+
+    init() throws {
+        directory = try TemporaryDirectory("nearbyd-replicas")
+    }
+
+    func createProject(_ name: String) async throws -> String {
+        let created = try await runProgram(Programs.path("nearby-server"),
+                                           ["project", "create", name, "--database", directory.file("server.sqlite"), "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(created.output.utf8)) as? [String: Any]
+        return try #require(object?["apiKey"] as? String, "\(created.output)")
+    }
+
+    func endpoints(_ urls: [String]) -> ServerEndpoints {
+        ServerEndpoints(clients: urls.map { ServerClient(baseURL: $0, timeoutSeconds: 5) }, logger: logger)
+    }
+
+    /// The registrations are kept in the test's directory, so a link made
+    /// again for an account is the same device.
+    func credentials(_ endpoints: ServerEndpoints) -> CredentialStore {
+        CredentialStore(stateDirectory: directory.path, endpoints: endpoints,
+                        limits: CredentialStore.Limits(perUser: 4, total: 8, retention: .seconds(86_400)),
+                        refusedKeyRetry: .seconds(600), logger: logger)
+    }
+
+    func device(_ account: Account, _ endpoints: ServerEndpoints, _ credentials: CredentialStore,
+                backoff: Backoff = Backoff(initial: .milliseconds(50), maximum: .milliseconds(500))) -> Device {
+        let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: backoff,
+                              batchDelay: .zero, refusedRetry: .seconds(30), logger: logger)
+        let events = Inbox<LinkEvent>()
+        link.onEvent = { events.put($0) }
+        return Device(link: link, events: events, task: Task { await link.run() })
+    }
+
+    func manager(uid: UInt32, apiKey: String) throws -> Manager {
+        try registry.addManager(to: registry.addClient(busName: ":1.\(uid)", uid: uid), apiKey: apiKey, appId: "test", debugLogging: false)
+    }
+
+    func publication(_ text: String, of manager: Manager) throws -> Publication {
+        try registry.addPublication(to: manager, message: Message(namespace: "", type: "greeting", content: Array(text.utf8)),
+                                    strategy: Strategy(mediums: [.ble]), expiresAt: Self.nowMicroseconds + 3_600_000_000)
+    }
+
+    @Test func linksAndTheDirectChannelMoveToTheNextReplicaAndKeepWorking() async throws {
+        defer { directory.remove() }
+        let apiKey = try await createProject("replicas")
+        let first = try await Replica.start("nearby-server-1", in: directory)
+        var second: Replica?
+        do {
+            let publisher = try manager(uid: 1001, apiKey: apiKey)
+            let subscriber = try manager(uid: 1002, apiKey: apiKey)
+            let hello = try publication("hello", of: publisher)
+            let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
+                                                            strategy: Strategy(mediums: [.ble]), expiresAt: 0)
+            let (helloID, subscriptionID) = (hello.id, subscription.id)
+
+            // nearby-server's matcher holds the devices and their objects in
+            // memory from its start, so a replica knows those made through
+            // another only if it starts after them: the devices register and
+            // the server takes their objects first, through the first URL.
+            let onFirst = endpoints([first.url])
+            let firstCredentials = credentials(onFirst)
+            let earlyA = device(publisher.account, onFirst, firstCredentials)
+            let earlyB = device(subscriber.account, onFirst, firstCredentials)
+            earlyA.link.send(.publish(hello))
+            earlyB.link.send(.subscribe(subscription))
+            _ = try await earlyA.events.first(within: 20, "the first replica holds the publication") { $0.registers(helloID) }
+            _ = try await earlyB.events.first(within: 20, "the first replica holds the subscription") { $0.registers(subscriptionID) }
+            await earlyA.stop()
+            await earlyB.stop()
+            second = try await Replica.start("nearby-server-2", in: directory)
+            let replicas = try [first.url, #require(second?.url)]
+
+            // The daemon proper: both URLs, the first in use.
+            let shared = endpoints(replicas)
+            let sharedCredentials = credentials(shared)
+            let a = device(publisher.account, shared, sharedCredentials)
+            let b = device(subscriber.account, shared, sharedCredentials)
+            let channel = DirectChannel(account: publisher.account,
+                                        connect: DirectChannel.connector(account: publisher.account, credentials: sharedCredentials,
+                                                                         logger: logger),
+                                        endpoints: shared, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
+                                        logger: logger)
+            let channelOpen = Inbox<Bool>()
+            channel.onOpenChanged = { channelOpen.put($0) }
+            channel.wanted = true
+            a.link.send(.publish(hello))
+            b.link.send(.subscribe(subscription))
+            _ = try await a.events.first(within: 20, "A connected to the first") { $0.isConnected(to: replicas[0]) }
+            _ = try await b.events.first(within: 20, "B connected to the first") { $0.isConnected(to: replicas[0]) }
+            _ = try await channelOpen.first(within: 20, "the channel open") { $0 }
+            let token = try await a.events.first(within: 20, "A's token") { $0.token != nil }.token!
+            b.link.send(.seen([Sighting(token: token, medium: .ble, rssi: -50, txPower: -59, seenAtMilliseconds: Self.nowMilliseconds)]))
+            _ = try await b.events.first(within: 20, "B finds hello") { $0.delivers("hello", to: subscriptionID) }
+
+            a.events.clear()
+            b.events.clear()
+            await first.process.stop()
+            _ = try await a.events.first(within: 20, "A moved to the second") { $0.isConnected(to: replicas[1]) }
+            _ = try await b.events.first(within: 20, "B moved to the second") { $0.isConnected(to: replicas[1]) }
+            // What B heard is reported again there, and the snapshot finds hello anew.
+            _ = try await b.events.first(within: 20, "B finds hello through the second") { $0.delivers("hello", to: subscriptionID) }
+            _ = try await channelOpen.nth(2, within: 20, "the channel open again") { $0 }
+            #expect(await shared.current.client.baseURL == replicas[1])
+
+            // A publication made now reaches the second replica, and its stream tells B.
+            let again = try publication("again", of: publisher)
+            let againID = again.id
+            a.link.send(.publish(again))
+            _ = try await a.events.first(within: 20, "the second replica holds the new publication") { $0.registers(againID) }
+            _ = try await b.events.first(within: 20, "B finds it") { $0.delivers("again", to: subscriptionID) }
+            // One registration each, made through the first URL, served both.
+            #expect(try await sharedCredentials.registration(publisher.account, with: shared.clients[1]).device
+                    == firstCredentials.registration(publisher.account, with: shared.clients[0]).device)
+
+            channel.wanted = false
+            await a.stop()
+            await b.stop()
+        } catch {
+            await first.process.stop()
+            await second?.process.stop()
+            throw error
+        }
+        await first.process.stop()
+        await second?.process.stop()
+    }
+
+    /// Nothing listens on port 9 of 127.0.0.1 and 127.0.0.2 (both loopback):
+    /// a connection there is refused at once.
+    static let deadURLs = ["http://127.0.0.1:9", "http://127.0.0.2:9"]
+
+    @Test func aDeadFirstURLCostsOneQuickRetryNotABackoffDelay() async throws {
+        defer { directory.remove() }
+        let apiKey = try await createProject("dead-first")
+        let live = try await Replica.start("nearby-server", in: directory)
+        do {
+            let shared = endpoints([Self.deadURLs[0], live.url])
+            let a = device(Account(uid: 1001, apiKey: apiKey), shared, credentials(shared), backoff: slowBackoff)
+            _ = try await a.events.first(within: 10, "connected to the second URL") { $0.isConnected(to: live.url) }
+            #expect(!a.events.values.contains { if case .waiting = $0 { true } else { false } })
+            await a.stop()
+
+            // A beacon lookup asks the current URL; asked with the dead one
+            // first, it moves on within the same question.
+            let fresh = endpoints([Self.deadURLs[0], live.url])
+            let beacon = try AdvertisedID(type: .eddystone, bytes: Array(repeating: 7, count: 16))
+            let attachments = try await fresh.attachments(apiKey: apiKey, namespacedType: "*", beacon: beacon, telemetry: nil)
+            #expect(attachments.isEmpty)
+            #expect(await fresh.current.client.baseURL == live.url)
+        } catch {
+            await live.process.stop()
+            throw error
+        }
+        await live.process.stop()
+    }
+
+    @Test func whenEveryURLFailsTheReasonNamesEach() async throws {
+        defer { directory.remove() }
+        let shared = endpoints(Self.deadURLs)
+        let a = device(Account(uid: 1001, apiKey: "key"), shared, credentials(shared), backoff: slowBackoff)
+        let waiting = try await a.events.first(within: 10, "the round's reason") { if case .waiting = $0 { true } else { false } }
+        guard case .waiting(let reason, let reached) = waiting else { return }
+        #expect(!reached)
+        #expect(reason.hasPrefix("cannot reach nearby-server: \(Self.deadURLs[0]): POST /v1/devices: "), "\(reason)")
+        #expect(reason.contains("; \(Self.deadURLs[1]): POST /v1/devices: "), "\(reason)")
+        await a.stop()
+    }
+
+    static var nowMilliseconds: UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
+    static var nowMicroseconds: UInt64 { nowMilliseconds * 1000 }
+}
+
+extension LinkEvent {
+    func isConnected(to server: String) -> Bool {
+        if case .connected(_, _, server) = self { true } else { false }
+    }
+
+    func registers(_ id: String) -> Bool {
+        if case .registered(id) = self { return true }
+        if case .connected(_, let registered, _) = self { return registered.contains(id) }
+        return false
+    }
+
+    var token: Token? {
+        if case .token(let token) = self { token } else { nil }
+    }
+
+    /// Found, or in a snapshot: the message `text` for `subscription`.
+    func delivers(_ text: String, to subscription: String) -> Bool {
+        let matches: [Match] = switch self {
+        case .stream(.found(let match)): [match]
+        case .stream(.snapshot(let matches, _)): matches
+        default: []
+        }
+        return matches.contains { $0.subscription == subscription && $0.content == Data(text.utf8) }
+    }
+}
