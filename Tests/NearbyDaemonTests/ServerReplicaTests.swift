@@ -9,10 +9,11 @@ import TestSupport
 @testable import NearbyDaemon
 
 /// `[server] url` with several replicas of nearby-server on one database,
-/// each a real `nearby-server` process: the links of two devices and a
-/// direct channel move to the second URL when the first one's server stops,
-/// and go on working there; a dead first URL costs one quick retry, not a
-/// backoff delay; when every URL fails, the reason names each.
+/// each a real `nearby-server` process: two devices on two replicas of one
+/// PostgreSQL database find each other, and when one replica is killed its
+/// device's link and direct channel move to the other and go on working; a
+/// dead first URL costs one quick retry, not a backoff delay; when every URL
+/// fails, the reason names each.
 @BusActor
 @Suite(.timeLimit(.minutes(2))) struct ServerReplicaTests {
     /// One nearby-server process on the shared database.
@@ -20,9 +21,10 @@ import TestSupport
         let process: ChildProcess
         let url: String
 
-        static func start(_ name: String, in directory: TemporaryDirectory) async throws -> Replica {
+        /// On `database`: a PostgreSQL URL, or by default an SQLite file in `directory`.
+        static func start(_ name: String, in directory: TemporaryDirectory, database: String? = nil) async throws -> Replica {
             let process = try await ChildProcess(name: name, executable: Programs.path("nearby-server"), arguments: [
-                "serve", "--listen", "127.0.0.1:0", "--database", directory.file("server.sqlite"),
+                "serve", "--listen", "127.0.0.1:0", "--database", database ?? directory.file("server.sqlite"),
                 "--config", try directory.write("server.conf", ""), "--log-level", "debug",
             ])
             let line = try await process.waitForLine(containing: "nearby-server: listening on ")
@@ -53,9 +55,9 @@ import TestSupport
         directory = try TemporaryDirectory("nearbyd-replicas")
     }
 
-    func createProject(_ name: String) async throws -> String {
+    func createProject(_ name: String, database: String? = nil) async throws -> String {
         let created = try await runProgram(Programs.path("nearby-server"),
-                                           ["project", "create", name, "--database", directory.file("server.sqlite"), "--json"])
+                                           ["project", "create", name, "--database", database ?? directory.file("server.sqlite"), "--json"])
         let object = try JSONSerialization.jsonObject(with: Data(created.output.utf8)) as? [String: Any]
         return try #require(object?["apiKey"] as? String, "\(created.output)")
     }
@@ -90,12 +92,19 @@ import TestSupport
                                     strategy: Strategy(mediums: [.ble]), expiresAt: Self.nowMicroseconds + 3_600_000_000)
     }
 
-    @Test func linksAndTheDirectChannelMoveToTheNextReplicaAndKeepWorking() async throws {
+    /// A on the first replica publishes, B on the second finds it; the first
+    /// is killed (SIGKILL): A's link and direct channel move to the second,
+    /// B loses nothing meanwhile, and what A publishes there B finds.
+    @Test func devicesOnTwoReplicasFindEachOtherAndSurviveAKill() async throws {
         defer { directory.remove() }
-        let apiKey = try await createProject("replicas")
-        let first = try await Replica.start("nearby-server-1", in: directory)
-        var second: Replica?
+        let cluster = try await PostgresCluster.start()
+        var replicas: [Replica] = []
         do {
+            let database = try await cluster.createDatabase()
+            let apiKey = try await createProject("replicas", database: database)
+            replicas.append(try await Replica.start("nearby-server-1", in: directory, database: database))
+            replicas.append(try await Replica.start("nearby-server-2", in: directory, database: database))
+            let urls = replicas.map(\.url)
             let publisher = try manager(uid: 1001, apiKey: apiKey)
             let subscriber = try manager(uid: 1002, apiKey: apiKey)
             let hello = try publication("hello", of: publisher)
@@ -103,54 +112,36 @@ import TestSupport
                                                             strategy: Strategy(mediums: [.ble]), expiresAt: 0)
             let (helloID, subscriptionID) = (hello.id, subscription.id)
 
-            // nearby-server's matcher holds the devices and their objects in
-            // memory from its start, so a replica knows those made through
-            // another only if it starts after them: the devices register and
-            // the server takes their objects first, through the first URL.
-            let onFirst = endpoints([first.url])
-            let firstCredentials = credentials(onFirst)
-            let earlyA = device(publisher.account, onFirst, firstCredentials)
-            let earlyB = device(subscriber.account, onFirst, firstCredentials)
-            earlyA.link.send(.publish(hello))
-            earlyB.link.send(.subscribe(subscription))
-            _ = try await earlyA.events.first(within: 20, "the first replica holds the publication") { $0.registers(helloID) }
-            _ = try await earlyB.events.first(within: 20, "the first replica holds the subscription") { $0.registers(subscriptionID) }
-            await earlyA.stop()
-            await earlyB.stop()
-            second = try await Replica.start("nearby-server-2", in: directory)
-            let replicas = try [first.url, #require(second?.url)]
-
-            // The daemon proper: both URLs, the first in use.
-            let shared = endpoints(replicas)
-            let sharedCredentials = credentials(shared)
-            let a = device(publisher.account, shared, sharedCredentials)
-            let b = device(subscriber.account, shared, sharedCredentials)
+            // Two daemons, each with both URLs, each starting on another replica.
+            let onFirst = endpoints(urls)
+            let onSecond = endpoints(urls.reversed())
+            let aCredentials = credentials(onFirst)
+            let a = device(publisher.account, onFirst, aCredentials)
+            let b = device(subscriber.account, onSecond, credentials(onSecond))
             let channel = DirectChannel(account: publisher.account,
-                                        connect: DirectChannel.connector(account: publisher.account, credentials: sharedCredentials,
+                                        connect: DirectChannel.connector(account: publisher.account, credentials: aCredentials,
                                                                          logger: logger),
-                                        endpoints: shared, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
+                                        endpoints: onFirst, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
                                         logger: logger)
             let channelOpen = Inbox<Bool>()
             channel.onOpenChanged = { channelOpen.put($0) }
             channel.wanted = true
             a.link.send(.publish(hello))
             b.link.send(.subscribe(subscription))
-            _ = try await a.events.first(within: 20, "A connected to the first") { $0.isConnected(to: replicas[0]) }
-            _ = try await b.events.first(within: 20, "B connected to the first") { $0.isConnected(to: replicas[0]) }
+            _ = try await a.events.first(within: 20, "A connected to the first") { $0.isConnected(to: urls[0]) }
+            _ = try await b.events.first(within: 20, "B connected to the second") { $0.isConnected(to: urls[1]) }
+            _ = try await a.events.first(within: 20, "the first replica holds the publication") { $0.registers(helloID) }
             _ = try await channelOpen.first(within: 20, "the channel open") { $0 }
             let token = try await a.events.first(within: 20, "A's token") { $0.token != nil }.token!
             b.link.send(.seen([Sighting(token: token, medium: .ble, rssi: -50, txPower: -59, seenAtMilliseconds: Self.nowMilliseconds)]))
-            _ = try await b.events.first(within: 20, "B finds hello") { $0.delivers("hello", to: subscriptionID) }
+            _ = try await b.events.first(within: 20, "B finds hello through the other replica") { $0.delivers("hello", to: subscriptionID) }
 
             a.events.clear()
             b.events.clear()
-            await first.process.stop()
-            _ = try await a.events.first(within: 20, "A moved to the second") { $0.isConnected(to: replicas[1]) }
-            _ = try await b.events.first(within: 20, "B moved to the second") { $0.isConnected(to: replicas[1]) }
-            // What B heard is reported again there, and the snapshot finds hello anew.
-            _ = try await b.events.first(within: 20, "B finds hello through the second") { $0.delivers("hello", to: subscriptionID) }
+            replicas[0].process.signal(SIGKILL)
+            _ = try await a.events.first(within: 20, "A moved to the second") { $0.isConnected(to: urls[1]) }
             _ = try await channelOpen.nth(2, within: 20, "the channel open again") { $0 }
-            #expect(await shared.current.client.baseURL == replicas[1])
+            #expect(await onFirst.current.client.baseURL == urls[1])
 
             // A publication made now reaches the second replica, and its stream tells B.
             let again = try publication("again", of: publisher)
@@ -158,20 +149,19 @@ import TestSupport
             a.link.send(.publish(again))
             _ = try await a.events.first(within: 20, "the second replica holds the new publication") { $0.registers(againID) }
             _ = try await b.events.first(within: 20, "B finds it") { $0.delivers("again", to: subscriptionID) }
-            // One registration each, made through the first URL, served both.
-            #expect(try await sharedCredentials.registration(publisher.account, with: shared.clients[1]).device
-                    == firstCredentials.registration(publisher.account, with: shared.clients[0]).device)
+            // B was on the replica that lived: it lost nothing.
+            #expect(!b.events.values.contains { if case .stream(.lost) = $0 { true } else { false } })
 
             channel.wanted = false
             await a.stop()
             await b.stop()
         } catch {
-            await first.process.stop()
-            await second?.process.stop()
+            for replica in replicas { await replica.process.stop() }
+            await cluster.stop()
             throw error
         }
-        await first.process.stop()
-        await second?.process.stop()
+        for replica in replicas { await replica.process.stop() }
+        await cluster.stop()
     }
 
     /// Nothing listens on port 9 of 127.0.0.1 and 127.0.0.2 (both loopback):
