@@ -137,7 +137,9 @@ public final class NearbyService: Sendable {
     static let readinessTimeout = Duration.seconds(2)
 
     /// `GET /v1/ready`: answers when the database answers a trivial query
-    /// within ``readinessTimeout``; otherwise ``APIError/Code/unavailable``.
+    /// within ``readinessTimeout`` and, among replicas, this one hears the
+    /// others (or does again within as long); otherwise
+    /// ``APIError/Code/unavailable``.
     /// Why is logged, not answered: the endpoint needs no credential, and the
     /// reason may name the database's host, socket or role.
     public func checkReady() async throws(APIError) {
@@ -146,9 +148,15 @@ public final class NearbyService: Sendable {
         // connection whose peer went silent ignores cancellation, and a task
         // group would wait for it past the deadline.
         let outcome = await FirstOutcome.race(within: Self.readinessTimeout) { try await storage.ping() }
-        guard case .failure(let error) = outcome else { return }
-        logger.warning("not ready: the database does not answer", metadata: ["reason": "\(error)"])
-        throw APIError(.unavailable, "the database does not answer")
+        if case .failure(let error) = outcome {
+            logger.warning("not ready: the database does not answer", metadata: ["reason": "\(error)"])
+            throw APIError(.unavailable, "the database does not answer")
+        }
+        let feed = self.feed
+        guard case .success = await FirstOutcome.race(within: Self.readinessTimeout, { await feed.untilListening() }) else {
+            // Its matcher misses the others' events: found and lost would be wrong here.
+            throw APIError(.unavailable, "not listening to the other replicas")
+        }
     }
 
     /// `POST /v1/devices`: a new device of the API key's project, within the

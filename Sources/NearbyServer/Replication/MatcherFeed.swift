@@ -6,6 +6,11 @@ protocol MatcherFeed: Sendable {
     /// (found and lost are queued on its streams by then). Throws when the
     /// event could not be sent: no replica applies it.
     func publish(_ event: MatcherEvent) async throws
+
+    /// Returns once this replica hears the others (at once when it does):
+    /// while it does not, its matcher misses their events and it should not
+    /// be sent devices. Ends early when the task is cancelled.
+    func untilListening() async
 }
 
 /// One server alone: events go straight to its matcher.
@@ -15,4 +20,6 @@ struct LocalMatcherFeed: MatcherFeed {
     func publish(_ event: MatcherEvent) async {
         await matcher.apply(event)
     }
+
+    func untilListening() async {}
 }

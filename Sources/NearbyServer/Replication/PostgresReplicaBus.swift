@@ -66,6 +66,7 @@ final class PostgresReplicaBus: ReplicaBus {
             do {
                 try await listenOnce(deliver) { backoff = .milliseconds(100) }
             } catch where !Task.isCancelled {
+                try? await deliver(.left)
                 logger.warning("lost the other replicas' notifications; joining again",
                                metadata: ["reason": "\(PostgresStorage.reason(error))", "retryIn": "\(backoff)"])
             } catch {

@@ -10,7 +10,8 @@ protocol ReplicaBus: Sendable {
     /// Listens until cancelled, handing `deliver` what happens, one at a time
     /// and in order: ``ReplicaDelivery/joined`` each time the bus
     /// (re)connects, then the messages published from then on. Reconnects by
-    /// itself after a failure, or when `deliver` throws.
+    /// itself after a failure, or when `deliver` throws, having handed
+    /// ``ReplicaDelivery/left`` first.
     func listen(_ deliver: @escaping @Sendable (ReplicaDelivery) async throws -> Void) async
 }
 
@@ -21,4 +22,6 @@ enum ReplicaDelivery: Sendable, Equatable {
     case joined
     /// A message, this replica's own or another's.
     case message(String)
+    /// The bus stopped listening: until it joins again, what is published is lost to it.
+    case left
 }

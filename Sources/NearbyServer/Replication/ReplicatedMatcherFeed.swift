@@ -28,6 +28,10 @@ final class ReplicatedMatcherFeed: MatcherFeed {
             var events: [UInt64: AsyncStream<Void>.Continuation] = [:]
             /// ``start(bus:matcher:logger:timeout:reload:)``, until the first join is applied.
             var firstJoin: AsyncStream<Void>.Continuation?
+            var listening = false
+            /// Those waiting for the bus to join again, by a number of their own.
+            var untilListening: [UInt64: AsyncStream<Void>.Continuation] = [:]
+            var lastListeningWaiter: UInt64 = 0
         }
 
         private let state: Mutex<State>
@@ -61,11 +65,36 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         /// it), so they wait no longer.
         func joined(sentBefore last: UInt64) {
             let released = state.withLock { state in
-                defer { state.firstJoin = nil }
+                state.listening = true
+                defer {
+                    state.firstJoin = nil
+                    state.untilListening = [:]
+                }
                 let sequences = state.events.keys.filter { $0 <= last }
-                return [state.firstJoin] + sequences.map { state.events.removeValue(forKey: $0) }
+                return [state.firstJoin] + sequences.map { state.events.removeValue(forKey: $0) } + state.untilListening.values.map { Optional($0) }
             }
             released.forEach(Self.signal)
+        }
+
+        func left() {
+            state.withLock { $0.listening = false }
+        }
+
+        /// Nil while the bus listens; else what yields once it joins again.
+        func waitForListening() -> AsyncStream<Void>? {
+            let (joined, continuation) = AsyncStream.makeStream(of: Void.self)
+            let number: UInt64? = state.withLock { state in
+                guard !state.listening else { return nil }
+                state.lastListeningWaiter += 1
+                state.untilListening[state.lastListeningWaiter] = continuation
+                return state.lastListeningWaiter
+            }
+            guard let number else { return nil }
+            // A waiter that gives up (cancelled) is not kept until the next join.
+            continuation.onTermination = { [weak self] _ in
+                self?.state.withLock { _ = $0.untilListening.removeValue(forKey: number) }
+            }
+            return joined
         }
 
         /// The last sequence number handed out.
@@ -119,6 +148,11 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         listening.cancel()
     }
 
+    func untilListening() async {
+        guard let joined = waiters.waitForListening() else { return }
+        for await _ in joined { return }
+    }
+
     func publish(_ event: MatcherEvent) async throws {
         // Waiting before publishing: the event may come back before publish returns.
         let (sequence, applied) = waiters.waitForEvent()
@@ -141,6 +175,8 @@ final class ReplicatedMatcherFeed: MatcherFeed {
             let sentBefore = waiters.lastSequence
             await matcher.resync(try await reload())
             waiters.joined(sentBefore: sentBefore)
+        case .left:
+            waiters.left()
         case .message(let text):
             guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)) else {
                 logger.warning("a message on the replica bus was not understood: a replica of another version?",

@@ -19,9 +19,13 @@ final class InMemoryReplicaHub: Sendable {
     private let joins: AsyncStream<Int>.Continuation
     /// The number of each bus as it joins (or joins again).
     let joined: AsyncStream<Int>
+    private let leaves: AsyncStream<Int>.Continuation
+    /// The number of each bus once its listener has been told it left.
+    private let left: AsyncStream<Int>
 
     init() {
         (joined, joins) = AsyncStream.makeStream(of: Int.self)
+        (left, leaves) = AsyncStream.makeStream(of: Int.self)
     }
 
     /// The bus of replica `number`.
@@ -46,12 +50,18 @@ final class InMemoryReplicaHub: Sendable {
         }
     }
 
-    /// Cuts replica `number` off: its listening ends, and what is published meanwhile is lost to it.
-    func drop(_ number: Int) {
+    /// Cuts replica `number` off: its listening ends, and what is published
+    /// meanwhile is lost to it. Returns once its listener has been told.
+    func drop(_ number: Int) async {
         state.withLock { state in
             state.dropped.insert(number)
             state.listeners.removeValue(forKey: number)?.finish()
         }
+        for await gone in left where gone == number { return }
+    }
+
+    fileprivate func listenerLeft(_ number: Int) {
+        leaves.yield(number)
     }
 
     /// Lets replica `number` join again, and waits until it has: what is
@@ -84,9 +94,9 @@ struct InMemoryReplicaBus: ReplicaBus {
             do {
                 try await deliver(.joined)
                 for await message in messages { try await deliver(.message(message)) }
-            } catch {
-                continue
-            }
+            } catch {}
+            try? await deliver(.left)
+            hub.listenerLeft(number)
         }
     }
 }

@@ -93,8 +93,9 @@ import TestSupport
         }
     }
 
-    /// A replica cut off from the others misses their events; when it joins
-    /// again it reloads from storage, and what changed meanwhile is found.
+    /// A replica cut off from the others misses their events, and says it is
+    /// not ready; when it joins again it reloads from storage, and what
+    /// changed meanwhile is found.
     @Test func aReplicaThatMissedEventsReloadsWhenItJoinsAgain() async throws {
         let hub = InMemoryReplicaHub()
         try await withReplicas(.sqlite, hub: hub) { replicas in
@@ -106,9 +107,14 @@ import TestSupport
             try await b.subscribe(subscriber, "s1")
             let stream = try await b.openStream(subscriber)
 
-            hub.drop(1)
+            #expect(try await b.request(.get, APIPath.ready).status == .ok)
+            await hub.drop(1)
+            expectError(try await b.request(.get, APIPath.ready), .serviceUnavailable, .unavailable,
+                        mentioning: "not listening to the other replicas")
+            #expect(try await a.request(.get, APIPath.ready).status == .ok)
             try await a.publish(publisher, "p1")
             await hub.reconnect(1)
+            #expect(try await b.request(.get, APIPath.ready).status == .ok)
             try await b.report(subscriber, seen: [(token.token, .ble)])
             guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
             #expect(match.source == "\(publisher.id)/p1")
