@@ -317,6 +317,9 @@ let package = Package(
             name: "NearbyServerTests",
             dependencies: [
                 "NearbyServer", "ServerAPI", "ConfigFile", "TestSupport",
+                // The migration's tests read both engines' schemas and rows directly.
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),

@@ -101,6 +101,13 @@ struct PostgresLocation: Sendable {
         }
     }
 
+    /// A failure to connect to the database or to migrate its schema, as
+    /// operators are told it: the URL without its password, and what the
+    /// server or the network said.
+    func openError(_ error: any Error) -> DatabaseOpenError {
+        DatabaseOpenError(message: "cannot open the database \(redacted): \(PostgresStorage.reason(error))")
+    }
+
     /// For the pool that serves the storage's methods.
     var clientConfiguration: PostgresClient.Configuration {
         var configuration = switch endpoint {

@@ -49,7 +49,7 @@ public final class PostgresStorage: ServerStorage {
             }
             try await connection.close()
         } catch {
-            throw DatabaseOpenError(message: "cannot open the database \(location.redacted): \(Self.reason(error))")
+            throw location.openError(error)
         }
         self.logger = logger
         self.location = location

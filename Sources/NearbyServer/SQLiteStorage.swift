@@ -40,7 +40,8 @@ public final class SQLiteStorage: ServerStorage {
         return (error as NSError).localizedDescription
     }
 
-    private static var migrator: DatabaseMigrator {
+    /// The schema's migrations, in order; `nearby-server migrate` requires all of them applied.
+    static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.execute(sql: """

@@ -23,7 +23,8 @@ struct NearbyServerCommand: AsyncParsableCommand {
             See doc/nearby-server.md for the configuration file and doc/server-api/openapi.yaml for \
             the API.
             """,
-        subcommands: [Serve.self, ProjectCommand.self, BeaconCommand.self, NamespaceCommand.self, CertificateCommand.self],
+        subcommands: [Serve.self, ProjectCommand.self, BeaconCommand.self, NamespaceCommand.self, CertificateCommand.self,
+                      MigrateCommand.self],
         defaultSubcommand: Serve.self
     )
 
