@@ -15,7 +15,9 @@ struct NearbyServerCommand: AsyncParsableCommand {
             and lost to the subscribing devices over a WebSocket stream. It also keeps a registry of \
             each project's BLE beacons and the data attached to them, and is the connection server \
             between apps on devices and their application servers (XMPP, in the shape of Firebase \
-            Cloud Messaging's). State lives in one SQLite database.
+            Cloud Messaging's). State lives in one SQLite file by default, or in a PostgreSQL \
+            database ([database] url), which several nearby-server processes may serve together \
+            as replicas; 'migrate' moves an SQLite deployment there.
 
             Without a subcommand, 'serve' runs. Errors are reported as one line on standard error \
             with a non-zero exit status.
