@@ -71,17 +71,17 @@ public final class NearbyService: Sendable {
         // Read before the devices: a project deleted while they load is noticed at the first sweep.
         let deletions = try await storage.projectDeletions(after: 0)
         let deviceDeletions = try await storage.deviceDeletions(after: 0)
+        // What the matcher holds of storage: loaded now, and again by a replica at each join of its bus.
+        let contents: @Sendable () async throws -> Matcher.Contents = {
+            try await Matcher.Contents(devices: storage.devices(), publications: storage.publications(device: nil),
+                                       subscriptions: storage.subscriptions(device: nil))
+        }
         let feed: any MatcherFeed
         if let bus {
-            feed = try await ReplicatedMatcherFeed.start(bus: bus, matcher: matcher, logger: logger) {
-                try await Matcher.Contents(devices: storage.devices(), publications: storage.publications(device: nil),
-                                           subscriptions: storage.subscriptions(device: nil))
-            }
+            feed = try await ReplicatedMatcherFeed.start(bus: bus, matcher: matcher, logger: logger, reload: contents)
             logger.info("listening to the other replicas", metadata: ["replica": "\(matcher.replica)"])
         } else {
-            await matcher.resync(Matcher.Contents(devices: try await storage.devices(),
-                                                  publications: try await storage.publications(device: nil),
-                                                  subscriptions: try await storage.subscriptions(device: nil)))
+            await matcher.resync(try await contents())
             feed = LocalMatcherFeed(matcher: matcher)
         }
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,

@@ -13,6 +13,8 @@ final class InMemoryReplicaHub: Sendable {
         var dropped: Set<Int> = []
         /// How many times each bus has joined.
         var joins: [Int: Int] = [:]
+        /// A cut-off replica's listener, waiting for ``reconnect(_:)``.
+        var waitingToJoin: [Int: AsyncStream<Void>.Continuation] = [:]
     }
 
     private let state = Mutex(State())
@@ -37,16 +39,26 @@ final class InMemoryReplicaHub: Sendable {
         }
     }
 
-    /// Listens for replica `number`, or nil while it is cut off.
-    fileprivate func join(_ number: Int) -> AsyncStream<String>? {
+    /// What joining gives replica `number`: messages from now on, or, while
+    /// it is cut off, what yields once it may try again.
+    fileprivate enum Join {
+        case listening(AsyncStream<String>)
+        case cutOff(AsyncStream<Void>)
+    }
+
+    fileprivate func join(_ number: Int) -> Join {
         state.withLock { state in
-            guard !state.dropped.contains(number) else { return nil }
+            guard !state.dropped.contains(number) else {
+                let (reconnected, continuation) = AsyncStream.makeStream(of: Void.self)
+                state.waitingToJoin[number] = continuation
+                return .cutOff(reconnected)
+            }
             let (stream, continuation) = AsyncStream.makeStream(of: String.self)
             state.listeners[number]?.finish()
             state.listeners[number] = continuation
             state.joins[number, default: 0] += 1
             joins.yield(number)
-            return stream
+            return .listening(stream)
         }
     }
 
@@ -69,6 +81,7 @@ final class InMemoryReplicaHub: Sendable {
     func reconnect(_ number: Int) async {
         let before = state.withLock { state in
             state.dropped.remove(number)
+            state.waitingToJoin.removeValue(forKey: number)?.finish()
             return state.joins[number, default: 0]
         }
         // The stream holds earlier joins too: the count tells the new one.
@@ -86,9 +99,13 @@ struct InMemoryReplicaBus: ReplicaBus {
 
     func listen(_ deliver: @escaping @Sendable (ReplicaDelivery) async throws -> Void) async {
         while !Task.isCancelled {
-            guard let messages = hub.join(number) else {
-                // Cut off: try again shortly, as a bus's backoff does.
-                try? await Task.sleep(for: .milliseconds(10))
+            let messages: AsyncStream<String>
+            switch hub.join(number) {
+            case .listening(let stream):
+                messages = stream
+            case .cutOff(let reconnected):
+                // Tries again once let (or cancelled), as a bus's backoff would.
+                for await _ in reconnected {}
                 continue
             }
             do {

@@ -154,22 +154,27 @@ import TestSupport
 
             try await cluster.stopServer()
             try await cluster.startServer()
-            // The pool reconnects at the next request; the listener by itself, with backoff.
+            // The pool reconnects at the next request; the listener by itself,
+            // with backoff: whether the subscriber's replica hears this or
+            // reloads it when it joins, it knows the publication once ready.
             try await a.publish(publisher, "p1")
-            // The subscriber keeps reporting, as a device refreshes what it hears,
-            // until its replica has joined again and matches.
-            let reporting = Task {
-                while !Task.isCancelled {
-                    _ = try? await b.report(subscriber, seen: [(token.token, .ble)])
-                    try await Task.sleep(for: .milliseconds(200))
-                }
-            }
-            defer { reporting.cancel() }
+            for replica in [a, b] { try await waitUntilReady(replica) }
+            try await b.report(subscriber, seen: [(token.token, .ble)])
             guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
             #expect(match.source == "\(publisher.id)/p1")
             try await stream.close()
         }
     }
+}
+
+/// Asks `/v1/ready` until it answers 200: each answer waits up to the
+/// readiness timeout for the replica to hear the others again, and a few
+/// are allowed (the listener's backoff reaches 5 s).
+private func waitUntilReady(_ replica: Harness, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    for _ in 0..<30 {
+        if try await replica.request(.get, APIPath.ready).status == .ok { return }
+    }
+    Issue.record("the replica is not ready again", sourceLocation: sourceLocation)
 }
 
 /// Runs `body` with `count` replicas of a server on one new database of
