@@ -38,6 +38,8 @@ public actor AirServer {
         /// The microphone's blocks, as frames, waiting to be written.
         let blocks: AsyncStream<ByteBuffer>.Continuation
         let channel: any Channel
+        /// Blocks produced for the device since the link opened.
+        var produced = 0
         /// Blocks dropped because the device did not read them in time.
         var dropped = 0
     }
@@ -276,9 +278,10 @@ public actor AirServer {
         }
     }
 
-    /// How many microphone blocks `device`'s open link has dropped (tests).
-    func droppedBlocks(of device: String) -> Int? {
-        audioLinks[device]?.dropped
+    /// How many microphone blocks `device`'s open link has been given, and how
+    /// many of them it dropped (tests).
+    func blockCounts(of device: String) -> (produced: Int, dropped: Int)? {
+        audioLinks[device].map { ($0.produced, $0.dropped) }
     }
 
     /// Produces `blocks` blocks; returns whether any audio link remains.
@@ -286,6 +289,7 @@ public actor AirServer {
         for _ in 0..<blocks {
             for (device, block) in space.audioTick() {
                 guard audioLinks[device] != nil else { continue }
+                audioLinks[device]!.produced += 1
                 if case .dropped = audioLinks[device]!.blocks.yield(AirAudio.frame(block)) {
                     audioLinks[device]!.dropped += 1
                     let dropped = audioLinks[device]!.dropped

@@ -317,9 +317,10 @@ private func rawConnection(_ path: String, samplesFollow: Bool) async throws -> 
                 return count
             }
             #expect(received == 250)
-            let dropped = await server.droppedBlocks(of: "A") ?? 0
+            let (produced, dropped) = try #require(await server.blockCounts(of: "A"))
             #expect(dropped > 0, "the air dropped A's oldest blocks")
-            #expect(dropped < 250)
+            // How many is a matter of time (the machine's load); the newest second is always kept.
+            #expect(dropped <= produced - AirAudio.pendingBlocks, "A's newest blocks are kept")
             link.close()
             try await stalled.channel.close()
             for client in [a, b] { client.close() }
