@@ -40,7 +40,8 @@ public final class NearbyService: Sendable {
         registrations = RegistrationLimiter(limits: .init(
             perAddressPerMinute: configuration.limits.registrationsPerAddressPerMinute,
             perProjectPerMinute: configuration.limits.registrationsPerProjectPerMinute))
-        connections = ConnectionHub(storage: storage, clock: clock, domain: configuration.xmpp.domain,
+        connections = ConnectionHub(storage: storage, clock: clock, replica: matcher.replica,
+                                    leaseMs: UInt64(configuration.xmpp.claimLeaseSeconds) * 1000, domain: configuration.xmpp.domain,
                                     maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
                                     maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
                                     deviceLimits: .init(channelQueue: configuration.limits.maxChannelQueue,
@@ -57,13 +58,23 @@ public final class NearbyService: Sendable {
                              logger: Logger = Logger(label: "nearby-server")) async throws -> NearbyService {
         try await start(storage: storage, configuration: configuration, clock: clock, logger: logger,
                         // Several server processes may share a PostgreSQL database; one alone holds an SQLite file.
-                        bus: (storage as? PostgresStorage).map { PostgresReplicaBus(storage: $0, logger: logger) })
+                        buses: (storage as? PostgresStorage).map {
+                            ReplicaBuses(matching: PostgresReplicaBus(storage: $0, channel: PostgresReplicaBus.matching, logger: logger),
+                                         connections: PostgresReplicaBus(storage: $0, channel: PostgresReplicaBus.connections, logger: logger))
+                        })
     }
 
-    /// As ``start(storage:configuration:clock:logger:)``, over `bus` (tests
-    /// give replicas on one SQLite file a bus of their own).
+    /// The replicas' buses: the matchers' and the connection hubs'.
+    struct ReplicaBuses {
+        var matching: any ReplicaBus
+        var connections: any ReplicaBus
+    }
+
+    /// As ``start(storage:configuration:clock:logger:)``, over `buses` (tests
+    /// give replicas on one SQLite file buses of their own).
     static func start(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
-                      bus: (any ReplicaBus)?) async throws -> NearbyService {
+                      buses: ReplicaBuses?) async throws -> NearbyService {
+        let bus = buses?.matching
         let matcher = Matcher(clock: clock, replica: bus == nil ? "local" : Credentials.newReplicaID(),
                               edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
                               streamBufferBytes: configuration.limits.maxStreamBufferBytes,
@@ -86,6 +97,7 @@ public final class NearbyService: Sendable {
         }
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,
                                     matcher: matcher, feed: feed)
+        try await service.connections.start(bus: buses?.connections)
         service.projectDeletionPosition.withLock { $0 = deletions.position }
         service.deviceDeletionPosition.withLock { $0 = deviceDeletions.position }
         let live = try await storage.liveTokens(nowMs: clock.nowMs)

@@ -277,6 +277,20 @@ public final class SQLiteStorage: ServerStorage {
         migrator.registerMigration("v8") { db in
             try db.execute(sql: "CREATE INDEX deviceDeletion_deletedAtMs ON deviceDeletion(deletedAtMs)")
         }
+        // Which replica holds an upstream message or a receipt, and until
+        // when (ConnectionHub): with several replicas, each goes to one
+        // application-server session at a time. A claim lapses at its time
+        // if its replica stops renewing it.
+        migrator.registerMigration("v9") { db in
+            try db.execute(sql: """
+                ALTER TABLE upstream ADD COLUMN claimedBy TEXT;
+                ALTER TABLE upstream ADD COLUMN claimedUntilMs INTEGER;
+                ALTER TABLE receipt ADD COLUMN claimedBy TEXT;
+                ALTER TABLE receipt ADD COLUMN claimedUntilMs INTEGER;
+                CREATE INDEX upstream_claimedBy ON upstream(claimedBy) WHERE claimedBy IS NOT NULL;
+                CREATE INDEX receipt_claimedBy ON receipt(claimedBy) WHERE claimedBy IS NOT NULL;
+                """)
+        }
         return migrator
     }
 

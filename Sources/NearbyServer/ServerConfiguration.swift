@@ -102,6 +102,11 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-pending-receipts-per-project`: delivery receipts kept for a
         /// project's application servers; beyond, the oldest are dropped.
         public var maxPendingReceiptsPerProject = 10_000
+        /// `claim-lease-seconds`: how long a replica's claim on an upstream
+        /// message or receipt out with one of its connections lasts unless
+        /// renewed (every third of it): a replica that dies leaves them to
+        /// the others this long after.
+        public var claimLeaseSeconds = 30
 
         public init() {}
 
@@ -238,7 +243,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("deleted-device-days") { configuration.limits.deletedDeviceDays = value }
         let xmpp = try file.section("xmpp", keys: [
             "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
-            "max-pending-downstream-per-device", "max-pending-receipts-per-project", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
+            "max-pending-downstream-per-device", "max-pending-receipts-per-project", "claim-lease-seconds", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
             "tls-handshake-timeout-seconds", "negotiation-timeout-seconds", "idle-timeout-seconds", "ping-timeout-seconds",
         ])
         if let listen = try xmpp.string("listen") {
@@ -256,6 +261,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try xmpp.integer("max-pending-receipts-per-project") {
             configuration.xmpp.maxPendingReceiptsPerProject = value
         }
+        if let value = try xmpp.integer("claim-lease-seconds") { configuration.xmpp.claimLeaseSeconds = value }
         if let value = try xmpp.integer("max-unauthenticated-connections") { configuration.xmpp.maxUnauthenticatedConnections = value }
         if let value = try xmpp.integer("max-unauthenticated-connections-per-address") {
             configuration.xmpp.maxUnauthenticatedConnectionsPerAddress = value
@@ -339,6 +345,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
         try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
         try Self.check(xmpp.maxPendingReceiptsPerProject, in: 1...10_000_000, "[xmpp] max-pending-receipts-per-project")
+        // Renewed every third of the lease, by a sweep that runs every second.
+        try Self.check(xmpp.claimLeaseSeconds, in: 3...3600, "[xmpp] claim-lease-seconds")
         // A channel takes every message waiting for its device when it opens.
         try Self.check(limits.maxChannelQueue, in: xmpp.maxPendingDownstreamPerDevice...1_000_000, "[limits] max-channel-queue",
                        below: "every message waiting for a device, [xmpp] max-pending-downstream-per-device, goes on its channel at once")

@@ -9,15 +9,16 @@ import TestSupport
 /// What the connection server keeps once application servers' sessions and
 /// devices' channels have ended, or their devices are gone: nothing.
 @Suite(.timeLimit(.minutes(2))) struct ConnectionHubReleaseTests {
-    static let none = ConnectionHub.Holdings(sessions: 0, inFlight: 0, channels: 0, endedChannels: 0, projects: 0)
+    static let none = ConnectionHub.Holdings(sessions: 0, inFlight: 0, channels: 0, endedChannels: 0)
 
     /// Sessions that end with messages out and not acked, each handing
-    /// them to the next, leave the hub no session and no message in flight
-    /// once the last one has acked them, and nothing of the project once
-    /// that one has ended too; a closed channel leaves no channel.
+    /// them to the next, leave the hub no message in flight once the last
+    /// one has acked them, and nothing once that one has ended too (what a
+    /// project's sessions hold is in storage, as claims); a closed channel
+    /// leaves no channel.
     @Test func endedSessionsAndChannelsLeaveNothingInTheHub() async throws {
         try await withServer { h in
-            var s = try await ConnectionHubTests.setUp(h)
+            let s = try await ConnectionHubTests.setUp(h)
             let ids = ["m-1", "m-2", "m-3"]
             for id in ids { await s.hub.received(ConnectionHubTests.upstream(id), device: s.device, project: "alpha") }
             var (session, output) = (s.sessionID, s.session)
@@ -34,7 +35,7 @@ import TestSupport
                 let id = try #require(try ConnectionHubTests.json(await output.next())["message_id"] as? String)
                 #expect(await s.hub.received(#"{"to":"\#(s.device)","message_id":"\#(id)","message_type":"ack"}"#, from: session) == nil)
             }
-            #expect(await s.hub.holdings == ConnectionHub.Holdings(sessions: 1, inFlight: 0, channels: 1, endedChannels: 0, projects: 1))
+            #expect(await s.hub.holdings == ConnectionHub.Holdings(sessions: 1, inFlight: 0, channels: 1, endedChannels: 0))
             await s.hub.closeSession(session)
             await s.hub.closeChannel(device: s.device, id: s.channelID)
             #expect(await s.hub.holdings == Self.none)

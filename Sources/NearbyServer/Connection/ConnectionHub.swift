@@ -13,6 +13,14 @@ import ServerAPI
 /// on the device's channel while it is open, and removed once the device acks
 /// it (with a delivery receipt when asked). Transports stay outside: a session
 /// or channel is a stream of what to write, which its own task writes.
+///
+/// Replicas on one database each have a hub. A hub hands out only what it
+/// has claimed in storage for its replica (a lease, renewed while its
+/// sessions hold the message, given back when they end without acking), so
+/// that one message is out with one session of all replicas' at a time; and
+/// it tells the others' hubs, over a ``ConnectionEventFeed``, what their
+/// sessions and channels may need: something waiting for a project, an
+/// event for a device whose channel is elsewhere.
 public actor ConnectionHub {
     /// An application server's session, as the hub sees it.
     private final class AppSession {
@@ -29,15 +37,19 @@ public actor ConnectionHub {
         }
     }
 
+    /// Something out with a session: an upstream message or a receipt, by position.
     private enum Flight: Hashable {
         case upstream(Int64)
-        case receipt(String)
+        case receipt(Int64, messageId: String)
     }
 
     private struct Channel {
         let id: UInt64
         let project: String
         let output: AsyncStream<ChannelEvent>.Continuation
+        /// Ids of the downstream messages written to it and not acked yet:
+        /// each is written once, however many replicas say it is waiting.
+        var told: Set<String> = []
     }
 
     /// How much the hub keeps for devices: events waiting to be written on
@@ -64,6 +76,14 @@ public actor ConnectionHub {
 
     private let storage: any ServerStorage
     private let clock: any WallClock
+    /// The replica whose claims this hub makes.
+    private let replica: String
+    /// How long a claim lasts unless renewed.
+    private let leaseMs: UInt64
+    /// When claims were last renewed.
+    private var renewedAtMs: UInt64 = 0
+    /// The other replicas' hubs, when there are any.
+    private var others: ConnectionEventFeed?
     private let logger: Logger
     /// The XMPP domain: what `to` of a device's message must end with.
     public let domain: String
@@ -75,33 +95,62 @@ public actor ConnectionHub {
     private var endReasons: [UInt64: String] = [:]
 
     private var sessions: [UInt64: AppSession] = [:]
-    /// What is out with some session, per project, so that no two get it.
-    private var inFlight: [String: Set<Flight>] = [:]
     private var channels: [String: Channel] = [:]
     private var nextID: UInt64 = 0
     private var pumping: Set<String> = []
     private var pumpAgain: Set<String> = []
-    /// Per project, the position of the last upstream message handed out:
-    /// everything before it is out, failed, or expired (the sweep's), so the
-    /// next hand-out reads only after it.
-    private var handedUpTo: [String: Int64] = [:]
-    /// Projects whose hand-out reads from the start again: a session ended
-    /// and gave back what it had not acked.
-    private var rescan: Set<String> = []
-    /// Per project, ids of just-received messages with no time left (TTL 0)
-    /// that may go out on the next hand-out though they have expired.
-    private var fresh: [String: Set<String>] = [:]
+    /// Projects whose hand-out under way tells the others if it leaves something.
+    private var announceAfterPump: Set<String> = []
     private var draining = false
 
-    public init(storage: any ServerStorage, clock: any WallClock, domain: String, maxUnackedPerSession: Int,
-                maxPendingDownstreamPerDevice: Int, deviceLimits: DeviceLimits, logger: Logger) {
+    /// A message received without time (TTL 0) goes out now or never: "now"
+    /// is this long after it was received, time for the replica whose
+    /// session takes it to hear of it.
+    static let ttlZeroGraceMs: UInt64 = 1000
+
+    /// - Parameters:
+    ///   - replica: the name of this replica's claims in storage.
+    ///   - leaseMs: how long a claim lasts unless renewed: a replica that
+    ///     dies leaves its sessions' messages to the others this long after.
+    public init(storage: any ServerStorage, clock: any WallClock, replica: String, leaseMs: UInt64, domain: String,
+                maxUnackedPerSession: Int, maxPendingDownstreamPerDevice: Int, deviceLimits: DeviceLimits, logger: Logger) {
         self.storage = storage
         self.clock = clock
+        self.replica = replica
+        self.leaseMs = leaseMs
         self.domain = domain
         self.maxUnackedPerSession = maxUnackedPerSession
         self.maxPendingDownstreamPerDevice = maxPendingDownstreamPerDevice
         self.deviceLimits = deviceLimits
         self.logger = logger
+    }
+
+    /// Starts the hub: alone on its database (`bus` nil), it gives up every
+    /// claim a server before it left; among replicas, it listens to the
+    /// others' hubs on `bus`.
+    func start(bus: (any ReplicaBus)?) async throws {
+        guard let bus else { return try await storage.releaseAllClaims() }
+        others = ConnectionEventFeed(bus: bus, replica: replica, logger: logger) { [weak self] delivery in
+            await self?.receive(delivery)
+        }
+    }
+
+    private func receive(_ delivery: ConnectionEventFeed.Delivery) async {
+        switch delivery {
+        case .event(.waiting(let project)):
+            await pump(project)
+        case .event(.tell(let device, let event)):
+            tell(device, event)
+        case .joined:
+            // What the others said while this replica was away is in storage.
+            for project in Set(sessions.values.map(\.project)) { await pump(project) }
+            for (device, channel) in channels { await resend(to: device, id: channel.id) }
+        }
+    }
+
+    /// Says `event` to the others' hubs, if there are any.
+    private func announce(_ event: ConnectionEvent) async {
+        await others?.publish(event)
     }
 
     // MARK: Application servers
@@ -121,23 +170,38 @@ public actor ConnectionHub {
         return (nextID, output)
     }
 
-    /// The session ended: what it had not acked goes to the others. The
-    /// project's last session takes the hub's state of the project with it
-    /// (the next one reads from the start), so that a project whose servers
-    /// have gone, or that was deleted, costs the hub nothing.
-    public func closeSession(_ id: UInt64) {
+    /// The session ended: what it had not acked is given back, to the
+    /// project's other sessions here or on other replicas.
+    public func closeSession(_ id: UInt64) async {
         guard let session = sessions.removeValue(forKey: id) else { return }
         session.output.finish()
-        let project = session.project
-        guard sessions.values.contains(where: { $0.project == project }) else {
-            inFlight[project] = nil
-            handedUpTo[project] = nil
-            rescan.remove(project)
+        guard !session.unacked.isEmpty else { return }
+        do {
+            try await release(session.unacked)
+        } catch {
+            // Kept claimed until the lease lapses (not renewed: no session holds them), then handed out again.
+            logger.error("connection server storage failed: \(error)")
             return
         }
-        inFlight[project, default: []].subtract(session.unacked)
-        if !session.unacked.isEmpty { rescan.insert(project) }
-        Task { await pump(project) }
+        await pumpOrAnnounce(session.project)
+    }
+
+    /// Gives up this replica's claims on `flights`.
+    private func release(_ flights: some Collection<Flight>) async throws {
+        let (upstream, receipts) = Self.positions(of: flights)
+        try await storage.releaseClaims(replica: replica, upstream: upstream, receipts: receipts)
+    }
+
+    private static func positions(of flights: some Collection<Flight>) -> (upstream: [Int64], receipts: [Int64]) {
+        var upstream: [Int64] = []
+        var receipts: [Int64] = []
+        for flight in flights {
+            switch flight {
+            case .upstream(let position): upstream.append(position)
+            case .receipt(let position, _): receipts.append(position)
+            }
+        }
+        return (upstream, receipts)
     }
 
     /// One `<gcm>` payload from a session; returns what to answer (an ack or
@@ -165,9 +229,10 @@ public actor ConnectionHub {
     }
 
     private func acked(to: String, messageId: String, by session: AppSession) async throws -> String? {
-        if session.unacked.contains(.receipt(messageId)) || messageId.hasPrefix("dr2:") {
+        let receipt = session.unacked.first { if case .receipt(_, messageId) = $0 { true } else { false } }
+        if receipt != nil || messageId.hasPrefix("dr2:") {
             if try await storage.removeReceipt(project: session.project, messageId: messageId) {
-                release(.receipt(messageId), of: session.project)
+                forget { if case .receipt(_, messageId) = $0 { true } else { false } }
                 Task { await pump(session.project) }
                 return nil
             }
@@ -178,15 +243,16 @@ public actor ConnectionHub {
             return CCSPayload.nack(.init(code: .badAck, description: "no message '\(messageId)' from '\(to)' is waiting for an ack",
                                          messageId: messageId, to: to))
         }
-        release(.upstream(settled.position), of: session.project)
-        tell(settled.device, .sent([ChannelMessageRef(app: settled.app, messageId: settled.messageId)]))
+        // Acked on another session than it went out on (the application server reconnected): that one holds it no more.
+        forget { $0 == .upstream(settled.position) }
+        await tellDevice(settled.device, .sent([ChannelMessageRef(app: settled.app, messageId: settled.messageId)]))
         Task { await pump(session.project) }
         return nil
     }
 
-    private func release(_ flight: Flight, of project: String) {
-        inFlight[project]?.remove(flight)
-        for session in sessions.values where session.project == project { session.unacked.remove(flight) }
+    /// Settled: no session here holds the flights `matching` picks any more.
+    private func forget(where matching: (Flight) -> Bool) {
+        for session in sessions.values { session.unacked = session.unacked.filter { !matching($0) } }
     }
 
     private func downstream(_ message: CCSPayload.Downstream, from session: AppSession) async throws -> String {
@@ -202,9 +268,9 @@ public actor ConnectionHub {
         }
         guard !message.dryRun else { return CCSPayload.ack(messageId: message.messageId, from: message.to) }
         let now = clock.nowMs
-        let channel = channels[message.to]
-        // TTL 0: now or never. A device without its channel open never gets it.
-        if message.timeToLive == 0, channel == nil {
+        // TTL 0: now or never. A device without its channel open never gets it
+        // (among replicas, its channel may be open elsewhere).
+        if message.timeToLive == 0, others == nil, channels[message.to] == nil {
             return CCSPayload.ack(messageId: message.messageId, from: message.to)
         }
         let stored = StoredDownstream(project: session.project, device: message.to, messageId: message.messageId, data: message.data,
@@ -214,7 +280,7 @@ public actor ConnectionHub {
             return nack(.deviceMessageRateExceeded,
                         "the device has \(maxPendingDownstreamPerDevice) messages waiting; send again once it has taken some")
         }
-        tell(message.to, .message(ChannelDownstream(messageId: message.messageId, from: session.project, data: message.data)))
+        await tellDevice(message.to, .message(ChannelDownstream(messageId: message.messageId, from: session.project, data: message.data)))
         return CCSPayload.ack(messageId: message.messageId, from: message.to)
     }
 
@@ -247,13 +313,26 @@ public actor ConnectionHub {
                 if channels[device]?.id == id { devicesDeleted([device]) }
                 return (id, output)
             }
-            for message in try await storage.pendingDownstream(device: device) {
+        } catch {
+            logger.error("connection server storage failed: \(error)")
+        }
+        await resend(to: device, id: id)
+        return (id, output)
+    }
+
+    /// Writes on channel `id` of `device` its waiting downstream messages that it has not been given.
+    private func resend(to device: String, id: UInt64) async {
+        do {
+            let waiting = try await storage.pendingDownstream(device: device)
+            guard channels[device]?.id == id else { return }
+            // What was written and has gone since (expired) is written no more.
+            channels[device]!.told.formIntersection(waiting.map(\.messageId))
+            for message in waiting {
                 tell(device, .message(ChannelDownstream(messageId: message.messageId, from: message.project, data: message.data)))
             }
         } catch {
             logger.error("connection server storage failed: \(error)")
         }
-        return (id, output)
     }
 
     public func closeChannel(device: String, id: UInt64) {
@@ -322,14 +401,14 @@ public actor ConnectionHub {
             return fail("DEVICE_MESSAGE_RATE_EXCEEDED",
                         "the device has \(kept) upstream messages kept already ([limits] max-upstream-per-device); send again later")
         }
-        if expiresAtMs <= now, !sessions.values.contains(where: { $0.project == project && !$0.draining }) {
-            // TTL 0 (or out of time already) and no application server to take it now.
+        if expiresAtMs <= now, others == nil, !sessions.values.contains(where: { $0.project == project && !$0.draining }) {
+            // TTL 0 (or out of time already) and no application server to take it now. (Among
+            // replicas, one may be connected elsewhere: the sweep fails it after the grace.)
             _ = try await storage.settleUpstream(project: project, device: device, messageId: message.messageId,
                                                  verdict: Self.expiredVerdict(stored), atMs: now)
             return fail(Self.expiredVerdict(stored).code, "no application server of '\(project)' is connected")
         }
-        if expiresAtMs <= now { fresh[project, default: []].insert(message.messageId) }
-        await pump(project)
+        await pumpOrAnnounce(project)
     }
 
     /// What is wrong with a device's message by CCS's rules (nearbyd checks
@@ -349,6 +428,7 @@ public actor ConnectionHub {
     }
 
     private func deviceAcked(_ messageId: String, device: String, project: String) async throws {
+        channels[device]?.told.remove(messageId)
         guard let message = try await storage.removeDownstream(device: device, messageId: messageId),
               message.receiptRequested else { return }
         let receipt = CCSPayload.receipt(originalMessageId: messageId, device: device, domain: domain, sentAtMs: clock.nowMs)
@@ -359,14 +439,28 @@ public actor ConnectionHub {
             logger.notice("delivery receipts nobody took were dropped",
                           metadata: ["project": "\(message.project)", "count": "\(dropped)"])
         }
-        await pump(message.project)
+        await pumpOrAnnounce(message.project)
     }
 
-    /// Queues an event on the device's channel; a device that leaves its
-    /// queue full loses the channel (what it lost is kept and sent again on
-    /// the next one).
+    /// Tells the device `event` on its channel, here or, among replicas,
+    /// wherever it is open.
+    private func tellDevice(_ device: String, _ event: ChannelEvent) async {
+        if channels[device] != nil {
+            tell(device, event)
+        } else {
+            await announce(.tell(device: device, event))
+        }
+    }
+
+    /// Queues an event on the device's channel if it is open here; a device
+    /// that leaves its queue full loses the channel (what it lost is kept and
+    /// sent again on the next one). A downstream message it has been given
+    /// is not given again.
     private func tell(_ device: String, _ event: ChannelEvent) {
         guard let channel = channels[device] else { return }
+        if case .message(let message) = event {
+            guard channels[device]!.told.insert(message.messageId).inserted else { return }
+        }
         if case .dropped = channel.output.yield(event) {
             logger.notice("a device does not read its channel; closed", metadata: ["device": "\(device)"])
             endReasons[channel.id] = "the device left \(deviceLimits.channelQueue) events unread ([limits] max-channel-queue)"
@@ -383,84 +477,99 @@ public actor ConnectionHub {
         var channels: Int
         /// Channels the hub ended whose endpoints have not closed them yet.
         var endedChannels: Int
-        /// Projects the hub keeps hand-out state for (a hand-out under way aside).
-        var projects: Int
     }
 
     var holdings: Holdings {
-        let projects = Set(inFlight.keys).union(handedUpTo.keys).union(rescan).union(fresh.keys)
-        return Holdings(sessions: sessions.count, inFlight: inFlight.values.reduce(0) { $0 + $1.count }, channels: channels.count,
-                        endedChannels: endReasons.count, projects: projects.count)
+        Holdings(sessions: sessions.count, inFlight: sessions.values.reduce(0) { $0 + $1.unacked.count }, channels: channels.count,
+                 endedChannels: endReasons.count)
     }
 
     // MARK: Handing out
 
-    /// Gives each session of `project` what is waiting, up to its limit.
-    private func pump(_ project: String) async {
+    /// Hands out what is waiting for `project` here; tells the other
+    /// replicas when some may be left for their sessions. (What the others
+    /// announced is handed out by ``pump(_:announcing:)`` alone: announcing
+    /// it again would send the replicas to and fro.)
+    private func pumpOrAnnounce(_ project: String) async {
+        await pump(project, announcing: true)
+    }
+
+    /// Gives each session of `project` here what is waiting, up to its
+    /// limit; `announcing`, tells the others if it could not take all.
+    private func pump(_ project: String, announcing: Bool = false) async {
+        if announcing { announceAfterPump.insert(project) }
         guard pumping.insert(project).inserted else {
+            // The hand-out under way goes again, and announces for this caller too.
             pumpAgain.insert(project)
             return
         }
-        defer { pumping.remove(project) }
+        var tookAll = true
         repeat {
             pumpAgain.remove(project)
             do {
-                try await handOut(project)
+                tookAll = try await handOut(project)
             } catch {
                 logger.error("connection server storage failed: \(error)")
+                tookAll = false
             }
         } while pumpAgain.contains(project)
+        // Done before announcing: a pump asked for meanwhile runs by itself.
+        pumping.remove(project)
+        if announceAfterPump.remove(project) != nil, !tookAll { await announce(.waiting(project: project)) }
     }
 
-    private func handOut(_ project: String) async throws {
-        // A TTL-0 message that does not go out now never does (the sweep fails it).
-        let fresh = self.fresh.removeValue(forKey: project) ?? []
+    /// Claims what the project's sessions here have room for and gives it
+    /// to them; returns whether it claimed all there was.
+    private func handOut(_ project: String) async throws -> Bool {
         let open = sessions.values.filter { $0.project == project && !$0.draining }
         let room = open.reduce(0) { $0 + max(0, maxUnackedPerSession - $1.unacked.count) }
-        guard room > 0 else { return }
-        let busy = inFlight[project] ?? []
-        let receipts = try await storage.receipts(project: project, after: 0, limit: room + busy.count)
-            .filter { !busy.contains(.receipt($0.messageId)) }
+        guard room > 0 else { return false }
         let now = clock.nowMs
-        let after = rescan.remove(project) != nil ? 0 : handedUpTo[project] ?? 0
-        let messages = try await storage.pendingUpstream(project: project, after: after, limit: room + busy.count)
-            .filter { !busy.contains(.upstream($0.position)) && ($0.expiresAtMs > now || fresh.contains($0.messageId)) }
-        var work: [(Flight, String)] = receipts.map { (.receipt($0.messageId), $0.payload) }
+        let receipts = try await storage.claimReceipts(project: project, replica: replica, nowMs: now, untilMs: now + leaseMs,
+                                                       limit: room)
+        let messages = receipts.count < room
+            ? try await storage.claimUpstream(project: project, replica: replica, nowMs: now, untilMs: now + leaseMs,
+                                              graceMs: Self.ttlZeroGraceMs, limit: room - receipts.count)
+            : []
+        var work: [(Flight, String)] = receipts.map { (.receipt($0.position, messageId: $0.messageId), $0.payload) }
         work += messages.map {
             (.upstream($0.position), CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))
         }
         var next = work.makeIterator()
-        var handed = after
-        // The sessions may have changed while storage was read.
+        // The sessions may have changed while storage was claimed from.
         for session in sessions.values where session.project == project && !session.draining {
             while session.unacked.count < maxUnackedPerSession, let (flight, payload) = next.next() {
-                guard !(inFlight[project]?.contains(flight) ?? false) else { continue }
                 session.unacked.insert(flight)
-                inFlight[project, default: []].insert(flight)
                 session.output.yield(payload)
-                if case .upstream(let position) = flight { handed = position }
             }
         }
-        // Its last session may have ended while storage was read, taking the project's state.
-        if sessions.values.contains(where: { $0.project == project }) { handedUpTo[project] = handed }
+        let unused = Array(IteratorSequence(next).map(\.0))
+        if !unused.isEmpty { try await release(unused) }
+        return work.count < room && unused.isEmpty
     }
 
     // MARK: Time
 
-    /// Fails upstream messages whose time ran out before any application
-    /// server acked them, drops downstream messages likewise, and forgets
-    /// verdicts a device can no longer ask about.
+    /// Renews the claims of this replica's sessions when a third of the
+    /// lease has passed, and then also looks for what is waiting for them
+    /// (claims of a replica that died lapse; events missed); fails upstream
+    /// messages whose time ran out before any application server acked
+    /// them, drops downstream messages likewise, and forgets verdicts a
+    /// device can no longer ask about.
     public func sweep() async {
         let now = clock.nowMs
         do {
-            for message in try await storage.expiredUpstream(nowMs: now, limit: 1000) {
-                guard !(inFlight[message.project]?.contains(.upstream(message.position)) ?? false) else { continue }
-                let verdict = Self.expiredVerdict(message)
-                guard let settled = try await storage.settleUpstream(project: message.project, device: message.device,
-                                                                     messageId: message.messageId, verdict: verdict, atMs: now)
-                else { continue }
-                tell(settled.device, .failed(ChannelFailure(app: settled.app, messageId: settled.messageId, error: verdict.code,
-                                                            description: verdict.text)))
+            if now >= renewedAtMs + leaseMs / 3 {
+                renewedAtMs = now
+                let (upstream, receipts) = Self.positions(of: sessions.values.flatMap(\.unacked))
+                try await storage.renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: now + leaseMs)
+                for project in Set(sessions.values.map(\.project)) { await pump(project) }
+            }
+            for settled in try await storage.settleExpiredUpstream(nowMs: now, graceMs: Self.ttlZeroGraceMs, limit: 1000,
+                                                                   verdict: Self.expiredVerdict) {
+                let verdict = settled.verdict ?? Self.expiredVerdict(settled)
+                await tellDevice(settled.device, .failed(ChannelFailure(app: settled.app, messageId: settled.messageId,
+                                                                        error: verdict.code, description: verdict.text)))
             }
             _ = try await storage.removeExpiredDownstream(nowMs: now)
             // A device may repeat a message for as long as it keeps it: up to its TTL.
@@ -474,7 +583,7 @@ public actor ConnectionHub {
     /// offline when it was given.
     static let verdictRetentionMs: UInt64 = 86_400_000
 
-    private static func expiredVerdict(_ message: StoredUpstream) -> UpstreamVerdict {
+    @Sendable private static func expiredVerdict(_ message: StoredUpstream) -> UpstreamVerdict {
         message.expiresAtMs <= message.receivedAtMs
             ? .failed(error: "SERVICE_NOT_AVAILABLE", description: "TTL 0 and no application server took it at once")
             : .failed(error: "TTL_EXCEEDED", description: "no application server acknowledged it within its TTL")

@@ -27,12 +27,24 @@ public protocol ConnectionStorage: Sendable {
     func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance
     /// The project's messages without a verdict, oldest first, after `position`.
     func pendingUpstream(project: String, after position: Int64, limit: Int) async throws -> [StoredUpstream]
+    /// Claims for `replica`, until `untilMs`, up to `limit` of the project's
+    /// messages without a verdict that no replica holds (never claimed,
+    /// released, or claimed until `nowMs` at the latest) and whose time has
+    /// not run out by `nowMs`, oldest first. A message received without time
+    /// (TTL 0) counts as in time for `graceMs` after it was received. Of
+    /// replicas claiming at once, each message goes to one.
+    func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
+                       limit: Int) async throws -> [StoredUpstream]
     /// Gives the pending message with this id of the project's device (at
     /// most one) its verdict; returns it, or nil when there is no such message.
     func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
                         atMs: UInt64) async throws -> StoredUpstream?
-    /// Pending messages whose time ran out by `nowMs`, not yet settled.
-    func expiredUpstream(nowMs: UInt64, limit: Int) async throws -> [StoredUpstream]
+    /// Gives up to `limit` messages without a verdict whose time ran out by
+    /// `nowMs` (TTL 0: `graceMs` after they were received) and that no
+    /// replica holds the verdict `verdict` says, soonest expired first;
+    /// returns them, settled.
+    func settleExpiredUpstream(nowMs: UInt64, graceMs: UInt64, limit: Int,
+                               verdict: @Sendable (StoredUpstream) -> UpstreamVerdict) async throws -> [StoredUpstream]
     /// Forgets settled messages whose time ran out before `beforeMs`.
     func purgeSettledUpstream(expiredBeforeMs: UInt64) async throws
 
@@ -56,8 +68,23 @@ public protocol ConnectionStorage: Sendable {
     func addReceipt(_ receipt: StoredReceipt, limit: Int) async throws -> Int
     /// The project's receipts, oldest first, after `position`.
     func receipts(project: String, after position: Int64, limit: Int) async throws -> [StoredReceipt]
+    /// Claims for `replica`, until `untilMs`, up to `limit` of the project's
+    /// receipts that no replica holds (as ``claimUpstream(project:replica:nowMs:untilMs:graceMs:limit:)``), oldest first.
+    func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int) async throws -> [StoredReceipt]
     /// Removes the project's receipt with this message id; returns whether there was one.
     func removeReceipt(project: String, messageId: String) async throws -> Bool
+
+    // MARK: Claims
+
+    /// Extends `replica`'s claims on these upstream messages and receipts (by
+    /// position) to `untilMs`, and gives up its claims on all others: a
+    /// replica holds what its application servers' sessions hold, no more.
+    func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws
+    /// Gives up `replica`'s claims on these upstream messages and receipts (by position).
+    func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws
+    /// Gives up every replica's claims: a server alone on its database, at
+    /// start, knows that no one holds them any more.
+    func releaseAllClaims() async throws
 }
 
 /// What became of a device's upstream message offered to storage.

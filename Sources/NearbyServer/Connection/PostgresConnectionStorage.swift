@@ -55,12 +55,6 @@ extension PostgresStorage {
             }
             let kept = try await value(Int.self, "SELECT COUNT(*) FROM upstream WHERE device = \(message.device)", on: connection) ?? 0
             guard kept < limit else { return .full(kept) }
-            // The hub reads a project's messages after the last position it
-            // handed out (pendingUpstream(after:)): positions must become
-            // visible in order, or one that commits after a larger one is
-            // skipped. Two devices of a project would otherwise race here,
-            // so the project's inserts take turns (as SQLite's writers do).
-            try await connection.query("SELECT pg_advisory_xact_lock(20035, hashtext(\(message.project)))", logger: logger)
             try await connection.query("""
                 INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs)
                 VALUES (\(message.project), \(message.device), \(message.app), \(message.messageId), \(data),
@@ -76,6 +70,23 @@ extension PostgresStorage {
                 SELECT \(unescaped: Self.upstreamColumns) FROM upstream
                 WHERE project = \(project) AND verdict IS NULL AND position > \(position) ORDER BY position LIMIT \(limit)
                 """, on: connection)
+        }
+    }
+
+    public func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
+                              limit: Int) async throws -> [StoredUpstream] {
+        let now = Int64(clamping: nowMs)
+        let grace = Int64(clamping: graceMs)
+        return try await write { connection in
+            // SKIP LOCKED: replicas claiming at once each take other rows, none waits.
+            try await upstream("""
+                UPDATE upstream SET claimedBy = \(replica), claimedUntilMs = \(Int64(clamping: untilMs)) WHERE position IN (
+                    SELECT position FROM upstream
+                    WHERE project = \(project) AND verdict IS NULL AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
+                      AND (expiresAtMs > \(now) OR (expiresAtMs <= receivedAtMs AND receivedAtMs + \(grace) > \(now)))
+                    ORDER BY position LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+                RETURNING \(unescaped: Self.upstreamColumns)
+                """, on: connection).sorted { $0.position < $1.position }
         }
     }
 
@@ -99,12 +110,29 @@ extension PostgresStorage {
         }
     }
 
-    public func expiredUpstream(nowMs: UInt64, limit: Int) async throws -> [StoredUpstream] {
-        try await read { connection in
-            try await upstream("""
+    public func settleExpiredUpstream(nowMs: UInt64, graceMs: UInt64, limit: Int,
+                                      verdict: @Sendable (StoredUpstream) -> UpstreamVerdict) async throws -> [StoredUpstream] {
+        let now = Int64(clamping: nowMs)
+        let grace = Int64(clamping: graceMs)
+        return try await write { connection in
+            // SKIP LOCKED: a message a replica is claiming or settling now is left to it.
+            let expired = try await upstream("""
                 SELECT \(unescaped: Self.upstreamColumns) FROM upstream
-                WHERE verdict IS NULL AND expiresAtMs <= \(Int64(clamping: nowMs)) ORDER BY expiresAtMs LIMIT \(limit)
+                WHERE verdict IS NULL AND expiresAtMs <= \(now) AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
+                  AND NOT (expiresAtMs <= receivedAtMs AND receivedAtMs + \(grace) > \(now))
+                ORDER BY expiresAtMs LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 """, on: connection)
+            var settled: [StoredUpstream] = []
+            for var message in expired {
+                message.verdict = verdict(message)
+                let (code, description) = StoredColumns.columns(of: message.verdict!)
+                try await connection.query("""
+                    UPDATE upstream SET verdict = \(code), verdictDescription = \(description), settledAtMs = \(now)
+                    WHERE position = \(message.position)
+                    """, logger: logger)
+                settled.append(message)
+            }
+            return settled
         }
     }
 
@@ -225,9 +253,64 @@ extension PostgresStorage {
         }
     }
 
+    public func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int) async throws -> [StoredReceipt] {
+        let now = Int64(clamping: nowMs)
+        return try await write { connection in
+            var receipts: [StoredReceipt] = []
+            for try await (position, project, messageId, payload) in try await connection.query("""
+                UPDATE receipt SET claimedBy = \(replica), claimedUntilMs = \(Int64(clamping: untilMs)) WHERE position IN (
+                    SELECT position FROM receipt WHERE project = \(project) AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
+                    ORDER BY position LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+                RETURNING position, project, messageId, payload
+                """, logger: logger).decode((Int64, String, String, String).self) {
+                receipts.append(StoredReceipt(position: position, project: project, messageId: messageId, payload: payload))
+            }
+            // RETURNING has no ORDER BY.
+            return receipts.sorted { $0.position < $1.position }
+        }
+    }
+
     public func removeReceipt(project: String, messageId: String) async throws -> Bool {
         try await write { connection in
             try await count("DELETE FROM receipt WHERE project = \(project) AND messageId = \(messageId) RETURNING 1", on: connection) > 0
+        }
+    }
+
+    // MARK: Claims
+
+    public func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws {
+        let until = Int64(clamping: untilMs)
+        try await write { connection in
+            try await execute("""
+                UPDATE upstream SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(upstream))
+                """, on: connection)
+            try await execute("""
+                UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(upstream))
+                """, on: connection)
+            try await execute("""
+                UPDATE receipt SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
+                """, on: connection)
+            try await execute("""
+                UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(receipts))
+                """, on: connection)
+        }
+    }
+
+    public func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws {
+        try await write { connection in
+            try await execute("""
+                UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND position = ANY(\(upstream))
+                """, on: connection)
+            try await execute("""
+                UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
+                """, on: connection)
+        }
+    }
+
+    public func releaseAllClaims() async throws {
+        try await write { connection in
+            try await execute("UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy IS NOT NULL", on: connection)
+            try await execute("UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy IS NOT NULL", on: connection)
         }
     }
 }

@@ -64,6 +64,37 @@ extension SQLiteStorage {
         }
     }
 
+    /// Which messages without a verdict no replica holds at `?` (nowMs), and
+    /// are in time at `?` (nowMs) with `?` (graceMs) for TTL 0.
+    private static let claimable = "(claimedBy IS NULL OR claimedUntilMs <= ?)"
+    private static let inTime = "(expiresAtMs > ? OR (expiresAtMs <= receivedAtMs AND receivedAtMs + ? > ?))"
+
+    public func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
+                              limit: Int) async throws -> [StoredUpstream] {
+        let now = Int64(clamping: nowMs)
+        // One writer at a time: what one replica claims, no other sees unclaimed.
+        return try await pool.write { db in
+            let messages = try Row.fetchAll(db, sql: """
+                SELECT \(Self.upstreamColumns) FROM upstream WHERE project = ? AND verdict IS NULL AND \(Self.claimable) AND \(Self.inTime)
+                ORDER BY position LIMIT ?
+                """, arguments: [project, now, now, Int64(clamping: graceMs), now, limit]).map(Self.upstream)
+            try Self.claim("upstream", messages.map(\.position), for: replica, untilMs: untilMs, db)
+            return messages
+        }
+    }
+
+    /// Positions as a JSON array, for `json_each`: one parameter however many.
+    private static func jsonArray(_ positions: [Int64]) -> String {
+        "[" + positions.map(String.init).joined(separator: ",") + "]"
+    }
+
+    /// Marks the rows of `table` at `positions` claimed by `replica` until `untilMs`.
+    private static func claim(_ table: String, _ positions: [Int64], for replica: String, untilMs: UInt64, _ db: Database) throws {
+        guard !positions.isEmpty else { return }
+        try db.execute(sql: "UPDATE \(table) SET claimedBy = ?, claimedUntilMs = ? WHERE position IN (SELECT value FROM json_each(?))",
+                       arguments: [replica, Int64(clamping: untilMs), Self.jsonArray(positions)])
+    }
+
     public func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
                                atMs: UInt64) async throws -> StoredUpstream? {
         try await pool.write { db in
@@ -80,11 +111,22 @@ extension SQLiteStorage {
         }
     }
 
-    public func expiredUpstream(nowMs: UInt64, limit: Int) async throws -> [StoredUpstream] {
-        try await pool.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT \(Self.upstreamColumns) FROM upstream WHERE verdict IS NULL AND expiresAtMs <= ? ORDER BY expiresAtMs LIMIT ?
-                """, arguments: [Int64(clamping: nowMs), limit]).map(Self.upstream)
+    public func settleExpiredUpstream(nowMs: UInt64, graceMs: UInt64, limit: Int,
+                                      verdict: @Sendable (StoredUpstream) -> UpstreamVerdict) async throws -> [StoredUpstream] {
+        let now = Int64(clamping: nowMs)
+        return try await pool.write { db in
+            let expired = try Row.fetchAll(db, sql: """
+                SELECT \(Self.upstreamColumns) FROM upstream
+                WHERE verdict IS NULL AND expiresAtMs <= ? AND \(Self.claimable) AND NOT \(Self.inTime) ORDER BY expiresAtMs LIMIT ?
+                """, arguments: [now, now, now, Int64(clamping: graceMs), now, limit]).map(Self.upstream)
+            return try expired.map { message in
+                var message = message
+                message.verdict = verdict(message)
+                let (code, description) = StoredColumns.columns(of: message.verdict!)
+                try db.execute(sql: "UPDATE upstream SET verdict = ?, verdictDescription = ?, settledAtMs = ? WHERE position = ?",
+                               arguments: [code, description, now, message.position])
+                return message
+            }
         }
     }
 
@@ -179,10 +221,58 @@ extension SQLiteStorage {
         }
     }
 
+    public func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int) async throws -> [StoredReceipt] {
+        try await pool.write { db in
+            let receipts = try Row.fetchAll(db, sql: """
+                SELECT position, project, messageId, payload FROM receipt WHERE project = ? AND \(Self.claimable) ORDER BY position LIMIT ?
+                """, arguments: [project, Int64(clamping: nowMs), limit]).map {
+                StoredReceipt(position: $0["position"], project: $0["project"], messageId: $0["messageId"], payload: $0["payload"])
+            }
+            try Self.claim("receipt", receipts.map(\.position), for: replica, untilMs: untilMs, db)
+            return receipts
+        }
+    }
+
     public func removeReceipt(project: String, messageId: String) async throws -> Bool {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM receipt WHERE project = ? AND messageId = ?", arguments: [project, messageId])
             return db.changesCount > 0
+        }
+    }
+
+    // MARK: Claims
+
+    public func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws {
+        try await pool.write { db in
+            for (table, positions) in [("upstream", upstream), ("receipt", receipts)] {
+                try db.execute(sql: """
+                    UPDATE \(table) SET claimedUntilMs = ? WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
+                    """, arguments: [Int64(clamping: untilMs), replica, Self.jsonArray(positions)])
+                try db.execute(sql: """
+                    UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
+                    WHERE claimedBy = ? AND position NOT IN (SELECT value FROM json_each(?))
+                    """, arguments: [replica, Self.jsonArray(positions)])
+            }
+        }
+    }
+
+    public func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws {
+        try await pool.write { db in
+            for (table, positions) in [("upstream", upstream), ("receipt", receipts)] where !positions.isEmpty {
+                try db.execute(sql: """
+                    UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
+                    WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
+                    """, arguments: [replica, Self.jsonArray(positions)])
+            }
+        }
+    }
+
+    public func releaseAllClaims() async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy IS NOT NULL;
+                UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy IS NOT NULL
+                """)
         }
     }
 }

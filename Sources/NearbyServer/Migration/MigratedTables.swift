@@ -3,7 +3,8 @@
 /// these columns (SQLiteStorage.swift and PostgresSchema.swift); a test fails
 /// when either schema has a table or column this list lacks, so that a table
 /// added later is not left behind. PostgreSQL's own `schema_version` and
-/// `replicaMessage` (messages among running replicas) have nothing to copy.
+/// `replicaMessage` (messages among running replicas) have nothing to copy;
+/// nor have the columns of running servers' claims (`notCopied`).
 enum MigratedTables {
     /// In an order in which every row's references are copied before it.
     static let all: [MigratedTable] = [
@@ -31,12 +32,12 @@ enum MigratedTables {
         MigratedTable("upstream", ["position": .integer, "project": .text, "device": .text, "app": .text, "messageId": .text,
                                    "data": .text, "receivedAtMs": .integer, "expiresAtMs": .integer, "verdict": .text,
                                    "verdictDescription": .text, "settledAtMs": .integer],
-                      serial: "position"),
+                      serial: "position", notCopied: Self.claims),
         MigratedTable("downstream", ["position": .integer, "project": .text, "device": .text, "messageId": .text, "data": .text,
                                      "receivedAtMs": .integer, "expiresAtMs": .integer, "receiptRequested": .boolean],
                       serial: "position"),
         MigratedTable("receipt", ["position": .integer, "project": .text, "messageId": .text, "payload": .text],
-                      serial: "position"),
+                      serial: "position", notCopied: Self.claims),
         MigratedTable("deletedDevice", ["id": .text, "project": .text, "deletedAtMs": .integer]),
         // The logs of deletions, positions and all: a server reads them from
         // position 0 at start, and from where it was after that.
@@ -44,6 +45,10 @@ enum MigratedTables {
         MigratedTable("deviceDeletion", ["position": .integer, "device": .text, "project": .text, "deletedAtMs": .integer],
                       serial: "position"),
     ]
+
+    /// Which replica holds a message, and until when (ConnectionHub): the
+    /// servers that held them are stopped, so the copies are unclaimed.
+    private static let claims: KeyValuePairs<String, MigratedTable.Kind> = ["claimedBy": .text, "claimedUntilMs": .integer]
 }
 
 /// One table as the migration copies it.
@@ -67,11 +72,15 @@ struct MigratedTable: Sendable {
     /// The BIGSERIAL column in PostgreSQL (an AUTOINCREMENT one in SQLite),
     /// whose sequence must continue past the positions copied.
     let serial: String?
+    /// Columns both engines have that are left empty in the copy.
+    let notCopied: [(name: String, kind: Kind)]
 
     /// `columns` in the order written: the order of the statements that read and write them.
-    init(_ name: String, _ columns: KeyValuePairs<String, Kind>, serial: String? = nil) {
+    init(_ name: String, _ columns: KeyValuePairs<String, Kind>, serial: String? = nil,
+         notCopied: KeyValuePairs<String, Kind> = [:]) {
         self.name = name
         self.columns = columns.map { (name: $0.key, kind: $0.value) }
         self.serial = serial
+        self.notCopied = notCopied.map { (name: $0.key, kind: $0.value) }
     }
 }

@@ -3,8 +3,8 @@ import Logging
 import PostgresNIO
 import Synchronization
 
-/// ``ReplicaBus`` over PostgreSQL's LISTEN/NOTIFY on the channel
-/// `nearby_replicas`. PostgreSQL delivers a channel's notifications to every
+/// ``ReplicaBus`` over PostgreSQL's LISTEN/NOTIFY on one channel
+/// (``matching``, ``connections``). PostgreSQL delivers a channel's notifications to every
 /// session listening, the sender's included, in the order their transactions
 /// committed: the one order the replicas' matchers need.
 ///
@@ -18,7 +18,10 @@ import Synchronization
 /// silently, or a database restarted, is noticed, and the bus joins again
 /// with backoff, up to ``maximumBackoff``, until the database answers.
 final class PostgresReplicaBus: ReplicaBus {
-    static let channel = "nearby_replicas"
+    /// The matchers' channel (``ReplicatedMatcherFeed``).
+    static let matching = "nearby_replicas"
+    /// The connection hubs' channel (``ConnectionEventFeed``).
+    static let connections = "nearby_connections"
     /// The longest payload sent inline: NOTIFY takes fewer than 8000 bytes.
     static let inlineBytes = 7900
     static let retentionMs: Int64 = 600_000
@@ -26,24 +29,26 @@ final class PostgresReplicaBus: ReplicaBus {
     static let maximumBackoff = Duration.seconds(5)
 
     private let storage: PostgresStorage
+    private let channel: String
     private let logger: Logger
     /// When the stored messages were last pruned, in the database's milliseconds.
     private let lastPruneMs = Mutex<UInt64>(0)
 
-    init(storage: PostgresStorage, logger: Logger) {
+    init(storage: PostgresStorage, channel: String, logger: Logger) {
         self.storage = storage
+        self.channel = channel
         self.logger = logger
     }
 
     func publish(_ message: String) async throws {
         if message.utf8.count <= Self.inlineBytes {
-            try await storage.client.query("SELECT pg_notify(\(Self.channel), \(message))", logger: logger)
+            try await storage.client.query("SELECT pg_notify(\(channel), \(message))", logger: logger)
             return
         }
         try await storage.write { connection in
             let id = try await self.storage.value(
                 Int64.self, "INSERT INTO replicaMessage (payload) VALUES (\(message)) RETURNING id", on: connection)!
-            try await connection.query("SELECT pg_notify(\(Self.channel), \("@\(id)"))", logger: self.logger)
+            try await connection.query("SELECT pg_notify(\(channel), \("@\(id)"))", logger: self.logger)
         }
         try await pruneIfDue()
     }
@@ -87,7 +92,7 @@ final class PostgresReplicaBus: ReplicaBus {
         let connection = try await PostgresConnection.connect(configuration: try storage.location.connectionConfiguration,
                                                               id: 1, logger: logger)
         do {
-            try await connection.listen(on: Self.channel) { notifications in
+            try await connection.listen(on: channel) { notifications in
                 // Listening from here on: what storage holds now, then what changes.
                 try await deliver(.joined)
                 joined()

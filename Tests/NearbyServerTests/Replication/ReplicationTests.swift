@@ -179,20 +179,25 @@ private func waitUntilReady(_ replica: Harness, sourceLocation: SourceLocation =
 
 /// Runs `body` with `count` replicas of a server on one new database of
 /// `engine`, each serving on a socket of its own, sharing one manual clock.
-/// On SQLite they share a file, and `hub` as their bus.
+/// On SQLite they share a file, and `hub` as their matchers' bus.
 func withReplicas(_ engine: Engine, count: Int = 2, hub: InMemoryReplicaHub = InMemoryReplicaHub(),
+                  configuration: ServerConfiguration = testConfiguration(databasePath: "unused"),
                   _ body: @escaping @Sendable ([Harness]) async throws -> Void) async throws {
     let clock = ManualWallClock(nowMs: startMs)
+    // The connection hubs' bus: in PostgreSQL, a channel of its own.
+    let connectionsHub = InMemoryReplicaHub()
     try await withStorages(engine, count: count) { storages in
         var servers: [NearbyServer] = []
         for (number, storage) in storages.enumerated() {
-            let bus: any ReplicaBus = switch engine {
-            case .sqlite: hub.bus(number)
-            case .postgres: PostgresReplicaBus(storage: storage as! PostgresStorage, logger: quietLogger())
+            let buses = switch engine {
+            case .sqlite: NearbyService.ReplicaBuses(matching: hub.bus(number), connections: connectionsHub.bus(number))
+            case .postgres: NearbyService.ReplicaBuses(
+                matching: PostgresReplicaBus(storage: storage as! PostgresStorage, channel: PostgresReplicaBus.matching, logger: quietLogger()),
+                connections: PostgresReplicaBus(storage: storage as! PostgresStorage, channel: PostgresReplicaBus.connections,
+                                                logger: quietLogger()))
             }
-            let configuration = testConfiguration(databasePath: "unused")
             servers.append(try NearbyServer(service: try await NearbyService.start(
-                storage: storage, configuration: configuration, clock: clock, logger: quietLogger(), bus: bus)))
+                storage: storage, configuration: configuration, clock: clock, logger: quietLogger(), buses: buses)))
         }
         try await serve(servers[...], clock: clock, harnesses: [], body)
     }

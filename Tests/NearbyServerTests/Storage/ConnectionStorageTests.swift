@@ -95,23 +95,90 @@ extension StorageTests {
         }
 
         @Test(arguments: Engine.allCases)
-        func expiredPendingMessagesAreFoundSoonestFirst(engine: Engine) async throws {
+        func expiredPendingMessagesAreSettledSoonestFirst(engine: Engine) async throws {
             try await withStorage(engine) { storage in
                 try await createProject(storage, "alpha")
                 try await createDevice(storage, "d1", of: "alpha")
                 for (id, expiry) in [("m1", startMs + 30), ("m2", startMs + 10), ("m3", startMs + 20), ("m4", startMs + 40)] {
                     #expect(try await storage.acceptUpstream(Self.upstream(id, expiresAtMs: expiry), limit: 10) == .kept)
                 }
+                // TTL 0: in time for the grace after it was received.
+                #expect(try await storage.acceptUpstream(Self.upstream("m0", expiresAtMs: startMs), limit: 10) == .kept)
                 _ = try await storage.settleUpstream(project: "alpha", device: "d1", messageId: "m3", verdict: .sent, atMs: startMs)
-                #expect(try await storage.expiredUpstream(nowMs: startMs + 30, limit: 10).map(\.messageId) == ["m2", "m1"])
-                #expect(try await storage.expiredUpstream(nowMs: startMs + 30, limit: 1).map(\.messageId) == ["m2"])
-                #expect(try await storage.expiredUpstream(nowMs: startMs + 9, limit: 10).isEmpty)
-                // Purging touches only settled messages.
-                try await storage.purgeSettledUpstream(expiredBeforeMs: .max)
-                #expect(try await storage.expiredUpstream(nowMs: .max, limit: 10).map(\.messageId) == ["m2", "m1", "m4"])
-                // A device's messages go with it.
-                #expect(try await storage.deleteDevice(id: "d1"))
-                #expect(try await storage.expiredUpstream(nowMs: .max, limit: 10).isEmpty)
+                let failed = UpstreamVerdict.failed(error: "TTL_EXCEEDED", description: "late")
+                func settle(atMs: UInt64, limit: Int = 10) async throws -> [String] {
+                    try await storage.settleExpiredUpstream(nowMs: atMs, graceMs: 15, limit: limit) { _ in failed }.map {
+                        #expect($0.verdict == failed)
+                        return $0.messageId
+                    }
+                }
+                #expect(try await settle(atMs: startMs + 9).isEmpty)
+                #expect(try await settle(atMs: startMs + 30, limit: 1) == ["m0"])
+                #expect(try await settle(atMs: startMs + 30) == ["m2", "m1"])
+                #expect(try await settle(atMs: startMs + 30).isEmpty)
+                // What is claimed, a replica's session holds: not settled until the claim lapses.
+                let claimed = try await storage.claimUpstream(project: "alpha", replica: "r1", nowMs: startMs + 39,
+                                                              untilMs: startMs + 50, graceMs: 15, limit: 10)
+                #expect(claimed.map(\.messageId) == ["m4"])
+                #expect(try await settle(atMs: startMs + 45).isEmpty)
+                #expect(try await settle(atMs: startMs + 50) == ["m4"])
+                let settled = try await storage.pendingUpstream(project: "alpha", after: 0, limit: 10)
+                #expect(settled.isEmpty)
+                // Purging takes the settled messages whose time ran out.
+                try await storage.purgeSettledUpstream(expiredBeforeMs: startMs + 35)
+                #expect(try await storage.acceptUpstream(Self.upstream("m1"), limit: 10) == .kept)
+                if case .known = try await storage.acceptUpstream(Self.upstream("m4"), limit: 10) {} else {
+                    Issue.record("m4's verdict is kept until its time runs out")
+                }
+            }
+        }
+
+        @Test(arguments: Engine.allCases)
+        func aClaimedMessageIsHandedToOneReplicaUntilReleasedOrLapsed(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                try await createDevice(storage, "d1", of: "alpha")
+                for id in ["m1", "m2", "m3"] {
+                    #expect(try await storage.acceptUpstream(Self.upstream(id, expiresAtMs: startMs + 1000), limit: 10) == .kept)
+                }
+                _ = try await storage.addReceipt(StoredReceipt(project: "alpha", messageId: "dr2:x", payload: "{}"), limit: 10)
+                func claim(_ replica: String, atMs: UInt64, forMs: UInt64 = 100, limit: Int = 10) async throws -> [String] {
+                    try await storage.claimUpstream(project: "alpha", replica: replica, nowMs: atMs, untilMs: atMs + forMs,
+                                                    graceMs: 0, limit: limit).map(\.messageId)
+                }
+                func claimReceipts(_ replica: String, atMs: UInt64) async throws -> [String] {
+                    try await storage.claimReceipts(project: "alpha", replica: replica, nowMs: atMs, untilMs: atMs + 100, limit: 10)
+                        .map(\.messageId)
+                }
+                #expect(try await claim("r1", atMs: startMs, limit: 2) == ["m1", "m2"])
+                #expect(try await claim("r2", atMs: startMs) == ["m3"])
+                #expect(try await claim("r2", atMs: startMs).isEmpty)
+                #expect(try await claimReceipts("r1", atMs: startMs) == ["dr2:x"])
+                #expect(try await claimReceipts("r2", atMs: startMs).isEmpty)
+                // Another replica's release gives back nothing of r1's.
+                let pending = try await storage.pendingUpstream(project: "alpha", after: 0, limit: 10)
+                try await storage.releaseClaims(replica: "r2", upstream: pending.map(\.position), receipts: [])
+                #expect(try await claim("r3", atMs: startMs) == ["m3"])
+                // r1 renews m2 only: m1 goes back at once; m2 stays r1's past the first lease.
+                try await storage.renewClaims(replica: "r1", upstream: [pending[1].position], receipts: [], untilMs: startMs + 300)
+                #expect(try await claim("r2", atMs: startMs + 1) == ["m1"])
+                #expect(try await claimReceipts("r2", atMs: startMs + 1) == ["dr2:x"])
+                // Claims not renewed lapse (r2's own, r3's); r1's renewed one holds.
+                #expect(try await claim("r2", atMs: startMs + 200, forMs: 1000) == ["m1", "m3"])
+                // r1 dies: its claim lapses too, and another replica takes the message.
+                #expect(try await claim("r2", atMs: startMs + 300) == ["m2"])
+                // An ack settles it whoever holds it: it is never handed out again.
+                _ = try await storage.settleUpstream(project: "alpha", device: "d1", messageId: "m2", verdict: .sent, atMs: startMs)
+                try await storage.releaseAllClaims()
+                #expect(try await claim("r1", atMs: startMs + 301) == ["m1", "m3"])
+                #expect(try await claimReceipts("r1", atMs: startMs + 301) == ["dr2:x"])
+                // Out of time is not handed out; TTL 0 is, within the grace.
+                #expect(try await storage.acceptUpstream(Self.upstream("z", expiresAtMs: startMs), limit: 10) == .kept)
+                try await storage.releaseAllClaims()
+                #expect(try await storage.claimUpstream(project: "alpha", replica: "r1", nowMs: startMs + 1000, untilMs: startMs + 2000,
+                                                        graceMs: 10, limit: 10).isEmpty)
+                #expect(try await storage.claimUpstream(project: "alpha", replica: "r1", nowMs: startMs + 5, untilMs: startMs + 2000,
+                                                        graceMs: 10, limit: 10).map(\.messageId) == ["m1", "m3", "z"])
             }
         }
 
