@@ -13,23 +13,34 @@ import TestSupport
 /// PostgreSQL database find each other, and when one replica is killed its
 /// device's link and direct channel move to the other and go on working; a
 /// dead first URL costs one quick retry, not a backoff delay; when every URL
-/// fails, the reason names each.
+/// fails, the reason names each. An application server (slixmpp) on one
+/// replica and a device's direct channel on the other exchange messages, and
+/// CCS's guarantees hold across a kill of the application server's replica.
 @BusActor
 @Suite(.timeLimit(.minutes(2))) struct ServerReplicaTests {
     /// One nearby-server process on the shared database.
     struct Replica {
         let process: ChildProcess
         let url: String
+        /// The XMPP endpoint's port, when the configuration has one.
+        let xmppPort: Int?
 
         /// On `database`: a PostgreSQL URL, or by default an SQLite file in `directory`.
-        static func start(_ name: String, in directory: TemporaryDirectory, database: String? = nil) async throws -> Replica {
+        static func start(_ name: String, in directory: TemporaryDirectory, database: String? = nil,
+                          configuration: String = "") async throws -> Replica {
+            let xmpp = configuration.contains("[xmpp]")
             let process = try await ChildProcess(name: name, executable: Programs.path("nearby-server"), arguments: [
                 "serve", "--listen", "127.0.0.1:0", "--database", database ?? directory.file("server.sqlite"),
-                "--config", try directory.write("server.conf", ""), "--log-level", "debug",
-            ])
+                "--config", try directory.write("\(name).conf", configuration), "--log-level", "debug",
+            ] + (xmpp ? ["--xmpp-listen", "127.0.0.1:0"] : []))
             let line = try await process.waitForLine(containing: "nearby-server: listening on ")
             let url = line[line.range(of: "listening on ")!.upperBound...].trimmingCharacters(in: .whitespaces)
-            return Replica(process: process, url: url)
+            var xmppPort: Int?
+            if xmpp {
+                let line = try await process.waitForLine(containing: "nearby-server: xmpp on ")
+                xmppPort = Int(line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "")
+            }
+            return Replica(process: process, url: url, xmppPort: xmppPort)
         }
     }
 
@@ -56,10 +67,16 @@ import TestSupport
     }
 
     func createProject(_ name: String, database: String? = nil) async throws -> String {
+        try await createProjectKeys(name, database: database).apiKey
+    }
+
+    /// The project's API key and server key (its application servers' password).
+    func createProjectKeys(_ name: String, database: String? = nil) async throws -> (apiKey: String, serverKey: String) {
         let created = try await runProgram(Programs.path("nearby-server"),
                                            ["project", "create", name, "--database", database ?? directory.file("server.sqlite"), "--json"])
         let object = try JSONSerialization.jsonObject(with: Data(created.output.utf8)) as? [String: Any]
-        return try #require(object?["apiKey"] as? String, "\(created.output)")
+        return (try #require(object?["apiKey"] as? String, "\(created.output)"),
+                try #require(object?["serverKey"] as? String, "\(created.output)"))
     }
 
     func endpoints(_ urls: [String]) -> ServerEndpoints {
@@ -160,6 +177,125 @@ import TestSupport
             await cluster.stop()
             throw error
         }
+        for replica in replicas { await replica.process.stop() }
+        await cluster.stop()
+    }
+
+    /// The XMPP domain of the replicas' connection server.
+    static let xmppDomain = "nearby.test"
+
+    /// The slixmpp application server of the end-to-end tests, logged in to
+    /// each of `ports` in turn as it reconnects.
+    func appServer(ports: [Int], serverKey: String, flags: [String]) async throws -> ChildProcess {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let server = try await ChildProcess(
+            name: "app-server", executable: root.appendingPathComponent(".build/venv/bin/python").path,
+            arguments: [root.appendingPathComponent("Tests/EndToEndTests/python/ccs_appserver.py").path,
+                        "--jid", "shop@\(Self.xmppDomain)", "--key", serverKey, "--ca", directory.file("xmpp.pem")]
+                + ports.flatMap { ["--port", "\($0)"] } + flags,
+            environment: ["PYTHONUNBUFFERED": "1"])
+        try await server.waitForLine(containing: "ready")
+        return server
+    }
+
+    /// The ids of the upstream messages an application server printed, once per delivery.
+    static func delivered(_ server: ChildProcess) -> [String] {
+        server.lines.values.compactMap { line -> String? in
+            guard line.hasPrefix("gcm "),
+                  let payload = try? JSONSerialization.jsonObject(with: Data(line.dropFirst(4).utf8)) as? [String: Any],
+                  payload["message_type"] == nil else { return nil }
+            return payload["message_id"] as? String
+        }
+    }
+
+    /// The application server logs in to replica 1, the device's direct
+    /// channel is on replica 2: upstream, its ack, downstream and the
+    /// delivery receipt cross. Replica 1 is killed (SIGKILL) with a message
+    /// out unacked: the application server reconnects to replica 2, which
+    /// gives the message again once the dead replica's claim lapses; what was
+    /// acked before is never delivered again.
+    @Test func anApplicationServerAndADeviceOnTwoReplicasSurviveAKill() async throws {
+        defer { directory.remove() }
+        let cluster = try await PostgresCluster.start()
+        var replicas: [Replica] = []
+        var application: ChildProcess?
+        do {
+            let database = try await cluster.createDatabase()
+            let keys = try await createProjectKeys("shop", database: database)
+            let made = try await runProgram(Programs.path("nearby-server"), [
+                "certificate", Self.xmppDomain, "--certificate", directory.file("xmpp.pem"), "--private-key", directory.file("xmpp.key"),
+            ])
+            #expect(made.status == 0, "\(made.output)")
+            let configuration = """
+                [xmpp]
+                domain = "\(Self.xmppDomain)"
+                certificate = "\(directory.file("xmpp.pem"))"
+                private-key = "\(directory.file("xmpp.key"))"
+                claim-lease-seconds = 3
+                """
+            for number in 1...2 {
+                replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
+                                                        configuration: configuration))
+            }
+            let ports = try replicas.map { try #require($0.xmppPort) }
+            let device = try manager(uid: 1001, apiKey: keys.apiKey).account
+            let onSecond = endpoints(replicas.map(\.url).reversed())
+            let credentials = credentials(onSecond)
+            let channel = DirectChannel(account: device,
+                                        connect: DirectChannel.connector(account: device, credentials: credentials, logger: logger),
+                                        endpoints: onSecond, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
+                                        logger: logger)
+            let opened = Inbox<Bool>()
+            let events = Inbox<ChannelEvent>()
+            channel.onOpenChanged = { opened.put($0) }
+            channel.onEvent = { events.put($0) }
+            channel.wanted = true
+            _ = try await opened.first(within: 20, "the channel open on the second replica") { $0 }
+            #expect(await onSecond.current.client.baseURL == replicas[1].url)
+            let registration = try await credentials.registration(device, with: await onSecond.current.client).device
+
+            // Messages whose id starts with "hold-" are not acked on the first connection. It sends d-1 at once.
+            let downstream = #"{"to": "\#(registration)", "message_id": "d-1", "data": {"k": "v"}, "delivery_receipt_requested": true}"#
+            let server = try await appServer(ports: ports, serverKey: keys.serverKey,
+                                             flags: ["--hold-first", "hold-", "--send", downstream])
+            application = server
+            func upstream(_ id: String) -> ChannelRequest {
+                .send(ChannelUpstream(app: "org.example.shop", messageId: id, to: "shop@\(Self.xmppDomain)", data: ["id": id],
+                                      expiresAtMs: Self.nowMilliseconds + 600_000))
+            }
+            func sent(_ id: String) -> @Sendable (ChannelEvent) -> Bool {
+                { $0 == .sent([ChannelMessageRef(app: "org.example.shop", messageId: id)]) }
+            }
+            // Downstream from replica 1 to the channel on replica 2; the device's ack comes back as a receipt.
+            _ = try await events.first(within: 20, "d-1 on the channel") { $0 == .message(ChannelDownstream(messageId: "d-1", from: "shop", data: ["k": "v"])) }
+            channel.send(.ack(messageId: "d-1"))
+            _ = try await server.waitForLine(containing: "acked dr2:d-1")
+            channel.send(upstream("m-1"))
+            _ = try await events.first(within: 20, "m-1 acked by the application server on the other replica", where: sent("m-1"))
+
+            channel.send(upstream("hold-1"))
+            _ = try await server.waitForLine(containing: #""message_id": "hold-1""#)
+
+            replicas[0].process.signal(SIGKILL)
+            _ = try await server.waitForLine(containing: "disconnected")
+            _ = try await server.waitForLine(containing: "ready", occurrence: 2, within: 20)
+            // Replica 1's claim on hold-1 lapses (3 s): replica 2 gives it to the new connection, which acks it.
+            _ = try await events.first(within: 20, "hold-1 acked after the application server moved", where: sent("hold-1"))
+            channel.send(upstream("m-2"))
+            _ = try await events.first(within: 20, "m-2 acked", where: sent("m-2"))
+            let delivered = Self.delivered(server)
+            #expect(delivered.filter { $0 == "m-1" }.count == 1, "m-1, acked, is delivered once: \(delivered)")
+            #expect(delivered.filter { $0 == "hold-1" }.count == 2, "hold-1 is delivered again after its connection ended: \(delivered)")
+            #expect(delivered.filter { $0 == "m-2" }.count == 1, "\(delivered)")
+
+            channel.wanted = false
+        } catch {
+            await application?.stop()
+            for replica in replicas { await replica.process.stop() }
+            await cluster.stop()
+            throw error
+        }
+        await application?.stop()
         for replica in replicas { await replica.process.stop() }
         await cluster.stop()
     }
