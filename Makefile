@@ -50,9 +50,16 @@ demo: build
 # (Sources/*Fuzz/README.md): a few seconds each.
 REPLAY := timeout 300
 
+# How many tests run at once. Swift Testing's default is every test at once:
+# on two cores, hundreds of tests that start daemons, servers and PostgreSQL
+# clusters starved one another until their waits ran out (a 100 ms timer
+# firing 8 s late, suites past their time limits). At 12 the whole run
+# passes on two cores with another build beside it.
+TEST_WIDTH ?= 12
+
 test: setup
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	$(SWIFT) test --skip-build --experimental-maximum-parallelization-width $(TEST_WIDTH)
 	$(REPLAY) .build/debug/xmpp-fuzz Sources/XMPPFuzz/corpus
 	$(REPLAY) .build/debug/ccs-fuzz Sources/CCSFuzz/corpus
 	$(REPLAY) .build/debug/server-fuzz Sources/ServerFuzz/corpus

@@ -334,7 +334,7 @@ import TestSupport
         defer { directory.remove() }
         let shared = endpoints(Self.deadURLs)
         let a = device(Account(uid: 1001, apiKey: "key"), shared, credentials(shared), backoff: slowBackoff)
-        let waiting = try await a.events.first(within: 10, "the round's reason") { if case .waiting = $0 { true } else { false } }
+        let waiting = try await a.events.first(within: 30, "the round's reason") { if case .waiting = $0 { true } else { false } }
         guard case .waiting(let reason, let reached) = waiting else { return }
         #expect(!reached)
         #expect(reason.hasPrefix("cannot reach nearby-server: \(Self.deadURLs[0]): POST /v1/devices: "), "\(reason)")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// The `nearby-server` executable, where the build put it next to the tests.
 let executable: URL? = {
@@ -15,23 +16,10 @@ struct Run {
     var errors: String
 }
 
-/// Runs the executable to completion, off the cooperative pool.
+/// Runs the executable to completion (a minute at most).
 func run(_ arguments: [String]) async throws -> Run {
-    try await Task.detached {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
-                   errors: String(decoding: errorData, as: UTF8.self))
-    }.value
+    let result = try await runProgramSeparately(try #require(executable).path, arguments)
+    return Run(status: result.status, output: result.output, errors: result.errors)
 }
 
 @Suite(.enabled(if: executable != nil, "needs the nearby-server executable (swift build --build-tests builds it)"))
@@ -98,27 +86,13 @@ struct CommandLineTests {
     /// Serves on a free port, says so in one line, and exits 0 on SIGTERM.
     @Test func serveAnnouncesItsPortAndStopsOnSIGTERM() async throws {
         try await withTemporaryDirectory { directory in
-            let status = try await Task.detached { () throws -> (String, Int32) in
-                let process = Process()
-                process.executableURL = executable
-                process.arguments = ["--listen", "127.0.0.1:0", "--database", directory.appendingPathComponent("db.sqlite").path,
-                                     "--log-level", "critical"]
-                let output = Pipe()
-                process.standardOutput = output
-                process.standardError = FileHandle.nullDevice
-                try process.run()
-                // Blocks until the server has written its line.
-                var line = Data()
-                while !line.contains(UInt8(ascii: "\n")) {
-                    let chunk = output.fileHandleForReading.availableData
-                    if chunk.isEmpty { break }
-                    line.append(chunk)
-                }
-                process.terminate()
-                process.waitUntilExit()
-                return (String(decoding: line, as: UTF8.self), process.terminationStatus)
-            }.value
-            let (line, exitStatus) = status
+            let server = try await ChildProcess(
+                name: "nearby-server", executable: try #require(executable).path,
+                arguments: ["--listen", "127.0.0.1:0", "--database", directory.appendingPathComponent("db.sqlite").path,
+                            "--log-level", "critical"])
+            let line = try await server.waitForLine(containing: "listening on") + "\n"
+            server.signal(SIGTERM)
+            let exitStatus = try await server.waitForExit()
             let pattern = #/^nearby-server: listening on http://127\.0\.0\.1:(\d+)\n$/#
             let port = try #require(line.wholeMatch(of: pattern)).1
             #expect(Int(port).map { $0 > 0 } == true)

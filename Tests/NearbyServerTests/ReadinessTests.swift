@@ -18,7 +18,9 @@ import TestSupport
         }
         guard case .failure(let error) = outcome else { Issue.record("no timeout: \(outcome)"); return }
         #expect(error is FirstOutcome.TimedOut)
-        #expect(ContinuousClock.now - asked < .seconds(5))
+        // Without the race this waits forever; the bound leaves room for a
+        // loaded test machine, where a 100 ms timer can fire seconds late.
+        #expect(ContinuousClock.now - asked < .seconds(30))
         #expect(await FirstOutcome.race(within: .seconds(60)) {} .isSuccess)
     }
 
@@ -43,7 +45,7 @@ import TestSupport
                 let asked = ContinuousClock.now
                 let down = try await harness.request(.get, APIPath.ready)
                 expectError(down, .serviceUnavailable, .unavailable, mentioning: "the database does not answer")
-                #expect(ContinuousClock.now - asked < NearbyService.readinessTimeout + .seconds(3))
+                #expect(ContinuousClock.now - asked < NearbyService.readinessTimeout + .seconds(10))
                 #expect(try await harness.request(.get, APIPath.health).status == .ok)
 
                 try await cluster.startServer()
