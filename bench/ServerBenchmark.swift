@@ -57,8 +57,8 @@ enum ServerBenchmark {
         var defaults: DefaultLimits?
         try await ensuring {
             if settings.sqlite {
-                let (result, checked) = try await measure(.sqlite, settings, scripts, cluster: nil)
-                results.append(result)
+                let (measured, checked) = try await measure([.sqlite], settings, scripts, cluster: nil)
+                results += measured
                 defaults = checked
             }
             if settings.postgres {
@@ -66,9 +66,8 @@ enum ServerBenchmark {
                 try await ensuring {
                     floor = try await PostgresFloor.measure(cluster, scripts, seconds: min(settings.seconds, 5))
                     progress("server: PostgreSQL floor: \(floor!.summary)")
-                    for replicas in [1, 2] {
-                        results.append(try await measure(.postgres(replicas: replicas), settings, scripts, cluster: cluster).0)
-                    }
+                    results += try await measure([.postgres(replicas: 1), .postgres(replicas: 2)], settings, scripts,
+                                                 cluster: cluster).0
                 } finally: {
                     await cluster.stop()
                 }
@@ -129,37 +128,46 @@ enum ServerBenchmark {
         var outcomes = Tally()
     }
 
-    /// Runs every figure on one deployment: its servers are started on a new
-    /// database, the generator's devices registered, their streams opened,
-    /// then the floor and the load, each in a window of its own.
-    private static func measure(_ deployment: Deployment, _ settings: Settings, _ scripts: LoadScripts,
-                                cluster: PostgresCluster?) async throws -> (DeploymentResult, DefaultLimits?) {
-        progress("server: \(deployment): starting")
+    /// Runs every figure on each deployment of one engine, on one database:
+    /// the generator's devices are registered once (through the first
+    /// deployment's servers), then each deployment's servers are started
+    /// afresh on that database (devices and their objects are stored; edges,
+    /// matches and streams are not) and measured in turn. With `cluster`,
+    /// PostgreSQL; else a new SQLite file, whose run first tries the streams
+    /// under the default `[http]` limits.
+    private static func measure(_ deployments: [Deployment], _ settings: Settings, _ scripts: LoadScripts,
+                                cluster: PostgresCluster?) async throws -> ([DeploymentResult], DefaultLimits?) {
         let directory = try TemporaryDirectory("nearby-bench-server")
         var replicas: [Replica] = []
         var workers: LoadWorkers?
-        var result = DeploymentResult(deployment: deployment)
+        var results: [DeploymentResult] = []
         var defaults: DefaultLimits?
         try await ensuring {
             let database = try await cluster?.createDatabase() ?? directory.file("server.sqlite")
             let apiKey = try await createProject(database: database)
             let check = settings.checkDefaults && cluster == nil
-            for index in 0..<deployment.replicas {
-                replicas.append(try await Replica.start("nearby-server-\(index + 1)", in: directory, database: database,
-                                                        configuration: configuration(settings, raised: !check)))
+            func start(_ deployment: Deployment, raised: Bool) async throws {
+                progress("server: \(deployment): starting")
+                for replica in replicas { await replica.process.stop() }
+                replicas = []
+                for index in 0..<deployment.replicas {
+                    replicas.append(try await Replica.start("nearby-server-\(index + 1)", in: directory, database: database,
+                                                            configuration: configuration(settings, raised: raised)))
+                }
             }
+            try await start(deployments[0], raised: !check)
             let load = try await LoadWorkers.start(scripts, settings, urls: replicas.map(\.url), apiKey: apiKey)
             workers = load
 
             let setup = try await load.command(["do": "setup"], within: 900)
-            result.setupSeconds = setup.map { $0.double("seconds") }.max() ?? 0
+            let setupSeconds = setup.map { $0.double("seconds") }.max() ?? 0
             let failed = setup.map { $0.int("failed") }.reduce(0, +)
             guard failed == 0 else {
                 var counts = Tally()
                 setup.forEach { counts.add($0["counts"]) }
                 throw ChildProcessError(message: "\(failed) devices could not be set up: \(counts.summary)")
             }
-            progress("server: \(deployment): \(settings.streams) devices registered in \(format(result.setupSeconds)) s")
+            progress("server: \(deployments[0]): \(settings.streams) devices registered in \(format(setupSeconds)) s")
 
             if check {
                 // The same devices, under the default [http] limits: how many streams are held.
@@ -168,48 +176,62 @@ enum ServerBenchmark {
                 opened.forEach { checked.outcomes.add($0["outcomes"]) }
                 checked.held = try await load.command(["do": "held"], within: 60).map { $0.int("open") }.reduce(0, +)
                 defaults = checked
-                progress("server: \(deployment): default limits: \(checked.held) of \(checked.asked) streams held (\(checked.outcomes.summary))")
+                progress("server: \(deployments[0]): default limits: \(checked.held) of \(checked.asked) streams held "
+                         + "(\(checked.outcomes.summary))")
                 _ = try await load.command(["do": "close"], within: 120)
-                for replica in replicas { await replica.process.stop() }
-                replicas = [try await Replica.start("nearby-server-1", in: directory, database: database,
-                                                    configuration: configuration(settings, raised: true))]
-                _ = try await load.command(["do": "urls", "urls": replicas.map(\.url)], within: 30)
             }
-
-            // Figure 3: the streams, and the memory they take.
-            result.residentBeforeKiB = try replicas.map { try Census.resources(of: $0.process.pid).residentKiB }
-            let opened = try await load.command(["do": "open", "within": 300], within: 360)
-            opened.forEach { result.streamOutcomes.add($0["outcomes"]) }
-            let held = try await load.command(["do": "held"], within: 60)
-            result.residentAfterKiB = try replicas.map { try Census.resources(of: $0.process.pid).residentKiB }
-            result.streamsAsked = settings.streams
-            result.streamsHeld = held.map { $0.int("open") }.reduce(0, +)
-            result.streamsPerReplica = replicas.map { replica in
-                held.map { ($0["by_url"] as? [String: Any])?[replica.url] as? Int ?? 0 }.reduce(0, +)
+            for (index, deployment) in deployments.enumerated() {
+                if index > 0 || check {
+                    _ = try await load.command(["do": "close"], within: 120)
+                    try await start(deployment, raised: true)
+                    _ = try await load.command(["do": "urls", "urls": replicas.map(\.url)], within: 30)
+                }
+                var result = try await measure(deployment, on: replicas, load, settings, cluster: cluster)
+                result.setupSeconds = setupSeconds
+                results.append(result)
             }
-            progress("server: \(deployment): \(result.streamsHeld) streams held (\(result.streamOutcomes.summary))")
-
-            // Figure 1: saturation, against /v1/health under the same generator and concurrency.
-            let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids)
-            let perProcess = max(1, settings.concurrency / settings.processes)
-            result.health = try await load.window(["kind": "health", "concurrency": perProcess], settings, meter)
-            result.sightings = try await load.window(["kind": "sightings", "concurrency": perProcess], settings, meter)
-            progress("server: \(deployment): \(format(result.sightings.rate, 0)) reports/s at saturation, "
-                     + "\(format(result.health.rate, 0)) health requests/s")
-
-            // Figure 2: found latency at half that rate, against /v1/health's latency at the same rate.
-            let paced = result.sightings.rate / 2 / Double(settings.processes)
-            result.healthPaced = try await load.window(["kind": "health", "rate": paced], settings, meter)
-            result.sightingsPaced = try await load.window(["kind": "sightings", "rate": paced], settings, meter)
-            let found = Sample(result.sightingsPaced.found)
-            progress("server: \(deployment): found p50 \(format(found.p50, 2)) ms, p99 \(format(found.p99, 2)) ms "
-                     + "at \(format(result.sightingsPaced.rate, 0)) reports/s")
         } finally: {
             if let workers { await workers.stop() }
             for replica in replicas { await replica.process.stop() }
             directory.remove()
         }
-        return (result, defaults)
+        return (results, defaults)
+    }
+
+    /// The figures of one deployment, whose `replicas` were just started and
+    /// whose devices are registered, with no stream open.
+    private static func measure(_ deployment: Deployment, on replicas: [Replica], _ load: LoadWorkers, _ settings: Settings,
+                                cluster: PostgresCluster?) async throws -> DeploymentResult {
+        var result = DeploymentResult(deployment: deployment)
+        // Figure 3: the streams, and the memory they take.
+        result.residentBeforeKiB = try replicas.map { try Census.resources(of: $0.process.pid).residentKiB }
+        let opened = try await load.command(["do": "open", "within": 300], within: 360)
+        opened.forEach { result.streamOutcomes.add($0["outcomes"]) }
+        let held = try await load.command(["do": "held"], within: 60)
+        result.residentAfterKiB = try replicas.map { try Census.resources(of: $0.process.pid).residentKiB }
+        result.streamsAsked = settings.streams
+        result.streamsHeld = held.map { $0.int("open") }.reduce(0, +)
+        result.streamsPerReplica = replicas.map { replica in
+            held.map { ($0["by_url"] as? [String: Any])?[replica.url] as? Int ?? 0 }.reduce(0, +)
+        }
+        progress("server: \(deployment): \(result.streamsHeld) streams held (\(result.streamOutcomes.summary))")
+
+        // Figure 1: saturation, against /v1/health under the same generator and concurrency.
+        let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids)
+        let perProcess = max(1, settings.concurrency / settings.processes)
+        result.health = try await load.window(["kind": "health", "concurrency": perProcess], settings, meter)
+        result.sightings = try await load.window(["kind": "sightings", "concurrency": perProcess], settings, meter)
+        progress("server: \(deployment): \(format(result.sightings.rate, 0)) reports/s at saturation, "
+                 + "\(format(result.health.rate, 0)) health requests/s")
+
+        // Figure 2: found latency at half that rate, against /v1/health's latency at the same rate.
+        let paced = result.sightings.rate / 2 / Double(settings.processes)
+        result.healthPaced = try await load.window(["kind": "health", "rate": paced], settings, meter)
+        result.sightingsPaced = try await load.window(["kind": "sightings", "rate": paced], settings, meter)
+        let found = Sample(result.sightingsPaced.found)
+        progress("server: \(deployment): found p50 \(format(found.p50, 2)) ms, p99 \(format(found.p99, 2)) ms "
+                 + "at \(format(result.sightingsPaced.rate, 0)) reports/s")
+        return result
     }
 
     /// The servers' configuration. Registration's rate limits are raised in
