@@ -126,7 +126,7 @@ bench: setup
 bench-modem: setup
 	bench/modem-compare
 
-# nearby-server alone under load (about 8 minutes; not in `bench`): its
+# nearby-server alone under load (about 7 minutes; not in `bench`): its
 # generator (bench/server_load.py) is aiohttp, and its PostgreSQL runs use
 # postgresql's pgbench and psql.
 .PHONY: bench-server

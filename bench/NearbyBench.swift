@@ -50,7 +50,7 @@ struct NearbyBench: AsyncParsableCommand {
                        /v1/health's round trip at that rate; device streams held (10,000;
                        and how many the default limits allow) and memory per stream;
                        PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Not in
-                       all (make bench-server). About 8 minutes.
+                       all (make bench-server). About 7 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
