@@ -133,6 +133,16 @@ bench: setup
 bench-modem: setup
 	bench/modem-compare
 
+# nearby-server alone under load (about 7 minutes; not in `bench`): its
+# generator (bench/server_load.py) is aiohttp, and its PostgreSQL runs use
+# postgresql's pgbench and psql.
+.PHONY: bench-server
+bench-server: PACKAGES += python3-aiohttp
+bench-server: setup
+	$(SWIFT) build -c release --product nearby-server
+	$(SWIFT) build -c release --product nearby-bench
+	.build/release/nearby-bench server --bin .build/release
+
 # The manual pages, from each program's --help (swift-argument-parser's
 # generate-manual), into .build/man, mended where that mdoc is not roff: a
 # blank line between paragraphs becomes .Pp (groff warns, and lintian with

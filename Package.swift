@@ -285,7 +285,7 @@ let package = Package(
             ],
             path: "bench",
             exclude: ["reference", "modem-compare", "ccs_appserver.py", "nearbyd_calls.py", "soak_clients.py", "soak_devices.py",
-                      "isolation_load.py"]
+                      "isolation_load.py", "server_load.py"]
         ),
 
         // Helpers for tests that start real processes: a private dbus-daemon,

@@ -13,7 +13,8 @@ struct LoadScripts: Sendable {
         case nobody
     }
 
-    private static let scripts = ["nearbyd_calls.py", "soak_clients.py", "soak_devices.py", "isolation_load.py"]
+    private static let scripts = ["nearbyd_calls.py", "soak_clients.py", "soak_devices.py", "isolation_load.py",
+                                         "server_load.py"]
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     /// The shipped D-Bus policy, which gives users other than root what a system bus would.
     static let busPolicy = root.appendingPathComponent("dbus-policy/org.nearbyd.conf").path
@@ -53,18 +54,20 @@ struct LoadScripts: Sendable {
         try outcome.get()
     }
 
-    /// Starts `script` with `arguments` as `user`.
-    func start(_ script: String, _ arguments: [String], as user: User, name: String) async throws -> ChildProcess {
+    /// Starts `script` with `arguments` as `user`; with `takesInput`, its
+    /// standard input is fed by the process's `send(_:)` (a script driven by commands).
+    func start(_ script: String, _ arguments: [String], as user: User, name: String, takesInput: Bool = false) async throws -> ChildProcess {
         let command = ["/usr/bin/python3", directory.file(script)] + arguments
         switch user {
         case .root:
-            return try await ChildProcess(name: name, executable: command[0], arguments: Array(command.dropFirst()))
+            return try await ChildProcess(name: name, executable: command[0], arguments: Array(command.dropFirst()),
+                                          takesInput: takesInput)
         case .nobody:
             // setpriv runs the script in its own process (runuser would stay
             // its parent), so a signal to the child's pid reaches the script.
             return try await ChildProcess(name: name, executable: "/usr/bin/setpriv",
                                           arguments: ["--reuid=65534", "--regid=65534", "--clear-groups", "--"] + command,
-                                          environment: ["HOME": "/"])
+                                          environment: ["HOME": "/"], takesInput: takesInput)
         }
     }
 

@@ -42,13 +42,22 @@ struct NearbyBench: AsyncParsableCommand {
                        every object, row, descriptor and thread against the baseline
                        taken before; fails naming what is left, or resident memory
                        more than 10 % over its baseline. About 6 minutes.
+            server     nearby-server alone under load from simulated devices speaking its
+                       HTTP and WebSocket API (bench/server_load.py), on SQLite, and on a
+                       throwaway PostgreSQL with one replica and with two: sighting reports
+                       per second at saturation against the same server's /v1/health rate
+                       under the same generator; found latency at half that rate against
+                       /v1/health's round trip at that rate; device streams held (10,000;
+                       and how many the default limits allow) and memory per stream;
+                       PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Not in
+                       all (make bench-server). About 7 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
             Markdown rows for doc/performance.md.
             """,
         subcommands: [All.self, Discovery.self, Throughput.self, Memory.self, Scan.self, Upstream.self,
-                      Isolation.self, Soak.self],
+                      Isolation.self, Soak.self, Server.self],
         defaultSubcommand: All.self
     )
 }
@@ -217,6 +226,81 @@ struct Soak: AsyncParsableCommand {
         locations.apply()
         try await SoakBenchmark.run(SoakBenchmark.Settings(clients: clients, devices: devices, rounds: rounds, concurrency: concurrency,
                                                            seed: seed, quiet: quiet))
+    }
+}
+
+struct Server: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "nearby-server under load: sightings, found latency, streams held, on SQLite and PostgreSQL.",
+        discussion: """
+            Starts nearby-server (--bin) on a temporary SQLite file, then on a throwaway PostgreSQL cluster \
+            (durable: fsync on) with one replica and with two (load split across both), each on a new database. \
+            --processes generator processes (bench/server_load.py, aiohttp) register the devices: --devices \
+            moving ones, which take a token, publish and subscribe, and the rest only to hold a stream, \
+            --streams in all. Each moving device hears --neighbours others' tokens and each report changes one, \
+            so an edge appears and one vanishes and found and lost reach its stream. Figures, each against a \
+            floor of the same run:
+
+            1. sighting reports per second with --concurrency in flight, against GET /v1/health per second from \
+            the same generator at the same concurrency; with the CPU each party (servers, PostgreSQL, \
+            generator) used meanwhile;
+            2. found latency (report sent → found on the observer's stream) p50 and p99 at half the rate of 1, \
+            against GET /v1/health's round trip at that rate;
+            3. streams held and the servers' VmRSS before and after they opened; the SQLite run first tries \
+            them under the default [http] limits (max-connections 2048) and says how many are held;
+            4. for PostgreSQL: durable single-row inserts per second from 1 and 16 clients and NOTIFY \
+            transactions per second from 8 (pgbench), and a NOTIFY's round trip to a listening session.
+
+            The servers' configuration raises registration's rate limits (every device registers from the \
+            generator's addresses within a minute) and, after the defaults check, [http] max-connections \
+            to --streams + 1024. Each window lasts --seconds after --warm-up seconds.
+            """)
+
+    @OptionGroup var locations: Locations
+
+    @Option(help: "sqlite, postgres (one replica, then two) or all.")
+    var engine = "all"
+
+    @Option(help: "Moving devices (publish, subscribe, report sightings), in all.")
+    var devices = 2_000
+
+    @Option(help: "Streams held at once, the moving devices' included.")
+    var streams = 10_000
+
+    @Option(help: "Generator processes.")
+    var processes = 4
+
+    @Option(help: "Requests in flight at saturation, over all the generator's processes.")
+    var concurrency = 64
+
+    @Option(help: "Tokens each moving device hears at once.")
+    var neighbours = 4
+
+    @Option(help: "Seconds of each measured window.")
+    var seconds = 10.0
+
+    @Option(help: "Seconds of warm-up before each window.")
+    var warmUp = 2.0
+
+    @Flag(help: "Skip trying the streams under the default [http] limits first.")
+    var skipDefaultsCheck = false
+
+    @Option(help: "Seed of the devices' moves.")
+    var seed = 1
+
+    func validate() throws {
+        guard ["sqlite", "postgres", "all"].contains(engine) else { throw ValidationError("--engine is sqlite, postgres or all") }
+        guard devices >= 2 * neighbours * processes, streams >= devices, processes >= 1, concurrency >= processes else {
+            throw ValidationError("need --streams ≥ --devices ≥ 2 × --neighbours × --processes, and --concurrency ≥ --processes")
+        }
+    }
+
+    func run() async throws {
+        locations.apply()
+        try await ServerBenchmark.run(ServerBenchmark.Settings(
+            sqlite: engine != "postgres", postgres: engine != "sqlite", devices: devices, streams: streams,
+            processes: processes, concurrency: concurrency, neighbours: neighbours, seconds: seconds, warmUp: warmUp,
+            checkDefaults: !skipDefaultsCheck, seed: seed))
     }
 }
 

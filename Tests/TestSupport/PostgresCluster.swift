@@ -16,9 +16,14 @@ public final class PostgresCluster: Sendable {
     private let bin: String
     /// What runs a PostgreSQL program as the cluster's owner: setpriv when the tests run as root.
     private let owner: [String]
+    /// Whether commits reach the disk (fsync on), as in production.
+    private let durable: Bool
 
-    /// Creates and starts a cluster; each step has a deadline.
-    public static func start() async throws -> PostgresCluster {
+    /// Creates and starts a cluster; each step has a deadline. Tests keep
+    /// `durable` off: their data is thrown away, and syncing it would only
+    /// slow them. Benchmarks turn it on, so that what they measure is what a
+    /// deployment pays for each commit.
+    public static func start(durable: Bool = false) async throws -> PostgresCluster {
         let bin = try binaries()
         await removeOrphans(bin: bin)
         var template = Array("\(FileManager.default.temporaryDirectory.path)/\(prefix)XXXXXX".utf8CString)
@@ -42,7 +47,7 @@ public final class PostgresCluster: Sendable {
             }
             owner = asOwner(uid: nobody.pointee.pw_uid)
         }
-        let cluster = PostgresCluster(directory: directory, bin: bin, owner: owner)
+        let cluster = PostgresCluster(directory: directory, bin: bin, owner: owner, durable: durable)
         do {
             // Throwaway data: no fsync. The default collation is ICU's root
             // locale, as a production database's usually is a language's,
@@ -73,7 +78,7 @@ public final class PostgresCluster: Sendable {
                   kill(pid, 0) != 0, errno == ESRCH else { continue }
             let stat = (try? FileManager.default.attributesOfItem(atPath: directory)) ?? [:]
             let owner = (stat[.ownerAccountID] as? NSNumber)?.uint32Value ?? getuid()
-            let orphan = PostgresCluster(directory: directory, bin: bin, owner: asOwner(uid: owner))
+            let orphan = PostgresCluster(directory: directory, bin: bin, owner: asOwner(uid: owner), durable: false)
             if orphan.postmasterRuns {
                 await orphan.stop()
             } else {
@@ -100,10 +105,23 @@ public final class PostgresCluster: Sendable {
         return ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(user.pointee.pw_gid)", "--clear-groups"]
     }
 
-    private init(directory: String, bin: String, owner: [String]) {
+    private init(directory: String, bin: String, owner: [String], durable: Bool) {
         self.directory = directory
         self.bin = bin
         self.owner = owner
+        self.durable = durable
+    }
+
+    /// The path of one of PostgreSQL's programs of the cluster's version (`pgbench`, `psql`).
+    public func program(_ name: String) -> String {
+        "\(bin)/\(name)"
+    }
+
+    /// The process id of the cluster's server (the postmaster), nil when it is not running.
+    public var serverPID: Int32? {
+        guard postmasterRuns, let text = try? String(contentsOfFile: "\(data)/postmaster.pid", encoding: .utf8),
+              let line = text.split(separator: "\n").first else { return nil }
+        return Int32(line.trimmingCharacters(in: .whitespaces))
     }
 
     private var data: String { "\(directory)/data" }
@@ -121,7 +139,8 @@ public final class PostgresCluster: Sendable {
         // the machine can reach it, and clusters of parallel test runs
         // cannot collide on a port.
         try await run("pg_ctl", ["-D", data, "-l", "\(directory)/server.log", "-w", "-t", "60", "-o",
-                                 "-c listen_addresses='' -k \(directory) -c fsync=off -c max_connections=200", "start"], within: 90)
+                                 "-c listen_addresses='' -k \(directory) -c fsync=\(durable ? "on" : "off") -c max_connections=200",
+                                 "start"], within: 90)
     }
 
     /// Stops the server and keeps its data, as an operator's restart does;

@@ -1,0 +1,529 @@
+"""The load generator of `nearby-bench server`: simulated devices that speak
+nearby-server's device API directly (aiohttp), as a device's own Nearby
+stack would, and a small PostgreSQL client for the database's own floor.
+
+  server_load.py worker --urls URL[,URL] --key API_KEY --devices N --idle M [options]
+  server_load.py pg-notify --socket-dir DIR --user USER --database DB [--count N]
+
+worker: one process of the generator, driven by the benchmark through JSON
+commands on standard input, one a line, each answered on standard output
+with one line `{"done": ID, "result": {...}}` (after `{"measuring": ID}`
+when its measured window begins, so that the benchmark reads the processes'
+CPU over the same window). Its devices:
+
+- --devices moving devices: each registers (POST /v1/devices), takes a
+  token, publishes p0 (type "bench", mode broadcast, BLE; its content names
+  the device) and subscribes s0 (type "bench", mode scan), and opens its
+  stream. Each sighting report moves it: one of the --neighbours tokens it
+  hears is reported gone and another device's token is heard instead (all
+  others refreshed), so an edge ends and one appears, and its stream gets
+  `lost` and `found` (the subscriber is the observer: its subscription scans,
+  the publication it hears broadcasts). Neighbours are devices of the same
+  process: a process is a neighbourhood.
+- --idle devices that only register and hold a stream, for the count of
+  streams a server holds.
+
+Each device's streams come from a source address of its own group
+(127.W.x.y: at most --per-address devices an address, below the server's
+`max-connections-per-address`), as devices behind different addresses would;
+requests go from 127.0.0.1 over one pool of kept-alive connections, round
+robin over the --urls (a load balancer without stickiness). Device i's
+stream is on URL i mod the number of URLs.
+
+Commands (`id` is echoed):
+
+  {"id": 1, "do": "setup"}                       register and prepare every device
+  {"id": 2, "do": "open", "within": S}           open every device's stream
+  {"id": 3, "do": "close"}                       close every stream
+  {"id": 4, "do": "held"}                        how many streams are open now
+  {"id": 5, "do": "run", "kind": "health"|"sightings", "warmup": W, "seconds": S,
+   "concurrency": C}                             closed loop: C requests in flight
+  {"id": 6, "do": "run", ..., "rate": R}         open loop: R requests a second, with latencies
+  {"id": 7, "do": "urls", "urls": [...]}         the server(s) moved (restarted on other ports)
+  {"id": 8, "do": "quit"}
+
+pg-notify: the round trip of a notification between two sessions of one
+PostgreSQL server (NOTIFY in one, LISTEN in the other), as the replicas'
+bus makes one for every event, over the wire protocol on the server's unix
+socket with trust authentication (no driver needed). Prints
+`{"rtt_ms": [...]}`.
+
+Choices (neighbours, moves) come from generators seeded with --seed and
+the device's index.
+"""
+import argparse
+import asyncio
+import base64
+import collections
+import gc
+import json
+import random
+import resource
+import socket
+import struct
+import sys
+import time
+
+TYPE = "bench"
+
+
+def emit(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+class Device:
+    __slots__ = ("index", "id", "secret", "token", "stream_url", "session", "ws", "reader", "neighbours", "rng",
+                 "pending", "busy", "closed")
+
+    def __init__(self, index, seed):
+        self.index = index
+        self.id = None
+        self.secret = None
+        self.token = None
+        self.stream_url = None
+        self.session = None
+        self.ws = None
+        self.reader = None
+        self.neighbours = []
+        self.rng = random.Random(seed * 1_000_003 + index)
+        # Neighbour index → when the report that added it was sent (perf_counter), while latencies are taken.
+        self.pending = {}
+        self.busy = False
+        self.closed = None
+
+    @property
+    def auth(self):
+        return {"Authorization": "Bearer " + self.secret}
+
+
+class Worker:
+    def __init__(self, args):
+        self.args = args
+        self.urls = args.urls
+        self.counts = collections.Counter()
+        self.moving = [Device(i, args.seed) for i in range(args.devices)]
+        self.idle = [Device(args.devices + i, args.seed) for i in range(args.idle)]
+        self.by_token = {}
+        self.next_url = 0
+        self.requests = None
+        self.stream_sessions = {}
+        self.measuring = False
+        self.found_latencies = []
+        import aiohttp
+        self.aiohttp = aiohttp
+
+    # Connections.
+
+    def url(self):
+        """The next server, round robin: requests are spread as a load balancer without stickiness would."""
+        self.next_url = (self.next_url + 1) % len(self.urls)
+        return self.urls[self.next_url]
+
+    def stream_session(self, device):
+        group = device.index // self.args.per_address
+        address = "127.%d.%d.%d" % (self.args.process + 1, group // 250, group % 250 + 1)
+        session = self.stream_sessions.get(address)
+        if session is None:
+            # No pool limit: each stream holds a connection for as long as it is open.
+            connector = self.aiohttp.TCPConnector(limit=0, local_addr=(address, 0))
+            session = self.aiohttp.ClientSession(connector=connector)
+            self.stream_sessions[address] = session
+        return session
+
+    async def start(self):
+        self.requests = self.aiohttp.ClientSession(connector=self.aiohttp.TCPConnector(limit=0),
+                                                   timeout=self.aiohttp.ClientTimeout(total=30))
+
+    async def stop(self):
+        await self.close_streams()
+        for session in list(self.stream_sessions.values()) + [self.requests]:
+            await session.close()
+
+    # Setup.
+
+    async def register(self, device, moving):
+        base = self.url()
+        async with self.requests.post(base + "/v1/devices", headers={"X-Api-Key": self.args.key}) as answer:
+            self.counts["register %d" % answer.status] += 1
+            if answer.status != 201:
+                return False
+            registration = await answer.json()
+        device.id, device.secret = registration["device"], registration["secret"]
+        device.stream_url = self.urls[device.index % len(self.urls)]
+        if not moving:
+            return True
+        path = "/v1/devices/%s" % device.id
+        async with self.requests.post(self.url() + path + "/tokens", headers=device.auth) as answer:
+            self.counts["token %d" % answer.status] += 1
+            if answer.status != 201:
+                return False
+            device.token = (await answer.json())["token"]
+        # The content names the publisher, so that a found says which report made it.
+        content = ("%d:%d:" % (self.args.process, device.index)).encode().ljust(64, b".")
+        expires = int(time.time() * 1000) + 7_200_000
+        publication = {"namespace": "", "type": TYPE, "content": base64.b64encode(content).decode(), "mediums": ["ble"],
+                       "mode": "broadcast", "expiresAtMs": expires}
+        subscription = {"namespace": "", "type": TYPE, "mediums": ["ble"], "mode": "scan", "expiresAtMs": 0}
+        for kind, body in (("publications/p0", publication), ("subscriptions/s0", subscription)):
+            async with self.requests.put(self.url() + path + "/" + kind, headers=device.auth, json=body) as answer:
+                self.counts["%s %d" % (kind.split("/")[0], answer.status)] += 1
+                if answer.status != 200:
+                    return False
+        return True
+
+    async def setup(self, command):
+        start = time.monotonic()
+        queue = [(device, True) for device in self.moving] + [(device, False) for device in self.idle]
+        failed = []
+
+        async def worker():
+            while queue:
+                device, moving = queue.pop()
+                try:
+                    if not await self.register(device, moving):
+                        failed.append(device.index)
+                except Exception as error:
+                    self.counts["setup %s" % type(error).__name__] += 1
+                    failed.append(device.index)
+
+        await asyncio.gather(*(worker() for _ in range(self.args.setup_concurrency)))
+        self.by_token = {device.token: device for device in self.moving if device.token}
+        return {"counts": dict(self.counts), "failed": len(failed), "seconds": round(time.monotonic() - start, 2)}
+
+    # Streams.
+
+    async def open_stream(self, device, outcomes):
+        try:
+            ws = await self.stream_session(device).ws_connect(device.stream_url + "/v1/devices/%s/stream" % device.id,
+                                                             headers=device.auth, autoping=True, heartbeat=None)
+        except self.aiohttp.WSServerHandshakeError as error:
+            outcomes["refused %d" % error.status] += 1
+            return
+        except Exception as error:
+            outcomes["failed %s" % type(error).__name__] += 1
+            return
+        device.ws = ws
+        device.closed = None
+        device.reader = asyncio.ensure_future(self.read(device, ws))
+        outcomes["opened"] += 1
+
+    async def open(self, command):
+        start = time.monotonic()
+        outcomes = collections.Counter()
+        devices = [d for d in self.moving + self.idle if d.id and (d.ws is None or d.closed is not None)]
+        pending = iter(devices)
+
+        async def worker():
+            for device in pending:
+                await self.open_stream(device, outcomes)
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(self.args.setup_concurrency))),
+                                   command.get("within", 120))
+        except asyncio.TimeoutError:
+            outcomes["timed out"] += 1
+        # Thousands of long-lived devices and streams: out of the cyclic collector's reach from here on, so that its
+        # full passes over them do not pause the generator (and show as the server's latency).
+        gc.freeze()
+        return {"outcomes": dict(outcomes), "open": self.open_count(), "seconds": round(time.monotonic() - start, 2)}
+
+    def open_count(self):
+        return sum(1 for d in self.moving + self.idle if d.ws is not None and d.closed is None)
+
+    async def read(self, device, ws):
+        """The stream's events until it ends: found and lost counted, found latencies taken while measuring."""
+        aiohttp = self.aiohttp
+        try:
+            async for message in ws:
+                if message.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                event = json.loads(message.data)
+                kind = event.get("event", "?")
+                self.counts["stream " + kind] += 1
+                if kind != "found":
+                    continue
+                content = base64.b64decode(event["match"]["content"]).split(b":")
+                sent = device.pending.pop(int(content[1]), None) if len(content) > 2 else None
+                if sent is not None:
+                    self.found_latencies.append((time.perf_counter() - sent) * 1000)
+        except Exception as error:
+            self.counts["stream error %s" % type(error).__name__] += 1
+        device.closed = ws.close_code if ws.close_code is not None else -1
+        self.counts["stream closed %s" % device.closed] += 1
+
+    async def close_streams(self):
+        for device in self.moving + self.idle:
+            if device.ws is not None:
+                await device.ws.close()
+                if device.reader is not None:
+                    await device.reader
+                device.ws = device.reader = None
+
+    # Load.
+
+    def move(self, device):
+        """The device's next report: one neighbour gone, another heard instead, the rest refreshed."""
+        rng = device.rng
+        gone = []
+        if len(device.neighbours) >= self.args.neighbours:
+            gone.append(device.neighbours.pop(rng.randrange(len(device.neighbours))))
+        added = []
+        while len(device.neighbours) < self.args.neighbours:
+            other = self.moving[rng.randrange(len(self.moving))]
+            if other is device or other.index in device.neighbours or other.index in gone or other.token is None:
+                continue
+            device.neighbours.append(other.index)
+            added.append(other.index)
+        now = int(time.time() * 1000)
+        seen = [{"token": self.moving[n].token, "medium": "ble", "rssi": -60 - rng.randrange(30),
+                 "distance": round(rng.uniform(0.5, 10.0), 2), "seenAtMs": now} for n in device.neighbours]
+        return added, {"seen": seen, "gone": [{"token": self.moving[n].token, "medium": "ble"} for n in gone]}
+
+    async def report(self, device, latencies):
+        added, body = self.move(device)
+        start = time.perf_counter()
+        if self.measuring and latencies is not None:
+            for index in added:
+                device.pending[index] = start
+        async with self.requests.post(self.url() + "/v1/devices/%s/sightings" % device.id, headers=device.auth,
+                                      json=body) as answer:
+            await answer.read()
+            return answer.status, start
+
+    async def health(self, device, latencies):
+        start = time.perf_counter()
+        async with self.requests.get(self.url() + "/v1/health") as answer:
+            await answer.read()
+            return answer.status, start
+
+    async def one(self, kind, device, tally, latencies):
+        device.busy = True
+        try:
+            status, start = await (self.report if kind == "sightings" else self.health)(device, latencies)
+            if self.measuring:
+                tally["%d" % status] += 1
+                if latencies is not None:
+                    latencies.append((time.perf_counter() - start) * 1000)
+        except Exception as error:
+            if self.measuring:
+                tally[type(error).__name__] += 1
+        finally:
+            device.busy = False
+
+    async def run(self, command):
+        kind = command["kind"]
+        devices = [d for d in self.moving if d.token and d.ws is not None and d.closed is None]
+        if not devices:
+            return {"error": "no device with an open stream"}
+        tally = collections.Counter()
+        latencies = [] if "rate" in command else None
+        self.found_latencies = []
+        for device in devices:
+            device.pending.clear()
+        stop = asyncio.Event()
+
+        if "rate" in command:
+            load = asyncio.ensure_future(self.open_loop(kind, devices, command["rate"], tally, latencies, stop))
+        else:
+            load = asyncio.ensure_future(self.closed_loop(kind, devices, command["concurrency"], tally, stop))
+        try:
+            await asyncio.sleep(command["warmup"])  # the warm-up's length, not a wait for anything
+            self.measuring = True
+            emit(json.dumps({"measuring": command["id"]}))
+            before = self.stream_events()
+            start = time.monotonic()
+            await asyncio.sleep(command["seconds"])  # the measured window's length
+            seconds = time.monotonic() - start
+            self.measuring = False
+            events = self.stream_events() - before
+        finally:
+            stop.set()
+            await load
+        result = {"requests": tally.get("200", 0), "outcomes": dict(tally), "seconds": round(seconds, 3),
+                  "events": dict(events)}
+        if latencies is not None:
+            result["latencies"] = [round(v, 3) for v in latencies]
+            result["found"] = [round(v, 3) for v in self.found_latencies]
+            result["unanswered"] = sum(len(d.pending) for d in devices)
+        return result
+
+    def stream_events(self):
+        """The streams' events so far, by kind (found, lost, closed …)."""
+        return collections.Counter({k[len("stream "):]: v for k, v in self.counts.items() if k.startswith("stream ")})
+
+    async def closed_loop(self, kind, devices, concurrency, tally, stop):
+        """`concurrency` requests in flight, each of a device of its own (a device's reports go in order)."""
+        async def lane(mine):
+            position = 0
+            while not stop.is_set():
+                await self.one(kind, mine[position % len(mine)], tally, None)
+                position += 1
+
+        lanes = [devices[i::concurrency] for i in range(concurrency) if devices[i::concurrency]]
+        await asyncio.gather(*(lane(mine) for mine in lanes))
+
+    async def open_loop(self, kind, devices, rate, tally, latencies, stop):
+        """Requests sent on a schedule of `rate` a second, whatever the answers do; a device whose last
+        report is still out is passed over (its reports go in order), and a send with no device free is
+        counted as skipped."""
+        tasks = set()
+        start = time.perf_counter()
+        sent = 0
+        position = 0
+        while not stop.is_set():
+            due = int((time.perf_counter() - start) * rate) - sent
+            for _ in range(due):
+                for _ in range(len(devices)):
+                    device = devices[position % len(devices)]
+                    position += 1
+                    if not device.busy:
+                        break
+                else:
+                    tally["skipped"] += 1
+                    continue
+                device.busy = True
+                task = asyncio.ensure_future(self.one(kind, device, tally, latencies))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            sent += max(due, 0)
+            # The schedule's tick: sends are batched per 2 ms at most.
+            try:
+                await asyncio.wait_for(stop.wait(), 0.002)
+            except asyncio.TimeoutError:
+                pass
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+
+    # The command loop.
+
+    async def serve(self):
+        await self.start()
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        emit(json.dumps({"ready": True}))
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                command = json.loads(line)
+                action = command["do"]
+                if action == "quit":
+                    emit('{"done": %d, "result": {}}' % command["id"])
+                    return
+                if action == "setup":
+                    result = await self.setup(command)
+                elif action == "open":
+                    result = await self.open(command)
+                elif action == "close":
+                    await self.close_streams()
+                    result = {"open": self.open_count()}
+                elif action == "held":
+                    closed = collections.Counter(str(d.closed) for d in self.moving + self.idle
+                                                 if d.ws is not None and d.closed is not None)
+                    by_url = collections.Counter(d.stream_url for d in self.moving + self.idle
+                                                 if d.ws is not None and d.closed is None)
+                    result = {"open": self.open_count(), "closed": dict(closed), "by_url": dict(by_url)}
+                elif action == "urls":
+                    self.urls = command["urls"]
+                    for device in self.moving + self.idle:
+                        device.stream_url = self.urls[device.index % len(self.urls)]
+                    result = {}
+                elif action == "run":
+                    result = await self.run(command)
+                else:
+                    result = {"error": "unknown command %s" % action}
+                emit('{"done": %d, "result": %s}' % (command["id"], json.dumps(result, sort_keys=True)))
+        finally:
+            await self.stop()
+
+
+# PostgreSQL's wire protocol (version 3), the little pg-notify needs.
+
+class PGSession:
+    def __init__(self, socket_dir, user, database, port):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect("%s/.s.PGSQL.%d" % (socket_dir, port))
+        self.buffer = b""
+        parameters = b"user\0" + user.encode() + b"\0database\0" + database.encode() + b"\0\0"
+        self.sock.sendall(struct.pack("!ii", 8 + len(parameters), 196608) + parameters)
+        self.until(b"Z")
+
+    def message(self):
+        while True:
+            if len(self.buffer) >= 5:
+                kind, length = self.buffer[:1], struct.unpack("!i", self.buffer[1:5])[0]
+                if len(self.buffer) >= 1 + length:
+                    body, self.buffer = self.buffer[5:1 + length], self.buffer[1 + length:]
+                    if kind == b"E":
+                        raise RuntimeError("PostgreSQL: %r" % body)
+                    if kind == b"R" and struct.unpack("!i", body[:4])[0] != 0:
+                        raise RuntimeError("PostgreSQL asks for a password: the cluster should trust its socket")
+                    return kind, body
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("PostgreSQL closed the connection")
+            self.buffer += chunk
+
+    def until(self, wanted):
+        while True:
+            kind, body = self.message()
+            if kind == wanted:
+                return body
+
+    def query(self, text):
+        encoded = text.encode() + b"\0"
+        self.sock.sendall(b"Q" + struct.pack("!i", 4 + len(encoded)) + encoded)
+
+
+def pg_notify(args):
+    listener = PGSession(args.socket_dir, args.user, args.database, args.port)
+    sender = PGSession(args.socket_dir, args.user, args.database, args.port)
+    listener.query("LISTEN bench_floor")
+    listener.until(b"Z")
+    rtts = []
+    for index in range(args.warmup + args.count):
+        start = time.perf_counter()
+        sender.query("NOTIFY bench_floor, '%d'" % index)
+        listener.until(b"A")
+        if index >= args.warmup:
+            rtts.append(round((time.perf_counter() - start) * 1000, 4))
+        sender.until(b"Z")
+    print(json.dumps({"rtt_ms": rtts}), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker")
+    worker.add_argument("--urls", type=lambda text: text.split(","), required=True, help="the servers, comma-separated")
+    worker.add_argument("--key", required=True, help="the project's API key")
+    worker.add_argument("--process", type=int, default=0, help="this process's number (its source addresses, its content)")
+    worker.add_argument("--devices", type=int, default=500, help="moving devices")
+    worker.add_argument("--idle", type=int, default=0, help="devices that only hold a stream")
+    worker.add_argument("--neighbours", type=int, default=4, help="tokens each moving device hears at once")
+    worker.add_argument("--per-address", type=int, default=200, help="devices' streams per source address")
+    worker.add_argument("--setup-concurrency", type=int, default=16)
+    worker.add_argument("--seed", type=int, default=1)
+    notify = commands.add_parser("pg-notify")
+    notify.add_argument("--socket-dir", required=True)
+    notify.add_argument("--port", type=int, default=5432)
+    notify.add_argument("--user", required=True)
+    notify.add_argument("--database", required=True)
+    notify.add_argument("--count", type=int, default=1000)
+    notify.add_argument("--warmup", type=int, default=50)
+    args = parser.parse_args()
+    if args.command == "pg-notify":
+        pg_notify(args)
+        return
+    # Every stream is a descriptor: as many as the hard limit allows.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    asyncio.run(Worker(args).serve())
+
+
+if __name__ == "__main__":
+    main()
