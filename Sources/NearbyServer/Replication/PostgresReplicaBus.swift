@@ -42,7 +42,9 @@ final class PostgresReplicaBus: ReplicaBus {
 
     func publish(_ message: String) async throws {
         if message.utf8.count <= Self.inlineBytes {
-            try await storage.client.query("SELECT pg_notify(\(channel), \(message))", logger: logger)
+            // The rows are read: the statement's failure comes with them,
+            // after query() has returned, and would otherwise be lost.
+            for try await _ in try await storage.client.query("SELECT pg_notify(\(channel), \(message))", logger: logger) {}
             return
         }
         try await storage.write { connection in

@@ -128,6 +128,20 @@ import TestSupport
         }
     }
 
+    /// An event PostgreSQL refuses to send is an error for its publisher,
+    /// not lost in silence (the publisher would only time out waiting for it
+    /// to come back, and the other replicas never have it). PostgreSQL refuses
+    /// an empty channel name.
+    @Test func aNotificationPostgreSQLRefusesIsAnError() async throws {
+        try await withStorage(.postgres) { storage in
+            let refused = PostgresReplicaBus(storage: storage as! PostgresStorage, channel: "", logger: quietLogger())
+            await #expect(throws: (any Error).self) { try await refused.publish("{}") }
+            let sent = PostgresReplicaBus(storage: storage as! PostgresStorage, channel: PostgresReplicaBus.matching,
+                                          logger: quietLogger())
+            try await sent.publish("{}")
+        }
+    }
+
     /// PostgreSQL restarted under two replicas: they wait, join again by
     /// themselves, and match what changed while it was down.
     @Test func replicasRecoverFromARestartOfPostgreSQL() async throws {
