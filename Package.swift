@@ -183,6 +183,7 @@ let package = Package(
             name: "NearbyServer",
             dependencies: [
                 "NearbyCore", "ServerAPI", "ConfigFile", "XMPP",
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,3 +1,4 @@
+import DequeModule
 import Foundation
 import Logging
 import XMPP
@@ -43,25 +44,45 @@ struct CCSService: XMPPService {
                     guard (try? await session.send(Self.message(payload))) != nil else { return }
                 }
             }
-            group.addTask {
-                for await stanza in session.stanzas {
-                    let answer: String?
-                    if let gcm = stanza.child(named: "gcm", namespace: CCSPayload.namespace) {
-                        answer = await hub.received(gcm.text, from: id)
-                    } else {
-                        answer = CCSPayload.nack(.init(code: .invalidJSON,
-                                                       description: "the message has no <gcm xmlns='\(CCSPayload.namespace)'> payload",
-                                                       messageId: stanza["id"]))
-                    }
-                    if let answer { try? await session.send(Self.message(answer)) }
-                }
-            }
+            group.addTask { await answer(session, id) }
             // Either the stream ended or the hub let the session go.
             await group.next()
             group.cancelAll()
         }
         await hub.closeSession(id)
         logger.info("application server disconnected", metadata: ["project": "\(project)", "jid": "\(session.jid)"])
+    }
+
+    /// Reads the session's stanzas and answers each, in order, once what it
+    /// asked for has committed. The next stanza is read meanwhile (acks
+    /// then commit together), up to the hub's window of stanzas unanswered:
+    /// beyond, the session waits, and TCP holds its application server back.
+    private func answer(_ session: XMPPSession, _ id: UInt64) async {
+        let (answers, answering) = AsyncStream.makeStream(of: Task<String?, Never>.self)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await answer in answers {
+                    if let text = await answer.value { try? await session.send(Self.message(text)) }
+                }
+            }
+            var unanswered = Deque<Task<String?, Never>>()
+            for await stanza in session.stanzas {
+                let answer: Task<String?, Never>
+                if let gcm = stanza.child(named: "gcm", namespace: CCSPayload.namespace) {
+                    answer = await hub.take(gcm.text, from: id)
+                } else {
+                    let nack = CCSPayload.nack(.init(code: .invalidJSON,
+                                                     description: "the message has no <gcm xmlns='\(CCSPayload.namespace)'> payload",
+                                                     messageId: stanza["id"]))
+                    answer = Task { nack }
+                }
+                answering.yield(answer)
+                unanswered.append(answer)
+                if unanswered.count >= hub.sessionWindow { _ = await unanswered.removeFirst().value }
+            }
+            // The stream ended: what was taken is answered, as far as the connection lets it.
+            answering.finish()
+        }
     }
 
     /// `<message id=""><gcm xmlns="google:mobile:data">JSON</gcm></message>`, as CCS writes it.

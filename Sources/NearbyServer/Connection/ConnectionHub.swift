@@ -75,6 +75,8 @@ public actor ConnectionHub {
     }
 
     private let storage: any ServerStorage
+    /// The hot path's writes, committed together (group commit).
+    private let writer: ConnectionWriter
     private let clock: any WallClock
     /// The replica whose claims this hub makes.
     private let replica: String
@@ -115,6 +117,7 @@ public actor ConnectionHub {
     public init(storage: any ServerStorage, clock: any WallClock, replica: String, leaseMs: UInt64, domain: String,
                 maxUnackedPerSession: Int, maxPendingDownstreamPerDevice: Int, deviceLimits: DeviceLimits, logger: Logger) {
         self.storage = storage
+        writer = ConnectionWriter(storage: storage)
         self.clock = clock
         self.replica = replica
         self.leaseMs = leaseMs
@@ -186,10 +189,12 @@ public actor ConnectionHub {
         await pumpOrAnnounce(session.project)
     }
 
-    /// Gives up this replica's claims on `flights`.
+    /// Gives up this replica's claims on `flights`. Queued after what the
+    /// sessions asked before (their acks): a message acked on a session that
+    /// then ends is settled before it is given back, never handed out again.
     private func release(_ flights: some Collection<Flight>) async throws {
         let (upstream, receipts) = Self.positions(of: flights)
-        try await storage.releaseClaims(replica: replica, upstream: upstream, receipts: receipts)
+        _ = try await writer.enqueue(.releaseClaims(replica: replica, upstream: upstream, receipts: receipts)).result()
     }
 
     private static func positions(of flights: some Collection<Flight>) -> (upstream: [Int64], receipts: [Int64]) {
@@ -204,50 +209,79 @@ public actor ConnectionHub {
         return (upstream, receipts)
     }
 
+    /// How many payloads a session may have taken whose answers are not
+    /// out yet: its reader waits beyond (``take(_:from:)``).
+    public nonisolated var sessionWindow: Int { maxUnackedPerSession }
+
     /// One `<gcm>` payload from a session; returns what to answer (an ack or
-    /// nack), if anything.
+    /// nack), if anything, once what it asked for has committed.
     public func received(_ payload: String, from id: UInt64) async -> String? {
-        guard let session = sessions[id] else { return nil }
+        await take(payload, from: id).value
+    }
+
+    /// Takes one `<gcm>` payload from a session: what it asks for is queued
+    /// for storage in the order the session sent it, and the task answers
+    /// (an ack or nack, if anything) once that has committed. A session
+    /// takes its next payload without waiting for the answer, so that its
+    /// acks commit together (``ConnectionWriter``).
+    public func take(_ payload: String, from id: UInt64) async -> Task<String?, Never> {
+        guard let session = sessions[id] else { return Task { nil } }
         let incoming: CCSPayload.Incoming
         do {
             incoming = try CCSPayload.parse(payload)
         } catch {
-            return CCSPayload.nack(error)
+            let nack = CCSPayload.nack(error)
+            return Task { nack }
         }
-        do {
-            switch incoming {
-            case .ack(let to, let messageId), .nack(let to, let messageId):
-                return try await acked(to: to, messageId: messageId, by: session)
-            case .downstream(let message):
-                return try await downstream(message, from: session)
+        let work: Task<String?, any Error>
+        switch incoming {
+        case .ack(let to, let messageId), .nack(let to, let messageId):
+            work = acked(to: to, messageId: messageId, by: session)
+        case .downstream(let message):
+            work = await downstream(message, from: session)
+        }
+        let logger = logger
+        return Task {
+            do {
+                return try await work.value
+            } catch {
+                logger.error("connection server storage failed: \(error)")
+                return CCSPayload.nack(.init(code: .internalServerError, description: "the server could not keep the message",
+                                             messageId: incoming.messageId, to: incoming.to))
             }
-        } catch {
-            logger.error("connection server storage failed: \(error)")
-            return CCSPayload.nack(.init(code: .internalServerError, description: "the server could not keep the message",
-                                         messageId: incoming.messageId, to: incoming.to))
         }
     }
 
-    private func acked(to: String, messageId: String, by session: AppSession) async throws -> String? {
-        let receipt = session.unacked.first { if case .receipt(_, messageId) = $0 { true } else { false } }
-        if receipt != nil || messageId.hasPrefix("dr2:") {
-            if try await storage.removeReceipt(project: session.project, messageId: messageId) {
-                forget { if case .receipt(_, messageId) = $0 { true } else { false } }
-                Task { await pump(session.project) }
+    /// Queues what an ack settles (a receipt, or a device's message) and
+    /// returns the task that answers once it has committed.
+    private func acked(to: String, messageId: String, by session: AppSession) -> Task<String?, any Error> {
+        let project = session.project
+        let settlement = ConnectionWrite.settleUpstream(project: project, device: to, messageId: messageId, verdict: .sent,
+                                                        atMs: clock.nowMs)
+        let heldReceipt = session.unacked.contains { if case .receipt(_, messageId) = $0 { true } else { false } }
+        let removal = heldReceipt || messageId.hasPrefix("dr2:")
+            ? writer.enqueue(.removeReceipt(project: project, messageId: messageId)) : nil
+        // Queued now, unless a receipt of that id may be what is acked.
+        let settling = removal == nil ? writer.enqueue(settlement) : nil
+        return Task {
+            if let removal, case .removed(true) = try await removal.result() {
+                self.forget { if case .receipt(_, messageId) = $0 { true } else { false } }
+                Task { await self.pump(project) }
                 return nil
             }
+            guard case .settled(let settled) = try await (settling ?? self.writer.enqueue(settlement)).result() else {
+                throw ConnectionWriteMismatch()
+            }
+            guard let settled else {
+                return CCSPayload.nack(.init(code: .badAck, description: "no message '\(messageId)' from '\(to)' is waiting for an ack",
+                                             messageId: messageId, to: to))
+            }
+            // Acked on another session than it went out on (the application server reconnected): that one holds it no more.
+            self.forget { $0 == .upstream(settled.position) }
+            await self.tellDevice(settled.device, .sent([ChannelMessageRef(app: settled.app, messageId: settled.messageId)]))
+            Task { await self.pump(project) }
+            return nil
         }
-        let settled = try await storage.settleUpstream(project: session.project, device: to, messageId: messageId,
-                                                       verdict: .sent, atMs: clock.nowMs)
-        guard let settled else {
-            return CCSPayload.nack(.init(code: .badAck, description: "no message '\(messageId)' from '\(to)' is waiting for an ack",
-                                         messageId: messageId, to: to))
-        }
-        // Acked on another session than it went out on (the application server reconnected): that one holds it no more.
-        forget { $0 == .upstream(settled.position) }
-        await tellDevice(settled.device, .sent([ChannelMessageRef(app: settled.app, messageId: settled.messageId)]))
-        Task { await pump(session.project) }
-        return nil
     }
 
     /// Settled: no session here holds the flights `matching` picks any more.
@@ -255,33 +289,50 @@ public actor ConnectionHub {
         for session in sessions.values { session.unacked = session.unacked.filter { !matching($0) } }
     }
 
-    private func downstream(_ message: CCSPayload.Downstream, from session: AppSession) async throws -> String {
-        func nack(_ code: CCSPayload.NackCode, _ description: String) -> String {
-            CCSPayload.nack(.init(code: code, description: description, messageId: message.messageId, to: message.to))
+    /// Checks a downstream message and queues it for its device; returns the
+    /// task that answers once it has committed.
+    private func downstream(_ message: CCSPayload.Downstream, from session: AppSession) async -> Task<String?, any Error> {
+        func answer(_ code: CCSPayload.NackCode, _ description: String) -> Task<String?, any Error> {
+            let nack = CCSPayload.nack(.init(code: code, description: description, messageId: message.messageId, to: message.to))
+            return Task { nack }
         }
+        let ack = CCSPayload.ack(messageId: message.messageId, from: message.to)
         // Shutting down: the application server sends it again on a connection to another replica.
-        guard !draining else { return nack(.serviceUnavailable, "the server is shutting down (CONNECTION_DRAINING); send it again on a new connection") }
-        switch try await storage.registration(message.to, project: session.project) {
-        case .registered: break
-        case .unregistered: return nack(.deviceUnregistered, "the device '\(message.to)' is no longer registered")
-        case .unknown: return nack(.badRegistration, "no device '\(message.to)' in project '\(session.project)'")
+        guard !draining else {
+            return answer(.serviceUnavailable, "the server is shutting down (CONNECTION_DRAINING); send it again on a new connection")
         }
-        guard !message.dryRun else { return CCSPayload.ack(messageId: message.messageId, from: message.to) }
+        let registration: RegistrationState
+        do {
+            registration = try await storage.registration(message.to, project: session.project)
+        } catch {
+            return Task { throw error }
+        }
+        switch registration {
+        case .registered: break
+        case .unregistered: return answer(.deviceUnregistered, "the device '\(message.to)' is no longer registered")
+        case .unknown: return answer(.badRegistration, "no device '\(message.to)' in project '\(session.project)'")
+        }
+        guard !message.dryRun else { return Task { ack } }
         let now = clock.nowMs
         // TTL 0: now or never. A device without its channel open never gets it
         // (among replicas, its channel may be open elsewhere).
-        if message.timeToLive == 0, others == nil, channels[message.to] == nil {
-            return CCSPayload.ack(messageId: message.messageId, from: message.to)
-        }
+        if message.timeToLive == 0, others == nil, channels[message.to] == nil { return Task { ack } }
         let stored = StoredDownstream(project: session.project, device: message.to, messageId: message.messageId, data: message.data,
                                       receivedAtMs: now, expiresAtMs: now + UInt64(message.timeToLive) * 1000,
                                       receiptRequested: message.deliveryReceiptRequested)
-        guard try await storage.addDownstream(stored, limit: maxPendingDownstreamPerDevice) else {
-            return nack(.deviceMessageRateExceeded,
-                        "the device has \(maxPendingDownstreamPerDevice) messages waiting; send again once it has taken some")
+        let adding = writer.enqueue(.addDownstream(stored, limit: maxPendingDownstreamPerDevice))
+        let limit = maxPendingDownstreamPerDevice
+        return Task {
+            guard case .added(let added) = try await adding.result() else { throw ConnectionWriteMismatch() }
+            guard added else {
+                return CCSPayload.nack(.init(code: .deviceMessageRateExceeded,
+                                             description: "the device has \(limit) messages waiting; send again once it has taken some",
+                                             messageId: message.messageId, to: message.to))
+            }
+            await self.tellDevice(message.to, .message(ChannelDownstream(messageId: message.messageId, from: session.project,
+                                                                         data: message.data)))
+            return ack
         }
-        await tellDevice(message.to, .message(ChannelDownstream(messageId: message.messageId, from: session.project, data: message.data)))
-        return CCSPayload.ack(messageId: message.messageId, from: message.to)
     }
 
     /// Tells every session CONNECTION_DRAINING and gives them nothing new:
@@ -386,7 +437,9 @@ public actor ConnectionHub {
         let expiresAtMs = min(message.expiresAtMs, now + UInt64(CCSPayload.maximumTimeToLive) * 1000)
         let stored = StoredUpstream(project: project, device: device, app: message.app, messageId: message.messageId,
                                     data: message.data, receivedAtMs: now, expiresAtMs: expiresAtMs)
-        switch try await storage.acceptUpstream(stored, limit: deviceLimits.upstreamPerDevice) {
+        guard case .accepted(let acceptance) = try await writer.enqueue(.acceptUpstream(stored, limit: deviceLimits.upstreamPerDevice))
+            .result() else { throw ConnectionWriteMismatch() }
+        switch acceptance {
         case .kept:
             break
         case .known(let known):
@@ -404,8 +457,8 @@ public actor ConnectionHub {
         if expiresAtMs <= now, others == nil, !sessions.values.contains(where: { $0.project == project && !$0.draining }) {
             // TTL 0 (or out of time already) and no application server to take it now. (Among
             // replicas, one may be connected elsewhere: the sweep fails it after the grace.)
-            _ = try await storage.settleUpstream(project: project, device: device, messageId: message.messageId,
-                                                 verdict: Self.expiredVerdict(stored), atMs: now)
+            _ = try await writer.enqueue(.settleUpstream(project: project, device: device, messageId: message.messageId,
+                                                         verdict: Self.expiredVerdict(stored), atMs: now)).result()
             return fail(Self.expiredVerdict(stored).code, "no application server of '\(project)' is connected")
         }
         await pumpOrAnnounce(project)
@@ -525,12 +578,11 @@ public actor ConnectionHub {
         let room = open.reduce(0) { $0 + max(0, maxUnackedPerSession - $1.unacked.count) }
         guard room > 0 else { return false }
         let now = clock.nowMs
-        let receipts = try await storage.claimReceipts(project: project, replica: replica, nowMs: now, untilMs: now + leaseMs,
-                                                       limit: room)
-        let messages = receipts.count < room
-            ? try await storage.claimUpstream(project: project, replica: replica, nowMs: now, untilMs: now + leaseMs,
-                                              graceMs: Self.ttlZeroGraceMs, limit: room - receipts.count)
-            : []
+        let claim = ConnectionWrite.claim(project: project, replica: replica, nowMs: now, untilMs: now + leaseMs,
+                                          graceMs: Self.ttlZeroGraceMs, limit: room)
+        guard case .claimed(let receipts, let messages) = try await writer.enqueue(claim).result() else {
+            throw ConnectionWriteMismatch()
+        }
         var work: [(Flight, String)] = receipts.map { (.receipt($0.position, messageId: $0.messageId), $0.payload) }
         work += messages.map {
             (.upstream($0.position), CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))

@@ -20,11 +20,6 @@ public protocol ConnectionStorage: Sendable {
 
     // MARK: Upstream
 
-    /// Keeps a device's upstream message, unless the device sent it before
-    /// (then the message as first kept, with its verdict if it has one), or
-    /// the device has `limit` messages kept already (pending, or settled and
-    /// kept to answer a repeat).
-    func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance
     /// The project's messages without a verdict, oldest first, after `position`.
     func pendingUpstream(project: String, after position: Int64, limit: Int) async throws -> [StoredUpstream]
     /// Claims for `replica`, until `untilMs`, up to `limit` of the project's
@@ -35,10 +30,6 @@ public protocol ConnectionStorage: Sendable {
     /// replicas claiming at once, each message goes to one.
     func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
                        limit: Int) async throws -> [StoredUpstream]
-    /// Gives the pending message with this id of the project's device (at
-    /// most one) its verdict; returns it, or nil when there is no such message.
-    func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
-                        atMs: UInt64) async throws -> StoredUpstream?
     /// Gives up to `limit` messages without a verdict whose time ran out by
     /// `nowMs` (TTL 0: `graceMs` after they were received) and that no
     /// replica holds the verdict `verdict` says, soonest expired first;
@@ -50,9 +41,6 @@ public protocol ConnectionStorage: Sendable {
 
     // MARK: Downstream
 
-    /// Keeps a message for its device unless the device already has `limit`
-    /// waiting; returns whether it was kept.
-    func addDownstream(_ message: StoredDownstream, limit: Int) async throws -> Bool
     /// The device's messages, oldest first.
     func pendingDownstream(device: String) async throws -> [StoredDownstream]
     /// Removes the device's message with this id; returns it.
@@ -71,20 +59,137 @@ public protocol ConnectionStorage: Sendable {
     /// Claims for `replica`, until `untilMs`, up to `limit` of the project's
     /// receipts that no replica holds (as ``claimUpstream(project:replica:nowMs:untilMs:graceMs:limit:)``), oldest first.
     func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int) async throws -> [StoredReceipt]
-    /// Removes the project's receipt with this message id; returns whether there was one.
-    func removeReceipt(project: String, messageId: String) async throws -> Bool
-
     // MARK: Claims
 
     /// Extends `replica`'s claims on these upstream messages and receipts (by
     /// position) to `untilMs`, and gives up its claims on all others: a
     /// replica holds what its application servers' sessions hold, no more.
     func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws
-    /// Gives up `replica`'s claims on these upstream messages and receipts (by position).
-    func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws
     /// Gives up every replica's claims: a server alone on its database, at
     /// start, knows that no one holds them any more.
     func releaseAllClaims() async throws
+
+    // MARK: Group commit
+
+    /// Applies `writes` in one transaction and returns each one's outcome,
+    /// in the order given: what ``ConnectionWriter`` gathered from the
+    /// sessions and channels while the previous batch committed. The writes
+    /// apply stage by stage (``ConnectionWrite/stage``), each stage's in
+    /// the order given: writes in flight at once do not depend on each
+    /// other, except that a claim sees every other write of its batch. A
+    /// write that fails (its device or project was deleted meanwhile) fails
+    /// alone; the others commit.
+    func write(_ writes: [ConnectionWrite]) async throws -> [Result<ConnectionWriteResult, any Error>]
+}
+
+/// One write of the connection server's hot path, as a batch holds it.
+public enum ConnectionWrite: Sendable {
+    /// Keeps a device's upstream message, unless the device sent it before
+    /// (then the message as first kept, with its verdict if it has one), or
+    /// the device has `limit` messages kept already (pending, or settled and
+    /// kept to answer a repeat): ``ConnectionWriteResult/accepted(_:)``.
+    case acceptUpstream(StoredUpstream, limit: Int)
+    /// Gives the pending message with this id of the project's device (the
+    /// oldest, when it sent that id from several apps) its verdict:
+    /// ``ConnectionWriteResult/settled(_:)`` with it, or nil when there is none.
+    case settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict, atMs: UInt64)
+    /// Removes the project's receipt with this message id:
+    /// ``ConnectionWriteResult/removed(_:)``, whether there was one.
+    case removeReceipt(project: String, messageId: String)
+    /// Keeps a message for its device unless the device already has `limit`
+    /// waiting: ``ConnectionWriteResult/added(_:)``, whether it was kept.
+    case addDownstream(StoredDownstream, limit: Int)
+    /// Gives up `replica`'s claims on these upstream messages and receipts
+    /// (by position): ``ConnectionWriteResult/released``.
+    case releaseClaims(replica: String, upstream: [Int64], receipts: [Int64])
+    /// Claims up to `limit` of the project's receipts, and, for the room they
+    /// leave, messages, as ``ConnectionStorage/claimReceipts(project:replica:nowMs:untilMs:limit:)`` and
+    /// ``ConnectionStorage/claimUpstream(project:replica:nowMs:untilMs:graceMs:limit:)``:
+    /// ``ConnectionWriteResult/claimed(receipts:upstream:)``.
+    case claim(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64, limit: Int)
+
+    /// When the write applies within its batch: devices' messages are kept
+    /// and settled first, claims given back, and then claims made, so that
+    /// they see all of it.
+    public var stage: Int {
+        switch self {
+        case .acceptUpstream: 0
+        case .settleUpstream: 1
+        case .removeReceipt: 2
+        case .addDownstream: 3
+        case .releaseClaims: 4
+        case .claim: 5
+        }
+    }
+}
+
+/// What became of one ``ConnectionWrite``.
+public enum ConnectionWriteResult: Sendable, Equatable {
+    case accepted(UpstreamAcceptance)
+    case settled(StoredUpstream?)
+    case removed(Bool)
+    case added(Bool)
+    case released
+    case claimed(receipts: [StoredReceipt], upstream: [StoredUpstream])
+}
+
+extension [ConnectionWrite] {
+    /// The indices of the writes in the order they apply: by stage, each stage's in the order given.
+    var applyingOrder: [Int] {
+        indices.sorted { (self[$0].stage, $0) < (self[$1].stage, $1) }
+    }
+}
+
+/// The writes of the hot path one at a time, each its own transaction: for
+/// tests, the CLI, and the rare writes that need not wait for a batch.
+extension ConnectionStorage {
+    /// Applies one write in a transaction of its own.
+    func writeAlone(_ write: ConnectionWrite) async throws -> ConnectionWriteResult {
+        guard let result = try await self.write([write]).first else { throw ConnectionWriteMismatch() }
+        return try result.get()
+    }
+
+    /// ``ConnectionWrite/acceptUpstream(_:limit:)`` alone.
+    public func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance {
+        guard case .accepted(let acceptance) = try await writeAlone(.acceptUpstream(message, limit: limit)) else {
+            throw ConnectionWriteMismatch()
+        }
+        return acceptance
+    }
+
+    /// ``ConnectionWrite/settleUpstream(project:device:messageId:verdict:atMs:)`` alone.
+    public func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
+                               atMs: UInt64) async throws -> StoredUpstream? {
+        let write = ConnectionWrite.settleUpstream(project: project, device: device, messageId: messageId, verdict: verdict, atMs: atMs)
+        guard case .settled(let message) = try await writeAlone(write) else { throw ConnectionWriteMismatch() }
+        return message
+    }
+
+    /// ``ConnectionWrite/removeReceipt(project:messageId:)`` alone.
+    public func removeReceipt(project: String, messageId: String) async throws -> Bool {
+        guard case .removed(let removed) = try await writeAlone(.removeReceipt(project: project, messageId: messageId)) else {
+            throw ConnectionWriteMismatch()
+        }
+        return removed
+    }
+
+    /// ``ConnectionWrite/addDownstream(_:limit:)`` alone.
+    public func addDownstream(_ message: StoredDownstream, limit: Int) async throws -> Bool {
+        guard case .added(let added) = try await writeAlone(.addDownstream(message, limit: limit)) else {
+            throw ConnectionWriteMismatch()
+        }
+        return added
+    }
+
+    /// ``ConnectionWrite/releaseClaims(replica:upstream:receipts:)`` alone.
+    public func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws {
+        _ = try await writeAlone(.releaseClaims(replica: replica, upstream: upstream, receipts: receipts))
+    }
+}
+
+/// A storage engine answered a write with the outcome of another kind: a bug in the engine.
+struct ConnectionWriteMismatch: Error, CustomStringConvertible {
+    var description: String { "the storage answered a connection write with the outcome of another kind" }
 }
 
 /// What became of a device's upstream message offered to storage.

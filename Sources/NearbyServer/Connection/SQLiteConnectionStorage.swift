@@ -37,22 +37,19 @@ extension SQLiteStorage {
     private static let upstreamColumns =
         "position, project, device, app, messageId, data, receivedAtMs, expiresAtMs, verdict, verdictDescription"
 
-    public func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance {
-        let data = try StoredColumns.json(message.data)
-        return try await pool.write { db in
-            if let known = try Row.fetchOne(db, sql: "SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND app = ? AND messageId = ?",
-                                            arguments: [message.device, message.app, message.messageId]) {
-                return .known(try Self.upstream(known))
-            }
-            // The unique (device, app, messageId) index counts them.
-            let kept = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM upstream WHERE device = ?", arguments: [message.device]) ?? 0
-            guard kept < limit else { return .full(kept) }
-            try db.execute(sql: """
-                INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs) VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [message.project, message.device, message.app, message.messageId, data,
-                                 Int64(clamping: message.receivedAtMs), Int64(clamping: message.expiresAtMs)])
-            return .kept
+    private static func acceptUpstream(_ message: StoredUpstream, limit: Int, _ db: Database) throws -> UpstreamAcceptance {
+        if let known = try Row.fetchOne(db, sql: "SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND app = ? AND messageId = ?",
+                                        arguments: [message.device, message.app, message.messageId]) {
+            return .known(try Self.upstream(known))
         }
+        // The unique (device, app, messageId) index counts them.
+        let kept = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM upstream WHERE device = ?", arguments: [message.device]) ?? 0
+        guard kept < limit else { return .full(kept) }
+        try db.execute(sql: """
+            INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [message.project, message.device, message.app, message.messageId, try StoredColumns.json(message.data),
+                             Int64(clamping: message.receivedAtMs), Int64(clamping: message.expiresAtMs)])
+        return .kept
     }
 
     public func pendingUpstream(project: String, after position: Int64, limit: Int) async throws -> [StoredUpstream] {
@@ -71,16 +68,21 @@ extension SQLiteStorage {
 
     public func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
                               limit: Int) async throws -> [StoredUpstream] {
-        let now = Int64(clamping: nowMs)
         // One writer at a time: what one replica claims, no other sees unclaimed.
-        return try await pool.write { db in
-            let messages = try Row.fetchAll(db, sql: """
-                SELECT \(Self.upstreamColumns) FROM upstream WHERE project = ? AND verdict IS NULL AND \(Self.claimable) AND \(Self.inTime)
-                ORDER BY position LIMIT ?
-                """, arguments: [project, now, now, Int64(clamping: graceMs), now, limit]).map(Self.upstream)
-            try Self.claim("upstream", messages.map(\.position), for: replica, untilMs: untilMs, db)
-            return messages
+        try await pool.write { db in
+            try Self.claimUpstream(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, graceMs: graceMs, limit: limit, db)
         }
+    }
+
+    private static func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
+                                      limit: Int, _ db: Database) throws -> [StoredUpstream] {
+        let now = Int64(clamping: nowMs)
+        let messages = try Row.fetchAll(db, sql: """
+            SELECT \(Self.upstreamColumns) FROM upstream WHERE project = ? AND verdict IS NULL AND \(Self.claimable) AND \(Self.inTime)
+            ORDER BY position LIMIT ?
+            """, arguments: [project, now, now, Int64(clamping: graceMs), now, limit]).map(Self.upstream)
+        try Self.claim("upstream", messages.map(\.position), for: replica, untilMs: untilMs, db)
+        return messages
     }
 
     /// Positions as a JSON array, for `json_each`: one parameter however many.
@@ -95,20 +97,18 @@ extension SQLiteStorage {
                        arguments: [replica, Int64(clamping: untilMs), Self.jsonArray(positions)])
     }
 
-    public func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
-                               atMs: UInt64) async throws -> StoredUpstream? {
-        try await pool.write { db in
-            guard let row = try Row.fetchOne(db, sql: """
-                SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND messageId = ? AND project = ? AND verdict IS NULL
-                ORDER BY position LIMIT 1
-                """, arguments: [device, messageId, project]) else { return nil }
-            var message = try Self.upstream(row)
-            let (code, description) = StoredColumns.columns(of: verdict)
-            try db.execute(sql: "UPDATE upstream SET verdict = ?, verdictDescription = ?, settledAtMs = ? WHERE position = ?",
-                           arguments: [code, description, Int64(clamping: atMs), message.position])
-            message.verdict = verdict
-            return message
-        }
+    private static func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
+                                       atMs: UInt64, _ db: Database) throws -> StoredUpstream? {
+        guard let row = try Row.fetchOne(db, sql: """
+            SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND messageId = ? AND project = ? AND verdict IS NULL
+            ORDER BY position LIMIT 1
+            """, arguments: [device, messageId, project]) else { return nil }
+        var message = try Self.upstream(row)
+        let (code, description) = StoredColumns.columns(of: verdict)
+        try db.execute(sql: "UPDATE upstream SET verdict = ?, verdictDescription = ?, settledAtMs = ? WHERE position = ?",
+                       arguments: [code, description, Int64(clamping: atMs), message.position])
+        message.verdict = verdict
+        return message
     }
 
     public func settleExpiredUpstream(nowMs: UInt64, graceMs: UInt64, limit: Int,
@@ -149,18 +149,15 @@ extension SQLiteStorage {
 
     private static let downstreamColumns = "project, device, messageId, data, receivedAtMs, expiresAtMs, receiptRequested"
 
-    public func addDownstream(_ message: StoredDownstream, limit: Int) async throws -> Bool {
-        let data = try StoredColumns.json(message.data)
-        return try await pool.write { db in
-            let waiting = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM downstream WHERE device = ?", arguments: [message.device]) ?? 0
-            guard waiting < limit else { return false }
-            try db.execute(sql: """
-                INSERT INTO downstream (project, device, messageId, data, receivedAtMs, expiresAtMs, receiptRequested)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [message.project, message.device, message.messageId, data, Int64(clamping: message.receivedAtMs),
-                                 Int64(clamping: message.expiresAtMs), message.receiptRequested])
-            return true
-        }
+    private static func addDownstream(_ message: StoredDownstream, limit: Int, _ db: Database) throws -> Bool {
+        let waiting = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM downstream WHERE device = ?", arguments: [message.device]) ?? 0
+        guard waiting < limit else { return false }
+        try db.execute(sql: """
+            INSERT INTO downstream (project, device, messageId, data, receivedAtMs, expiresAtMs, receiptRequested)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [message.project, message.device, message.messageId, try StoredColumns.json(message.data),
+                             Int64(clamping: message.receivedAtMs), Int64(clamping: message.expiresAtMs), message.receiptRequested])
+        return true
     }
 
     public func pendingDownstream(device: String) async throws -> [StoredDownstream] {
@@ -223,21 +220,24 @@ extension SQLiteStorage {
 
     public func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int) async throws -> [StoredReceipt] {
         try await pool.write { db in
-            let receipts = try Row.fetchAll(db, sql: """
-                SELECT position, project, messageId, payload FROM receipt WHERE project = ? AND \(Self.claimable) ORDER BY position LIMIT ?
-                """, arguments: [project, Int64(clamping: nowMs), limit]).map {
-                StoredReceipt(position: $0["position"], project: $0["project"], messageId: $0["messageId"], payload: $0["payload"])
-            }
-            try Self.claim("receipt", receipts.map(\.position), for: replica, untilMs: untilMs, db)
-            return receipts
+            try Self.claimReceipts(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, limit: limit, db)
         }
     }
 
-    public func removeReceipt(project: String, messageId: String) async throws -> Bool {
-        try await pool.write { db in
-            try db.execute(sql: "DELETE FROM receipt WHERE project = ? AND messageId = ?", arguments: [project, messageId])
-            return db.changesCount > 0
+    private static func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int,
+                                      _ db: Database) throws -> [StoredReceipt] {
+        let receipts = try Row.fetchAll(db, sql: """
+            SELECT position, project, messageId, payload FROM receipt WHERE project = ? AND \(Self.claimable) ORDER BY position LIMIT ?
+            """, arguments: [project, Int64(clamping: nowMs), limit]).map {
+            StoredReceipt(position: $0["position"], project: $0["project"], messageId: $0["messageId"], payload: $0["payload"])
         }
+        try Self.claim("receipt", receipts.map(\.position), for: replica, untilMs: untilMs, db)
+        return receipts
+    }
+
+    private static func removeReceipt(project: String, messageId: String, _ db: Database) throws -> Bool {
+        try db.execute(sql: "DELETE FROM receipt WHERE project = ? AND messageId = ?", arguments: [project, messageId])
+        return db.changesCount > 0
     }
 
     // MARK: Claims
@@ -256,14 +256,12 @@ extension SQLiteStorage {
         }
     }
 
-    public func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws {
-        try await pool.write { db in
-            for (table, positions) in [("upstream", upstream), ("receipt", receipts)] where !positions.isEmpty {
-                try db.execute(sql: """
-                    UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
-                    WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
-                    """, arguments: [replica, Self.jsonArray(positions)])
-            }
+    private static func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64], _ db: Database) throws {
+        for (table, positions) in [("upstream", upstream), ("receipt", receipts)] where !positions.isEmpty {
+            try db.execute(sql: """
+                UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
+                WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
+                """, arguments: [replica, Self.jsonArray(positions)])
         }
     }
 
@@ -273,6 +271,51 @@ extension SQLiteStorage {
                 UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy IS NOT NULL;
                 UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy IS NOT NULL
                 """)
+        }
+    }
+
+    // MARK: Group commit
+
+    public func write(_ writes: [ConnectionWrite]) async throws -> [Result<ConnectionWriteResult, any Error>] {
+        try await pool.write { db in
+            var results = [Result<ConnectionWriteResult, any Error>?](repeating: nil, count: writes.count)
+            for index in writes.applyingOrder {
+                // A savepoint each: a write that fails takes back what it did, and only that.
+                do {
+                    var result: ConnectionWriteResult?
+                    try db.inSavepoint {
+                        result = try Self.apply(writes[index], db)
+                        return .commit
+                    }
+                    results[index] = .success(result!)
+                } catch {
+                    results[index] = .failure(error)
+                }
+            }
+            return results.map { $0! }
+        }
+    }
+
+    private static func apply(_ write: ConnectionWrite, _ db: Database) throws -> ConnectionWriteResult {
+        switch write {
+        case .acceptUpstream(let message, let limit):
+            return .accepted(try acceptUpstream(message, limit: limit, db))
+        case .settleUpstream(let project, let device, let messageId, let verdict, let atMs):
+            return .settled(try settleUpstream(project: project, device: device, messageId: messageId, verdict: verdict, atMs: atMs, db))
+        case .removeReceipt(let project, let messageId):
+            return .removed(try removeReceipt(project: project, messageId: messageId, db))
+        case .addDownstream(let message, let limit):
+            return .added(try addDownstream(message, limit: limit, db))
+        case .releaseClaims(let replica, let upstream, let receipts):
+            try releaseClaims(replica: replica, upstream: upstream, receipts: receipts, db)
+            return .released
+        case .claim(let project, let replica, let nowMs, let untilMs, let graceMs, let limit):
+            let receipts = try claimReceipts(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, limit: limit, db)
+            let upstream = receipts.count < limit
+                ? try claimUpstream(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, graceMs: graceMs,
+                                    limit: limit - receipts.count, db)
+                : []
+            return .claimed(receipts: receipts, upstream: upstream)
         }
     }
 }

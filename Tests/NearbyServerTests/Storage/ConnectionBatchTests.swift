@@ -1,0 +1,105 @@
+import Foundation
+@testable import NearbyServer
+import Testing
+
+extension StorageTests {
+    /// The connection server's group commit as each engine applies it: many
+    /// writes in one transaction, each with its own outcome, as if they had
+    /// been applied one after the other.
+    @Suite struct ConnectionBatch {
+        typealias C = StorageTests.Connection
+
+        static func outcomes(_ results: [Result<ConnectionWriteResult, any Error>]) -> [ConnectionWriteResult?] {
+            results.map { try? $0.get() }
+        }
+
+        @Test(arguments: Engine.allCases)
+        func aBatchKeepsEachDevicesMessagesWithinItsLimitAndAnswersRepeats(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                for device in ["d1", "d2"] { try await createDevice(storage, device, of: "alpha") }
+                #expect(try await storage.acceptUpstream(C.upstream("old", device: "d2"), limit: 3) == .kept)
+                let old = try #require(try await storage.pendingUpstream(project: "alpha", after: 0, limit: 1).first)
+
+                let results = try await storage.write([
+                    .acceptUpstream(C.upstream("m1"), limit: 2),
+                    .acceptUpstream(C.upstream("m1", device: "d2"), limit: 3),
+                    // A repeat within the batch: the message as the batch keeps it.
+                    .acceptUpstream(C.upstream("m1"), limit: 2),
+                    .acceptUpstream(C.upstream("old", device: "d2"), limit: 3),
+                    .acceptUpstream(C.upstream("m2"), limit: 2),
+                    // d1 has two now: full, counting the batch's own.
+                    .acceptUpstream(C.upstream("m3"), limit: 2),
+                    .acceptUpstream(C.upstream("m1", device: "gone"), limit: 2),
+                    .acceptUpstream(C.upstream("m2", device: "d2"), limit: 3),
+                ])
+                let pending = try await storage.pendingUpstream(project: "alpha", after: old.position, limit: 10)
+                // Kept in the order they came.
+                #expect(pending.map { "\($0.device)/\($0.messageId)" } == ["d1/m1", "d2/m1", "d1/m2", "d2/m2"])
+                #expect(Self.outcomes(results) == [
+                    .accepted(.kept), .accepted(.kept), .accepted(.known(pending[0])), .accepted(.known(old)), .accepted(.kept),
+                    .accepted(.full(2)), nil, .accepted(.kept),
+                ])
+                // The device that does not exist fails alone.
+                if case .success = results[6] { Issue.record("a message of a device that does not exist was kept") }
+            }
+        }
+
+        @Test(arguments: Engine.allCases)
+        func aBatchSettlesAsOneSettlementAfterTheOther(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                try await createDevice(storage, "d1", of: "alpha")
+                // The same id from two apps: two messages.
+                for app in ["a1", "a2"] { #expect(try await storage.acceptUpstream(C.upstream("m1", app: app), limit: 10) == .kept) }
+                #expect(try await storage.acceptUpstream(C.upstream("m2"), limit: 10) == .kept)
+                let pending = try await storage.pendingUpstream(project: "alpha", after: 0, limit: 10)
+                let failed = UpstreamVerdict.failed(error: "TTL_EXCEEDED", description: "late")
+                let results = try await storage.write([
+                    .settleUpstream(project: "alpha", device: "d1", messageId: "m1", verdict: .sent, atMs: startMs),
+                    .settleUpstream(project: "alpha", device: "d1", messageId: "m2", verdict: failed, atMs: startMs),
+                    .settleUpstream(project: "alpha", device: "d1", messageId: "m1", verdict: .sent, atMs: startMs),
+                    // Three settlements of m1, two messages: the third finds none.
+                    .settleUpstream(project: "alpha", device: "d1", messageId: "m1", verdict: .sent, atMs: startMs),
+                    .settleUpstream(project: "beta", device: "d1", messageId: "m2", verdict: .sent, atMs: startMs),
+                ])
+                func settled(_ index: Int, _ verdict: UpstreamVerdict) -> ConnectionWriteResult {
+                    .settled(C.stored(pending[index], at: pending[index].position, verdict: verdict))
+                }
+                #expect(Self.outcomes(results) == [settled(0, .sent), settled(2, failed), settled(1, .sent), .settled(nil), .settled(nil)])
+                #expect(try await storage.pendingUpstream(project: "alpha", after: 0, limit: 10).isEmpty)
+                // The verdicts are kept: a repeat is answered with its own.
+                #expect(try await storage.acceptUpstream(C.upstream("m2"), limit: 10)
+                    == .known(C.stored(pending[2], at: pending[2].position, verdict: failed)))
+            }
+        }
+
+        @Test(arguments: Engine.allCases)
+        func aClaimSeesTheRestOfItsBatch(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                try await createDevice(storage, "d1", of: "alpha")
+                #expect(try await storage.acceptUpstream(C.upstream("m1"), limit: 10) == .kept)
+                let first = try await storage.claimUpstream(project: "alpha", replica: "r1", nowMs: startMs, untilMs: startMs + 50,
+                                                            graceMs: 0, limit: 10)
+                #expect(first.map(\.messageId) == ["m1"])
+                // Asked for in another order, applied by stage: the claim last.
+                let results = try await storage.write([
+                    .claim(project: "alpha", replica: "r1", nowMs: startMs, untilMs: startMs + 50, graceMs: 0, limit: 10),
+                    .releaseClaims(replica: "r1", upstream: first.map(\.position), receipts: []),
+                    .acceptUpstream(C.upstream("m2"), limit: 10),
+                    .addDownstream(C.downstream("down"), limit: 1),
+                    .addDownstream(C.downstream("down-2"), limit: 1),
+                ])
+                guard case .claimed(let receipts, let upstream) = try results[0].get() else {
+                    Issue.record("a claim answered \(results[0])")
+                    return
+                }
+                #expect(receipts.isEmpty)
+                #expect(upstream.map(\.messageId) == ["m1", "m2"])
+                #expect(Self.outcomes(Array(results.dropFirst())) == [.released, .accepted(.kept), .added(true), .added(false)])
+                #expect(try await storage.pendingDownstream(device: "d1").map(\.messageId) == ["down"])
+            }
+        }
+    }
+}
