@@ -179,8 +179,10 @@ final class ReplicatedMatcherFeed: MatcherFeed {
             waiters.left()
         case .message(let text):
             guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)) else {
-                logger.warning("a message on the replica bus was not understood: a replica of another version?",
+                // An event this replica cannot apply is one its matcher misses: it reloads, as when it joins again.
+                logger.warning("a message on the replica bus was not understood (a replica of another version?); reloading from the database",
                                metadata: ["bytes": "\(text.utf8.count)"])
+                await matcher.resync(try await reload())
                 return
             }
             await matcher.apply(envelope.event)

@@ -128,6 +128,34 @@ import TestSupport
         }
     }
 
+    /// A message on the bus a replica does not understand (from a replica
+    /// of another version) is an event its matcher misses: it reloads from
+    /// storage, and what changed without its knowing is found.
+    @Test func aMessageNotUnderstoodMakesTheReplicaReload() async throws {
+        let hub = InMemoryReplicaHub()
+        try await withReplicas(.sqlite, hub: hub) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await a.register(apiKey: key)
+            let token = try await a.issueToken(publisher)
+            try await b.subscribe(subscriber, "s1")
+            let stream = try await b.openStream(subscriber)
+            // Kept in storage behind the replicas' backs: no event says so.
+            let publication = StoredPublication(device: publisher.id, id: "p1", namespace: publisher.registration.namespace, type: "greeting",
+                                                content: Data("hello".utf8), mediums: [.ble], mode: .broadcast,
+                                                expiresAtMs: a.clock.nowMs + 300_000)
+            _ = try await a.service.storage.applyChanges([.putPublication(publication)], device: publisher.id,
+                                                         limits: ObjectLimits(publications: 5, subscriptions: 5))
+            try await hub.bus(9).publish(#"{"a message of":"another version"}"#)
+            // Reported after the message: the bus delivers in one order, so b has reloaded when it applies the report.
+            try await b.report(subscriber, seen: [(token.token, .ble)])
+            guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
+            #expect(match.source == "\(publisher.id)/p1")
+            try await stream.close()
+        }
+    }
+
     /// An event PostgreSQL refuses to send is an error for its publisher,
     /// not lost in silence (the publisher would only time out waiting for it
     /// to come back, and the other replicas never have it). PostgreSQL refuses
