@@ -269,6 +269,11 @@ actor Matcher {
         }
     }
 
+    /// Applies events in order, which this replica or others published.
+    func apply(_ events: [MatcherEvent]) {
+        for event in events { apply(event) }
+    }
+
     /// Applies an event, which this replica or another published.
     func apply(_ event: MatcherEvent) {
         switch event {

@@ -270,7 +270,7 @@ public actor ConnectionHub {
                 return nil
             }
             guard case .settled(let settled) = try await (settling ?? self.writer.enqueue(settlement)).result() else {
-                throw ConnectionWriteMismatch()
+                throw GroupCommitMismatch()
             }
             guard let settled else {
                 return CCSPayload.nack(.init(code: .badAck, description: "no message '\(messageId)' from '\(to)' is waiting for an ack",
@@ -323,7 +323,7 @@ public actor ConnectionHub {
         let adding = writer.enqueue(.addDownstream(stored, limit: maxPendingDownstreamPerDevice))
         let limit = maxPendingDownstreamPerDevice
         return Task {
-            guard case .added(let added) = try await adding.result() else { throw ConnectionWriteMismatch() }
+            guard case .added(let added) = try await adding.result() else { throw GroupCommitMismatch() }
             guard added else {
                 return CCSPayload.nack(.init(code: .deviceMessageRateExceeded,
                                              description: "the device has \(limit) messages waiting; send again once it has taken some",
@@ -438,7 +438,7 @@ public actor ConnectionHub {
         let stored = StoredUpstream(project: project, device: device, app: message.app, messageId: message.messageId,
                                     data: message.data, receivedAtMs: now, expiresAtMs: expiresAtMs)
         guard case .accepted(let acceptance) = try await writer.enqueue(.acceptUpstream(stored, limit: deviceLimits.upstreamPerDevice))
-            .result() else { throw ConnectionWriteMismatch() }
+            .result() else { throw GroupCommitMismatch() }
         switch acceptance {
         case .kept:
             break
@@ -581,7 +581,7 @@ public actor ConnectionHub {
         let claim = ConnectionWrite.claim(project: project, replica: replica, nowMs: now, untilMs: now + leaseMs,
                                           graceMs: Self.ttlZeroGraceMs, limit: room)
         guard case .claimed(let receipts, let messages) = try await writer.enqueue(claim).result() else {
-            throw ConnectionWriteMismatch()
+            throw GroupCommitMismatch()
         }
         var work: [(Flight, String)] = receipts.map { (.receipt($0.position, messageId: $0.messageId), $0.payload) }
         work += messages.map {

@@ -145,14 +145,14 @@ extension [ConnectionWrite] {
 extension ConnectionStorage {
     /// Applies one write in a transaction of its own.
     func writeAlone(_ write: ConnectionWrite) async throws -> ConnectionWriteResult {
-        guard let result = try await self.write([write]).first else { throw ConnectionWriteMismatch() }
+        guard let result = try await self.write([write]).first else { throw GroupCommitMismatch() }
         return try result.get()
     }
 
     /// ``ConnectionWrite/acceptUpstream(_:limit:)`` alone.
     public func acceptUpstream(_ message: StoredUpstream, limit: Int) async throws -> UpstreamAcceptance {
         guard case .accepted(let acceptance) = try await writeAlone(.acceptUpstream(message, limit: limit)) else {
-            throw ConnectionWriteMismatch()
+            throw GroupCommitMismatch()
         }
         return acceptance
     }
@@ -161,14 +161,14 @@ extension ConnectionStorage {
     public func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
                                atMs: UInt64) async throws -> StoredUpstream? {
         let write = ConnectionWrite.settleUpstream(project: project, device: device, messageId: messageId, verdict: verdict, atMs: atMs)
-        guard case .settled(let message) = try await writeAlone(write) else { throw ConnectionWriteMismatch() }
+        guard case .settled(let message) = try await writeAlone(write) else { throw GroupCommitMismatch() }
         return message
     }
 
     /// ``ConnectionWrite/removeReceipt(project:messageId:)`` alone.
     public func removeReceipt(project: String, messageId: String) async throws -> Bool {
         guard case .removed(let removed) = try await writeAlone(.removeReceipt(project: project, messageId: messageId)) else {
-            throw ConnectionWriteMismatch()
+            throw GroupCommitMismatch()
         }
         return removed
     }
@@ -176,7 +176,7 @@ extension ConnectionStorage {
     /// ``ConnectionWrite/addDownstream(_:limit:)`` alone.
     public func addDownstream(_ message: StoredDownstream, limit: Int) async throws -> Bool {
         guard case .added(let added) = try await writeAlone(.addDownstream(message, limit: limit)) else {
-            throw ConnectionWriteMismatch()
+            throw GroupCommitMismatch()
         }
         return added
     }
@@ -185,11 +185,6 @@ extension ConnectionStorage {
     public func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64]) async throws {
         _ = try await writeAlone(.releaseClaims(replica: replica, upstream: upstream, receipts: receipts))
     }
-}
-
-/// A storage engine answered a write with the outcome of another kind: a bug in the engine.
-struct ConnectionWriteMismatch: Error, CustomStringConvertible {
-    var description: String { "the storage answered a connection write with the outcome of another kind" }
 }
 
 /// What became of a device's upstream message offered to storage.

@@ -318,7 +318,7 @@ extension PostgresStorage {
         switch write {
         case .acceptUpstream, .settleUpstream:
             // Kept and settled a batch at a time, before.
-            throw ConnectionWriteMismatch()
+            throw GroupCommitMismatch()
         case .removeReceipt(let project, let messageId):
             let removed = try await count("DELETE FROM receipt WHERE project = \(project) AND messageId = \(messageId) RETURNING 1",
                                           on: connection) > 0
@@ -424,7 +424,7 @@ extension PostgresStorage {
             known[key] = stored
         }
         for (index, key) in repeats {
-            guard let message = known[key] else { throw ConnectionWriteMismatch() }
+            guard let message = known[key] else { throw GroupCommitMismatch() }
             results.append((index, .success(.known(message))))
         }
         return results

@@ -34,6 +34,8 @@ final class PostgresReplicaBus: ReplicaBus {
     /// When the stored messages were last pruned, in the database's milliseconds.
     private let lastPruneMs = Mutex<UInt64>(0)
 
+    var packedBytes: Int { Self.inlineBytes }
+
     init(storage: PostgresStorage, channel: String, logger: Logger) {
         self.storage = storage
         self.channel = channel

@@ -3,6 +3,11 @@
 /// included, in one order for all. ``PostgresReplicaBus`` is PostgreSQL's
 /// LISTEN/NOTIFY; a server alone on SQLite has none.
 protocol ReplicaBus: Sendable {
+    /// The longest message that costs no more to send than a short one
+    /// (PostgreSQL: a NOTIFY payload; longer ones go through a table):
+    /// what publishers pack their messages into.
+    var packedBytes: Int { get }
+
     /// Sends `message` to every replica listening. Throws when it could not
     /// be sent; then no replica receives it.
     func publish(_ message: String) async throws

@@ -4,7 +4,11 @@ import Synchronization
 
 /// The matcher's events over a ``ReplicaBus``: each replica publishes its
 /// events on the bus and applies every replica's, its own included, as the
-/// bus delivers them, so all replicas' matchers see one order. When the bus
+/// bus delivers them, so all replicas' matchers see one order. The events a
+/// replica's requests publish while its previous message is being sent go
+/// together in the next (``GroupCommit``), packed into messages of up to the
+/// bus's ``ReplicaBus/packedBytes`` (a JSON array of envelopes each): one
+/// notification, and one wake-up of each replica, for many. When the bus
 /// (re)joins, the matcher is brought in line with storage (events missed
 /// meanwhile are lost; the sightings in them come back with the observers'
 /// next reports).
@@ -110,6 +114,8 @@ final class ReplicatedMatcherFeed: MatcherFeed {
     private let matcher: Matcher
     private let logger: Logger
     private let waiters: Waiters
+    /// Envelopes (JSON) waiting to be sent, packed, together.
+    private let outbox: GroupCommit<String, Void>
     private let listening: Task<Void, Never>
 
     /// Starts listening on `bus`; `reload` reads what storage holds, for
@@ -134,6 +140,7 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         self.bus = bus
         self.matcher = matcher
         self.logger = logger
+        outbox = GroupCommit { try await Self.send($0, on: bus) }
         let waiters = Waiters(firstJoin: firstJoin)
         self.waiters = waiters
         // The task holds what it uses, not the feed: the feed's deinit ends it.
@@ -158,7 +165,7 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         let (sequence, applied) = waiters.waitForEvent()
         defer { waiters.stopWaiting(sequence) }
         let envelope = Envelope(replica: matcher.replica, sequence: sequence, event: event)
-        try await bus.publish(String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self))
+        try await outbox.enqueue(String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self)).result()
         let outcome = await FirstOutcome.race(within: Self.echoTimeout) {
             for await _ in applied { return }
         }
@@ -166,6 +173,36 @@ final class ReplicatedMatcherFeed: MatcherFeed {
             // Sent, so other replicas apply it; this one catches up when its bus rejoins.
             logger.warning("an event sent to the replicas did not come back in time", metadata: ["timeout": "\(Self.echoTimeout)"])
         }
+    }
+
+    /// Sends envelopes in order, packed into as few messages as the bus
+    /// carries cheaply (one alone when it is longer by itself); each
+    /// envelope's outcome is its message's.
+    static func send(_ envelopes: [String], on bus: any ReplicaBus) async throws -> [Result<Void, any Error>] {
+        var results: [Result<Void, any Error>] = []
+        var packed: [String] = []
+        var bytes = 2
+        func flush() async {
+            guard !packed.isEmpty else { return }
+            let outcome: Result<Void, any Error>
+            do {
+                try await bus.publish("[" + packed.joined(separator: ",") + "]")
+                outcome = .success(())
+            } catch {
+                outcome = .failure(error)
+            }
+            results += Array(repeating: outcome, count: packed.count)
+            packed = []
+            bytes = 2
+        }
+        for envelope in envelopes {
+            let length = envelope.utf8.count + 1
+            if bytes + length > bus.packedBytes { await flush() }
+            packed.append(envelope)
+            bytes += length
+        }
+        await flush()
+        return results
     }
 
     private static func deliver(_ delivery: ReplicaDelivery, matcher: Matcher, waiters: Waiters, logger: Logger,
@@ -178,15 +215,15 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         case .left:
             waiters.left()
         case .message(let text):
-            guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)) else {
+            guard let envelopes = try? JSONDecoder().decode([Envelope].self, from: Data(text.utf8)) else {
                 // An event this replica cannot apply is one its matcher misses: it reloads, as when it joins again.
                 logger.warning("a message on the replica bus was not understood (a replica of another version?); reloading from the database",
                                metadata: ["bytes": "\(text.utf8.count)"])
                 await matcher.resync(try await reload())
                 return
             }
-            await matcher.apply(envelope.event)
-            if envelope.replica == matcher.replica { waiters.eventApplied(envelope.sequence) }
+            await matcher.apply(envelopes.map(\.event))
+            for envelope in envelopes where envelope.replica == matcher.replica { waiters.eventApplied(envelope.sequence) }
         }
     }
 }

@@ -92,6 +92,8 @@ final class InMemoryReplicaHub: Sendable {
 struct InMemoryReplicaBus: ReplicaBus {
     let hub: InMemoryReplicaHub
     let number: Int
+    /// As PostgreSQL's, so that publishers pack as they would there.
+    var packedBytes: Int { PostgresReplicaBus.inlineBytes }
 
     func publish(_ message: String) async throws {
         hub.publish(message)

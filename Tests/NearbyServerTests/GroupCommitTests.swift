@@ -7,7 +7,7 @@ import TestSupport
 /// Group commit: what the connection server's sessions and channels ask for
 /// while a transaction commits goes together in the next one, and each
 /// learns its own outcome once its transaction has committed.
-@Suite(.timeLimit(.minutes(1))) struct ConnectionWriterTests {
+@Suite(.timeLimit(.minutes(1))) struct GroupCommitTests {
     /// Commits batches that each answer a receipt's removal with whether its
     /// id is even; the first waits until `release` is called.
     final class Storage: Sendable {
