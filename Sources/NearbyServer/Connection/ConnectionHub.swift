@@ -141,12 +141,12 @@ public actor ConnectionHub {
     private func receive(_ delivery: ConnectionEventFeed.Delivery) async {
         switch delivery {
         case .event(.waiting(let project)):
-            await pump(project)
+            pump(project)
         case .event(.tell(let device, let event)):
             tell(device, event)
         case .joined:
             // What the others said while this replica was away is in storage.
-            for project in Set(sessions.values.map(\.project)) { await pump(project) }
+            for project in Set(sessions.values.map(\.project)) { pump(project) }
             for (device, channel) in channels { await resend(to: device, id: channel.id) }
         }
     }
@@ -169,7 +169,7 @@ public actor ConnectionHub {
             continuation.yield(CCSPayload.connectionDraining)
         }
         sessions[nextID] = session
-        Task { await pump(project) }
+        pump(project)
         return (nextID, output)
     }
 
@@ -186,7 +186,7 @@ public actor ConnectionHub {
             logger.error("connection server storage failed: \(error)")
             return
         }
-        await pumpOrAnnounce(session.project)
+        pumpOrAnnounce(session.project)
     }
 
     /// Gives up this replica's claims on `flights`. Queued after what the
@@ -266,7 +266,7 @@ public actor ConnectionHub {
         return Task {
             if let removal, case .removed(true) = try await removal.result() {
                 self.forget { if case .receipt(_, messageId) = $0 { true } else { false } }
-                Task { await self.pump(project) }
+                self.pump(project)
                 return nil
             }
             guard case .settled(let settled) = try await (settling ?? self.writer.enqueue(settlement)).result() else {
@@ -279,7 +279,7 @@ public actor ConnectionHub {
             // Acked on another session than it went out on (the application server reconnected): that one holds it no more.
             self.forget { $0 == .upstream(settled.position) }
             await self.tellDevice(settled.device, .sent([ChannelMessageRef(app: settled.app, messageId: settled.messageId)]))
-            Task { await self.pump(project) }
+            self.pump(project)
             return nil
         }
     }
@@ -461,7 +461,7 @@ public actor ConnectionHub {
                                                          verdict: Self.expiredVerdict(stored), atMs: now)).result()
             return fail(Self.expiredVerdict(stored).code, "no application server of '\(project)' is connected")
         }
-        await pumpOrAnnounce(project)
+        pumpOrAnnounce(project)
     }
 
     /// What is wrong with a device's message by CCS's rules (nearbyd checks
@@ -492,7 +492,7 @@ public actor ConnectionHub {
             logger.notice("delivery receipts nobody took were dropped",
                           metadata: ["project": "\(message.project)", "count": "\(dropped)"])
         }
-        await pumpOrAnnounce(message.project)
+        pumpOrAnnounce(message.project)
     }
 
     /// Tells the device `event` on its channel, here or, among replicas,
@@ -543,19 +543,26 @@ public actor ConnectionHub {
     /// replicas when some may be left for their sessions. (What the others
     /// announced is handed out by ``pump(_:announcing:)`` alone: announcing
     /// it again would send the replicas to and fro.)
-    private func pumpOrAnnounce(_ project: String) async {
-        await pump(project, announcing: true)
+    private func pumpOrAnnounce(_ project: String) {
+        pump(project, announcing: true)
     }
 
-    /// Gives each session of `project` here what is waiting, up to its
-    /// limit; `announcing`, tells the others if it could not take all.
-    private func pump(_ project: String, announcing: Bool = false) async {
+    /// Has each session of `project` here given what is waiting, up to its
+    /// limit; `announcing`, the others told if it could not take all. The
+    /// hand-out runs in a task of its own, so that no caller (a channel's
+    /// request, the replicas' listener, the sweep) waits for it: under load
+    /// it goes round again and again.
+    private func pump(_ project: String, announcing: Bool = false) {
         if announcing { announceAfterPump.insert(project) }
         guard pumping.insert(project).inserted else {
             // The hand-out under way goes again, and announces for this caller too.
             pumpAgain.insert(project)
             return
         }
+        Task { await handOutWhileAsked(project) }
+    }
+
+    private func handOutWhileAsked(_ project: String) async {
         var tookAll = true
         repeat {
             pumpAgain.remove(project)
@@ -615,7 +622,7 @@ public actor ConnectionHub {
                 renewedAtMs = now
                 let (upstream, receipts) = Self.positions(of: sessions.values.flatMap(\.unacked))
                 try await storage.renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: now + leaseMs)
-                for project in Set(sessions.values.map(\.project)) { await pump(project) }
+                for project in Set(sessions.values.map(\.project)) { pump(project) }
             }
             for settled in try await storage.settleExpiredUpstream(nowMs: now, graceMs: Self.ttlZeroGraceMs, limit: 1000,
                                                                    verdict: Self.expiredVerdict) {
