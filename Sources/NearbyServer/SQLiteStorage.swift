@@ -3,7 +3,7 @@ import GRDB
 import NearbyCore
 
 /// ``ServerStorage`` in one SQLite file: a GRDB `DatabasePool` in WAL mode
-/// (readers never wait for the writer), foreign keys on, so deleting a project
+/// (readers never wait for the writer) with every commit synced to disk, foreign keys on, so deleting a project
 /// or device takes everything it owns with it. Several processes may open the
 /// same file: `nearby-server project create` while the server runs. The
 /// beacon registry's part is in SQLiteBeaconStorage.swift.
@@ -25,6 +25,12 @@ public final class SQLiteStorage: ServerStorage {
         configuration.label = "nearby-server"
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
+            // GRDB's pool sets NORMAL, under which a commit may be lost to a
+            // power failure or a crash of the system: what the server
+            // acknowledges (a device's message, a downstream message) must
+            // survive both, so every commit waits for its fsync. The
+            // connection server's writes are grouped, one commit for many.
+            try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") }
             try Self.migrator.migrate(pool)
         } catch {
             throw DatabaseOpenError(message: "cannot open the database \(path): \(error)")

@@ -38,16 +38,20 @@ extension SQLiteStorage {
         "position, project, device, app, messageId, data, receivedAtMs, expiresAtMs, verdict, verdictDescription"
 
     private static func acceptUpstream(_ message: StoredUpstream, limit: Int, _ db: Database) throws -> UpstreamAcceptance {
-        if let known = try Row.fetchOne(db, sql: "SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND app = ? AND messageId = ?",
+        // Cached statements: a batch runs these hundreds of times, compiled once.
+        if let known = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND app = ? AND messageId = ?
+            """),
                                         arguments: [message.device, message.app, message.messageId]) {
             return .known(try Self.upstream(known))
         }
         // The unique (device, app, messageId) index counts them.
-        let kept = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM upstream WHERE device = ?", arguments: [message.device]) ?? 0
+        let kept = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM upstream WHERE device = ?"),
+                                    arguments: [message.device]) ?? 0
         guard kept < limit else { return .full(kept) }
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs) VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [message.project, message.device, message.app, message.messageId, try StoredColumns.json(message.data),
+            """).execute(arguments: [message.project, message.device, message.app, message.messageId, try StoredColumns.json(message.data),
                              Int64(clamping: message.receivedAtMs), Int64(clamping: message.expiresAtMs)])
         return .kept
     }
@@ -77,10 +81,10 @@ extension SQLiteStorage {
     private static func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
                                       limit: Int, _ db: Database) throws -> [StoredUpstream] {
         let now = Int64(clamping: nowMs)
-        let messages = try Row.fetchAll(db, sql: """
+        let messages = try Row.fetchAll(db.cachedStatement(sql: """
             SELECT \(Self.upstreamColumns) FROM upstream WHERE project = ? AND verdict IS NULL AND \(Self.claimable) AND \(Self.inTime)
             ORDER BY position LIMIT ?
-            """, arguments: [project, now, now, Int64(clamping: graceMs), now, limit]).map(Self.upstream)
+            """), arguments: [project, now, now, Int64(clamping: graceMs), now, limit]).map(Self.upstream)
         try Self.claim("upstream", messages.map(\.position), for: replica, untilMs: untilMs, db)
         return messages
     }
@@ -93,20 +97,21 @@ extension SQLiteStorage {
     /// Marks the rows of `table` at `positions` claimed by `replica` until `untilMs`.
     private static func claim(_ table: String, _ positions: [Int64], for replica: String, untilMs: UInt64, _ db: Database) throws {
         guard !positions.isEmpty else { return }
-        try db.execute(sql: "UPDATE \(table) SET claimedBy = ?, claimedUntilMs = ? WHERE position IN (SELECT value FROM json_each(?))",
-                       arguments: [replica, Int64(clamping: untilMs), Self.jsonArray(positions)])
+        try db.cachedStatement(sql: """
+            UPDATE \(table) SET claimedBy = ?, claimedUntilMs = ? WHERE position IN (SELECT value FROM json_each(?))
+            """).execute(arguments: [replica, Int64(clamping: untilMs), Self.jsonArray(positions)])
     }
 
     private static func settleUpstream(project: String, device: String, messageId: String, verdict: UpstreamVerdict,
                                        atMs: UInt64, _ db: Database) throws -> StoredUpstream? {
-        guard let row = try Row.fetchOne(db, sql: """
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT \(Self.upstreamColumns) FROM upstream WHERE device = ? AND messageId = ? AND project = ? AND verdict IS NULL
             ORDER BY position LIMIT 1
-            """, arguments: [device, messageId, project]) else { return nil }
+            """), arguments: [device, messageId, project]) else { return nil }
         var message = try Self.upstream(row)
         let (code, description) = StoredColumns.columns(of: verdict)
-        try db.execute(sql: "UPDATE upstream SET verdict = ?, verdictDescription = ?, settledAtMs = ? WHERE position = ?",
-                       arguments: [code, description, Int64(clamping: atMs), message.position])
+        try db.cachedStatement(sql: "UPDATE upstream SET verdict = ?, verdictDescription = ?, settledAtMs = ? WHERE position = ?")
+            .execute(arguments: [code, description, Int64(clamping: atMs), message.position])
         message.verdict = verdict
         return message
     }
@@ -150,12 +155,13 @@ extension SQLiteStorage {
     private static let downstreamColumns = "project, device, messageId, data, receivedAtMs, expiresAtMs, receiptRequested"
 
     private static func addDownstream(_ message: StoredDownstream, limit: Int, _ db: Database) throws -> Bool {
-        let waiting = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM downstream WHERE device = ?", arguments: [message.device]) ?? 0
+        let waiting = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM downstream WHERE device = ?"),
+                                       arguments: [message.device]) ?? 0
         guard waiting < limit else { return false }
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO downstream (project, device, messageId, data, receivedAtMs, expiresAtMs, receiptRequested)
             VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [message.project, message.device, message.messageId, try StoredColumns.json(message.data),
+            """).execute(arguments: [message.project, message.device, message.messageId, try StoredColumns.json(message.data),
                              Int64(clamping: message.receivedAtMs), Int64(clamping: message.expiresAtMs), message.receiptRequested])
         return true
     }
@@ -226,9 +232,9 @@ extension SQLiteStorage {
 
     private static func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int,
                                       _ db: Database) throws -> [StoredReceipt] {
-        let receipts = try Row.fetchAll(db, sql: """
+        let receipts = try Row.fetchAll(db.cachedStatement(sql: """
             SELECT position, project, messageId, payload FROM receipt WHERE project = ? AND \(Self.claimable) ORDER BY position LIMIT ?
-            """, arguments: [project, Int64(clamping: nowMs), limit]).map {
+            """), arguments: [project, Int64(clamping: nowMs), limit]).map {
             StoredReceipt(position: $0["position"], project: $0["project"], messageId: $0["messageId"], payload: $0["payload"])
         }
         try Self.claim("receipt", receipts.map(\.position), for: replica, untilMs: untilMs, db)
@@ -236,7 +242,7 @@ extension SQLiteStorage {
     }
 
     private static func removeReceipt(project: String, messageId: String, _ db: Database) throws -> Bool {
-        try db.execute(sql: "DELETE FROM receipt WHERE project = ? AND messageId = ?", arguments: [project, messageId])
+        try db.cachedStatement(sql: "DELETE FROM receipt WHERE project = ? AND messageId = ?").execute(arguments: [project, messageId])
         return db.changesCount > 0
     }
 
@@ -258,10 +264,10 @@ extension SQLiteStorage {
 
     private static func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64], _ db: Database) throws {
         for (table, positions) in [("upstream", upstream), ("receipt", receipts)] where !positions.isEmpty {
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
                 WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
-                """, arguments: [replica, Self.jsonArray(positions)])
+                """).execute(arguments: [replica, Self.jsonArray(positions)])
         }
     }
 

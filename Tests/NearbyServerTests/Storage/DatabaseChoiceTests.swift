@@ -28,6 +28,16 @@ extension StorageTests {
             }
         }
 
+        /// What the server acknowledges survives a power failure: SQLite
+        /// syncs every commit (GRDB's pool would leave it at NORMAL).
+        @Test func sqliteCommitsAreSyncedToDisk() async throws {
+            try await withTemporaryDirectory { directory in
+                let storage = try SQLiteStorage(path: directory.appendingPathComponent("nearby.sqlite").path)
+                let mode = try await storage.pool.write { try Int.fetchOne($0, sql: "PRAGMA synchronous") }
+                #expect(mode == 2, "PRAGMA synchronous is \(mode.map(String.init) ?? "unknown"), not FULL (2)")
+            }
+        }
+
         @Test func theServerServesFromPostgreSQL() async throws {
             let cluster = try #require(PostgresClusterTrait.current)
             let url = try await cluster.createDatabase()
