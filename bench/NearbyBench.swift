@@ -44,13 +44,13 @@ struct NearbyBench: AsyncParsableCommand {
                        more than 10 % over its baseline. About 6 minutes.
             server     nearby-server alone under load from simulated devices speaking its
                        HTTP and WebSocket API (bench/server_load.py), on SQLite, and on a
-                       throwaway PostgreSQL with one replica and with two: sighting reports
-                       per second at saturation against the same server's /v1/health rate
-                       under the same generator; found latency at half that rate against
-                       /v1/health's round trip at that rate; device streams held (10,000;
-                       and how many the default limits allow) and memory per stream;
-                       PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Not in
-                       all (make bench-server). About 7 minutes.
+                       throwaway PostgreSQL with one replica and with two, under the default
+                       [http] limits: sighting reports per second at saturation against the
+                       same server's /v1/health rate under the same generator; found latency
+                       at half that rate against /v1/health's round trip at that rate; device
+                       streams held (10,000) and memory per stream; PostgreSQL's own insert,
+                       NOTIFY and NOTIFY round-trip floor. Not in all (make bench-server).
+                       About 7 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
@@ -234,7 +234,8 @@ struct Server: AsyncParsableCommand {
         abstract: "nearby-server under load: sightings, found latency, streams held, on SQLite and PostgreSQL.",
         discussion: """
             Starts nearby-server (--bin) on a temporary SQLite file, then on a throwaway PostgreSQL cluster \
-            (durable: fsync on) with one replica and with two (load split across both), each on a new database. \
+            (durable: fsync on) with one replica and with two (load split across both), each on a new database, \
+            under the default [http] limits (max-connections 16384, max-connections-per-address 256). \
             --processes generator processes (bench/server_load.py, aiohttp) register the devices: --devices \
             moving ones, which take a token, publish and subscribe, and the rest only to hold a stream, \
             --streams in all. Each moving device hears --neighbours others' tokens and each report changes one, \
@@ -246,14 +247,15 @@ struct Server: AsyncParsableCommand {
             generator) used meanwhile;
             2. found latency (report sent → found on the observer's stream) p50 and p99 at half the rate of 1, \
             against GET /v1/health's round trip at that rate;
-            3. streams held and the servers' VmRSS before and after they opened; the SQLite run first tries \
-            them under the default [http] limits (max-connections 2048) and says how many are held;
+            3. streams held and the servers' VmRSS before and after they opened (each device's stream from \
+            an address of its own group, 100 devices an address; requests from one address per generator \
+            process, at most 128 connections each);
             4. for PostgreSQL: durable single-row inserts per second from 1 and 16 clients and NOTIFY \
             transactions per second from 8 (pgbench), and a NOTIFY's round trip to a listening session.
 
-            The servers' configuration raises registration's rate limits (every device registers from the \
-            generator's addresses within a minute) and, after the defaults check, [http] max-connections \
-            to --streams + 1024. Each window lasts --seconds after --warm-up seconds.
+            --parts picks figures: streams (3), sightings (1 and 2, with the streams open). The servers' \
+            configuration raises registration's rate limits (every device registers from the generator's \
+            addresses within a minute); nothing else. Each window lasts --seconds after --warm-up seconds.
             """)
 
     @OptionGroup var locations: Locations
@@ -282,25 +284,31 @@ struct Server: AsyncParsableCommand {
     @Option(help: "Seconds of warm-up before each window.")
     var warmUp = 2.0
 
-    @Flag(help: "Skip trying the streams under the default [http] limits first.")
-    var skipDefaultsCheck = false
+    @Option(help: ArgumentHelp("Figures to measure, comma-separated: streams, sightings, or all.", valueName: "parts"))
+    var parts = "all"
 
     @Option(help: "Seed of the devices' moves.")
     var seed = 1
+
+    private var chosenParts: Set<ServerBenchmark.Part>? {
+        if parts == "all" { return Set(ServerBenchmark.Part.allCases) }
+        let named = parts.split(separator: ",").map { ServerBenchmark.Part(rawValue: String($0)) }
+        return named.contains(nil) || named.isEmpty ? nil : Set(named.compactMap { $0 })
+    }
 
     func validate() throws {
         guard ["sqlite", "postgres", "all"].contains(engine) else { throw ValidationError("--engine is sqlite, postgres or all") }
         guard devices >= 2 * neighbours * processes, streams >= devices, processes >= 1, concurrency >= processes else {
             throw ValidationError("need --streams ≥ --devices ≥ 2 × --neighbours × --processes, and --concurrency ≥ --processes")
         }
+        guard chosenParts != nil else { throw ValidationError("--parts is a comma-separated list of streams, sightings, or all") }
     }
 
     func run() async throws {
         locations.apply()
         try await ServerBenchmark.run(ServerBenchmark.Settings(
-            sqlite: engine != "postgres", postgres: engine != "sqlite", devices: devices, streams: streams,
-            processes: processes, concurrency: concurrency, neighbours: neighbours, seconds: seconds, warmUp: warmUp,
-            checkDefaults: !skipDefaultsCheck, seed: seed))
+            sqlite: engine != "postgres", postgres: engine != "sqlite", parts: chosenParts ?? [], devices: devices, streams: streams,
+            processes: processes, concurrency: concurrency, neighbours: neighbours, seconds: seconds, warmUp: warmUp, seed: seed))
     }
 }
 

@@ -3,16 +3,25 @@ import Synchronization
 import TestSupport
 
 /// nearby-server under load: real server processes, on SQLite or on a
-/// throwaway PostgreSQL cluster with one replica and with two, driven by
-/// simulated devices that speak the device API directly
+/// throwaway PostgreSQL cluster with one replica and with two, under the
+/// default `[http]` limits, driven by simulated devices that speak the device API directly
 /// (bench/server_load.py on aiohttp, a few processes). Each figure comes with
 /// a floor measured in the same run: the same server's `GET /v1/health` under
 /// the same generator, and PostgreSQL's own commit and NOTIFY costs.
 enum ServerBenchmark {
+    /// The figures a run measures.
+    enum Part: String, Sendable, CaseIterable {
+        /// The streams held, and the memory they take.
+        case streams
+        /// Sighting reports at saturation, and found latency at half that rate (on open streams).
+        case sightings
+    }
+
     struct Settings: Sendable {
         /// Deployments to measure.
         var sqlite = true
         var postgres = true
+        var parts = Set(Part.allCases)
         /// Devices that publish, subscribe and move (report sightings), in all.
         var devices = 2_000
         /// Streams held at once in all, the moving devices' included; the rest are devices that only hold a stream.
@@ -26,8 +35,6 @@ enum ServerBenchmark {
         /// Seconds of each measured window, and of the warm-up before it.
         var seconds = 10.0
         var warmUp = 2.0
-        /// Whether the SQLite run first tries the streams under the default `[http]` limits.
-        var checkDefaults = true
         var seed = 1
     }
 
@@ -54,12 +61,9 @@ enum ServerBenchmark {
         let scripts = try LoadScripts()
         var results: [DeploymentResult] = []
         var floor: PostgresFloor?
-        var defaults: DefaultLimits?
         try await ensuring {
             if settings.sqlite {
-                let (measured, checked) = try await measure([.sqlite], settings, scripts, cluster: nil)
-                results += measured
-                defaults = checked
+                results += try await measure([.sqlite], settings, scripts, cluster: nil)
             }
             if settings.postgres {
                 let cluster = try await PostgresCluster.start(durable: true)
@@ -67,7 +71,7 @@ enum ServerBenchmark {
                     floor = try await PostgresFloor.measure(cluster, scripts, seconds: min(settings.seconds, 5))
                     progress("server: PostgreSQL floor: \(floor!.summary)")
                     results += try await measure([.postgres(replicas: 1), .postgres(replicas: 2)], settings, scripts,
-                                                 cluster: cluster).0
+                                                 cluster: cluster)
                 } finally: {
                     await cluster.stop()
                 }
@@ -75,7 +79,7 @@ enum ServerBenchmark {
         } finally: {
             scripts.remove()
         }
-        print(report(results, floor: floor, defaults: defaults, settings))
+        print(report(results, floor: floor, settings))
     }
 
     // MARK: One deployment
@@ -121,41 +125,31 @@ enum ServerBenchmark {
         var generator = 0.0
     }
 
-    /// What the default `[http]` limits let one replica hold.
-    struct DefaultLimits: Sendable {
-        var asked = 0
-        var held = 0
-        var outcomes = Tally()
-    }
-
     /// Runs every figure on each deployment of one engine, on one database:
     /// the generator's devices are registered once (through the first
     /// deployment's servers), then each deployment's servers are started
     /// afresh on that database (devices and their objects are stored; edges,
     /// matches and streams are not) and measured in turn. With `cluster`,
-    /// PostgreSQL; else a new SQLite file, whose run first tries the streams
-    /// under the default `[http]` limits.
+    /// PostgreSQL; else a new SQLite file.
     private static func measure(_ deployments: [Deployment], _ settings: Settings, _ scripts: LoadScripts,
-                                cluster: PostgresCluster?) async throws -> ([DeploymentResult], DefaultLimits?) {
+                                cluster: PostgresCluster?) async throws -> [DeploymentResult] {
         let directory = try TemporaryDirectory("nearby-bench-server")
         var replicas: [Replica] = []
         var workers: LoadWorkers?
         var results: [DeploymentResult] = []
-        var defaults: DefaultLimits?
         try await ensuring {
             let database = try await cluster?.createDatabase() ?? directory.file("server.sqlite")
             let apiKey = try await createProject(database: database)
-            let check = settings.checkDefaults && cluster == nil
-            func start(_ deployment: Deployment, raised: Bool) async throws {
+            func start(_ deployment: Deployment) async throws {
                 progress("server: \(deployment): starting")
                 for replica in replicas { await replica.process.stop() }
                 replicas = []
                 for index in 0..<deployment.replicas {
                     replicas.append(try await Replica.start("nearby-server-\(index + 1)", in: directory, database: database,
-                                                            configuration: configuration(settings, raised: raised)))
+                                                            configuration: configuration))
                 }
             }
-            try await start(deployments[0], raised: !check)
+            try await start(deployments[0])
             let load = try await LoadWorkers.start(scripts, settings, urls: replicas.map(\.url), apiKey: apiKey)
             workers = load
 
@@ -168,22 +162,10 @@ enum ServerBenchmark {
                 throw ChildProcessError(message: "\(failed) devices could not be set up: \(counts.summary)")
             }
             progress("server: \(deployments[0]): \(settings.streams) devices registered in \(format(setupSeconds)) s")
-
-            if check {
-                // The same devices, under the default [http] limits: how many streams are held.
-                let opened = try await load.command(["do": "open", "within": 180], within: 240)
-                var checked = DefaultLimits(asked: settings.streams)
-                opened.forEach { checked.outcomes.add($0["outcomes"]) }
-                checked.held = try await load.command(["do": "held"], within: 60).map { $0.int("open") }.reduce(0, +)
-                defaults = checked
-                progress("server: \(deployments[0]): default limits: \(checked.held) of \(checked.asked) streams held "
-                         + "(\(checked.outcomes.summary))")
-                _ = try await load.command(["do": "close"], within: 120)
-            }
             for (index, deployment) in deployments.enumerated() {
-                if index > 0 || check {
+                if index > 0 {
                     _ = try await load.command(["do": "close"], within: 120)
-                    try await start(deployment, raised: true)
+                    try await start(deployment)
                     _ = try await load.command(["do": "urls", "urls": replicas.map(\.url)], within: 30)
                 }
                 var result = try await measure(deployment, on: replicas, load, settings, cluster: cluster)
@@ -195,7 +177,7 @@ enum ServerBenchmark {
             for replica in replicas { await replica.process.stop() }
             directory.remove()
         }
-        return (results, defaults)
+        return results
     }
 
     /// The figures of one deployment, whose `replicas` were just started and
@@ -215,6 +197,7 @@ enum ServerBenchmark {
             held.map { ($0["by_url"] as? [String: Any])?[replica.url] as? Int ?? 0 }.reduce(0, +)
         }
         progress("server: \(deployment): \(result.streamsHeld) streams held (\(result.streamOutcomes.summary))")
+        guard settings.parts.contains(.sightings) else { return result }
 
         // Figure 1: saturation, against /v1/health under the same generator and concurrency.
         let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids)
@@ -234,43 +217,27 @@ enum ServerBenchmark {
         return result
     }
 
-    /// The servers' configuration. Registration's rate limits are raised in
-    /// every run: thousands of devices register within a minute from the
-    /// generator's few addresses, which the defaults (10 a minute per
-    /// address, 600 per project) are there to refuse. Raised, `[http]
-    /// max-connections` (2,048 by default) makes room for every stream and
-    /// the generator's pool of request connections.
-    private static func configuration(_ settings: Settings, raised: Bool) -> String {
-        var text = """
-            [limits]
-            registrations-per-address-per-minute = 60000
-            registrations-per-project-per-minute = 600000
+    /// The servers' configuration: the default `[http]` limits, and
+    /// registration's rate limits raised: thousands of devices register
+    /// within a minute from the generator's few addresses, which the
+    /// defaults (10 a minute per address, 600 per project) are there to refuse.
+    private static let configuration = """
+        [limits]
+        registrations-per-address-per-minute = 60000
+        registrations-per-project-per-minute = 600000
 
-            """
-        if raised {
-            text += """
-                [http]
-                max-connections = \(connectionsNeeded(settings))
+        """
 
-                """
-        }
-        return text
-    }
-
-    /// `[http] max-connections` for the raised runs: every stream, and room for the generator's request connections.
-    private static func connectionsNeeded(_ settings: Settings) -> Int {
-        max(2048, settings.streams + 1024)
-    }
-
-    /// The server refuses to start when it may open fewer descriptors than
-    /// its connection limits need (DescriptorBudget): say so before starting anything.
+    /// The server lowers its default `[http] max-connections` (16,384)
+    /// when the hard descriptor limit is lower than its budget
+    /// (DescriptorBudget), and would then refuse streams: say so before starting anything.
     private static func checkDescriptors(_ settings: Settings) throws {
         var limit = rlimit()
         getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
-        let needed = connectionsNeeded(settings) + 64 + 4 * ProcessInfo.processInfo.activeProcessorCount
+        let needed = 16_384 + 64 + 4 * ProcessInfo.processInfo.activeProcessorCount
         guard limit.rlim_max >= rlim_t(needed) else {
-            throw ChildProcessError(message: "nearby-server needs \(needed) file descriptors for \(settings.streams) streams, "
-                                    + "but the hard limit is \(limit.rlim_max): raise it (ulimit -Hn) or ask for fewer --streams")
+            throw ChildProcessError(message: "nearby-server's default connection limits need \(needed) file descriptors, "
+                                    + "but the hard limit is \(limit.rlim_max): raise it (ulimit -Hn)")
         }
     }
 
@@ -512,26 +479,31 @@ struct PostgresFloor: Sendable {
 
 extension ServerBenchmark {
     /// The Markdown tables for doc/performance.md.
-    fileprivate static func report(_ results: [DeploymentResult], floor: PostgresFloor?, defaults: DefaultLimits?,
-                                   _ settings: Settings) -> String {
+    fileprivate static func report(_ results: [DeploymentResult], floor: PostgresFloor?, _ settings: Settings) -> String {
         func mib(_ kib: [Int]) -> String { kib.map { format(Double($0) / 1024) }.joined(separator: " + ") }
         func shares(_ cpu: CPUShares) -> String {
             let servers = cpu.servers.map { format($0 * 100, 0) }.joined(separator: " + ")
             return "\(servers) / \(format(cpu.postgres * 100, 0)) / \(format(cpu.generator * 100, 0))"
         }
         var text = """
-            nearby-server under load: \(settings.devices) moving devices (\(settings.neighbours) tokens heard each, one \
+            nearby-server under load, under the default [http] limits: \(settings.devices) moving devices (\(settings.neighbours) tokens heard each, one \
             changed per report) and \(settings.streams) streams in all, from \(settings.processes) generator processes \
             (bench/server_load.py); \(settings.concurrency) requests in flight at saturation; windows of \
             \(format(settings.seconds, 0)) s after \(format(settings.warmUp, 0)) s of warm-up. Generator, servers and PostgreSQL \
             share the machine's \(ProcessInfo.processInfo.activeProcessorCount) cores.
 
-            Sighting reports at saturation, against the same server's GET /v1/health under the same generator and concurrency:
-            | deployment | reports/s | found + lost events/s | floor: /v1/health requests/s | reports / floor | failed | CPU % servers / PostgreSQL / generator | server CPU µs per report, each replica |
-            | --- | --- | --- | --- | --- | --- | --- | --- |
-
             """
-        for result in results {
+        let sightings = results.filter { $0.sightings.seconds > 0 }
+        if !sightings.isEmpty {
+            text += """
+
+                Sighting reports at saturation, against the same server's GET /v1/health under the same generator and concurrency:
+                | deployment | reports/s | found + lost events/s | floor: /v1/health requests/s | reports / floor | failed | CPU % servers / PostgreSQL / generator | server CPU µs per report, each replica |
+                | --- | --- | --- | --- | --- | --- | --- | --- |
+
+                """
+        }
+        for result in sightings {
             let window = result.sightings
             let events = Double(window.events["found"] + window.events["lost"]) / max(window.seconds, 0.001)
             let perReport = window.cpu.servers.map { format($0 / max(window.rate, 1) * 1e6, 0) }.joined(separator: " + ")
@@ -539,15 +511,17 @@ extension ServerBenchmark {
                 + "\(format(window.rate / max(result.health.rate, 1), 2)) | \(window.failed + result.health.failed) | "
                 + "\(shares(window.cpu)) (health: \(shares(result.health.cpu))) | \(perReport) |\n"
         }
-        text += """
+        if !sightings.isEmpty {
+            text += """
 
-            Found latency (sighting report sent → found on the observer's stream) at half the saturation rate, against \
-            GET /v1/health's round trip at the same rate from the same generator:
-            | deployment | reports/s offered / answered | found p50 ms | found p99 ms | founds / expected | report answered p50 / p99 ms | floor: /v1/health p50 / p99 ms | found p50 / floor p50 | found p99 / floor p99 |
-            | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+                Found latency (sighting report sent → found on the observer's stream) at half the saturation rate, against \
+                GET /v1/health's round trip at the same rate from the same generator:
+                | deployment | reports/s offered / answered | found p50 ms | found p99 ms | founds / expected | report answered p50 / p99 ms | floor: /v1/health p50 / p99 ms | found p50 / floor p50 | found p99 / floor p99 |
+                | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 
-            """
-        for result in results {
+                """
+        }
+        for result in sightings {
             let paced = result.sightingsPaced, found = Sample(paced.found), answered = Sample(paced.latencies)
             let floorSample = Sample(result.healthPaced.latencies)
             let offered = result.sightings.rate / 2
@@ -558,22 +532,19 @@ extension ServerBenchmark {
         }
         text += """
 
-            Device streams held at once, and the servers' resident memory (VmRSS) before and after they opened:
+            Device streams held at once under the default [http] limits, and the servers' resident memory (VmRSS) \
+            before and after they opened:
             | deployment | [http] max-connections | streams asked | held (each replica) | refused | VmRSS before MiB | after MiB | KiB per stream, each replica |
             | --- | --- | --- | --- | --- | --- | --- | --- |
 
             """
-        if let defaults {
-            let refused = defaults.outcomes.counts.filter { $0.key != "opened" }.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ")
-            text += "| SQLite, one replica, default limits | 2048 (default) | \(defaults.asked) | \(defaults.held) | \(refused) | | | |\n"
-        }
         for result in results {
             let refused = result.streamOutcomes.counts.filter { $0.key != "opened" }.map { "\($0.key) \($0.value)" }.sorted()
                 .joined(separator: ", ")
             let perStream = zip(zip(result.residentBeforeKiB, result.residentAfterKiB), result.streamsPerReplica).map { pair, count in
                 format(Double(pair.1 - pair.0) / Double(max(count, 1)), 1)
             }.joined(separator: " + ")
-            text += "| \(result.deployment) | \(connectionsNeeded(settings)) | \(result.streamsAsked) | \(result.streamsHeld) "
+            text += "| \(result.deployment) | 16384 (default) | \(result.streamsAsked) | \(result.streamsHeld) "
                 + "(\(result.streamsPerReplica.map(String.init).joined(separator: " + "))) | \(refused.isEmpty ? "0" : refused) | "
                 + "\(mib(result.residentBeforeKiB)) | \(mib(result.residentAfterKiB)) | \(perStream) |\n"
         }
@@ -592,7 +563,7 @@ extension ServerBenchmark {
                 | NOTIFY → LISTEN round trip, p50 / p99 ms (1,000, one at a time) | \(format(rtt.p50, 3)) / \(format(rtt.p99, 3)) | |
 
                 """
-            for result in postgres {
+            for result in postgres where result.sightings.seconds > 0 {
                 text += "| \(result.deployment): reports/s at saturation / NOTIFY transactions/s | \(format(result.sightings.rate, 0)) "
                     + "| \(format(result.sightings.rate / max(floor.notifies, 1), 2)) |\n"
                 text += "| \(result.deployment): found p50 / NOTIFY round trip p50 | \(format(Sample(result.sightingsPaced.found).p50, 2)) ms "

@@ -23,10 +23,11 @@ CPU over the same window). Its devices:
 - --idle devices that only register and hold a stream, for the count of
   streams a server holds.
 
-Each device's streams come from a source address of its own group
-(127.W.x.y: at most --per-address devices an address, below the server's
-`max-connections-per-address`), as devices behind different addresses would;
-requests go from 127.0.0.1 over one pool of kept-alive connections, round
+Each device's stream comes from a source address of its own group
+(127.W.x.y: --per-address devices an address, below the server's default
+`max-connections-per-address` of 256), as devices behind different
+addresses would; requests go from an address of the process's own
+(127.W.255.1) over one pool of at most 128 kept-alive connections, round
 robin over the --urls (a load balancer without stickiness). Device i's
 stream is on URL i mod the number of URLs.
 
@@ -132,8 +133,10 @@ class Worker:
         return session
 
     async def start(self):
-        self.requests = self.aiohttp.ClientSession(connector=self.aiohttp.TCPConnector(limit=0),
-                                                   timeout=self.aiohttp.ClientTimeout(total=30))
+        # The requests' own address, apart from the devices' (whose groups stay below 127.W.250.0), and a pool
+        # below the server's default max-connections-per-address.
+        connector = self.aiohttp.TCPConnector(limit=128, local_addr=("127.%d.255.1" % (self.args.process + 1), 0))
+        self.requests = self.aiohttp.ClientSession(connector=connector, timeout=self.aiohttp.ClientTimeout(total=30))
 
     async def stop(self):
         await self.close_streams()
@@ -505,7 +508,7 @@ def main():
     worker.add_argument("--devices", type=int, default=500, help="moving devices")
     worker.add_argument("--idle", type=int, default=0, help="devices that only hold a stream")
     worker.add_argument("--neighbours", type=int, default=4, help="tokens each moving device hears at once")
-    worker.add_argument("--per-address", type=int, default=200, help="devices' streams per source address")
+    worker.add_argument("--per-address", type=int, default=100, help="devices' streams per source address")
     worker.add_argument("--setup-concurrency", type=int, default=16)
     worker.add_argument("--seed", type=int, default=1)
     notify = commands.add_parser("pg-notify")
