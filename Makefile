@@ -133,10 +133,10 @@ bench: setup
 bench-modem: setup
 	bench/modem-compare
 
-# nearby-server alone under load (about 7 minutes; not in `bench`): its
+# nearby-server alone under load (about 10 minutes; not in `bench`): its
 # generator (bench/server_load.py) is aiohttp, and its PostgreSQL runs use
 # postgresql's pgbench and psql. BENCH_SERVER_ARGS picks what to run, e.g.
-# `--parts streams` (nearby-bench server --help).
+# `--parts upstream` (nearby-bench server --help).
 BENCH_SERVER_ARGS ?=
 .PHONY: bench-server
 bench-server: PACKAGES += python3-aiohttp
