@@ -133,15 +133,17 @@ bench: setup
 bench-modem: setup
 	bench/modem-compare
 
-# nearby-server alone under load (about 7 minutes; not in `bench`): its
+# nearby-server alone under load (about 10 minutes; not in `bench`): its
 # generator (bench/server_load.py) is aiohttp, and its PostgreSQL runs use
-# postgresql's pgbench and psql.
+# postgresql's pgbench and psql. BENCH_SERVER_ARGS picks what to run, e.g.
+# `--parts upstream` (nearby-bench server --help).
+BENCH_SERVER_ARGS ?=
 .PHONY: bench-server
 bench-server: PACKAGES += python3-aiohttp
 bench-server: setup
 	$(SWIFT) build -c release --product nearby-server
 	$(SWIFT) build -c release --product nearby-bench
-	.build/release/nearby-bench server --bin .build/release
+	.build/release/nearby-bench server --bin .build/release $(BENCH_SERVER_ARGS)
 
 # The manual pages, from each program's --help (swift-argument-parser's
 # generate-manual), into .build/man, mended where that mdoc is not roff: a

@@ -44,13 +44,15 @@ struct NearbyBench: AsyncParsableCommand {
                        more than 10 % over its baseline. About 6 minutes.
             server     nearby-server alone under load from simulated devices speaking its
                        HTTP and WebSocket API (bench/server_load.py), on SQLite, and on a
-                       throwaway PostgreSQL with one replica and with two: sighting reports
-                       per second at saturation against the same server's /v1/health rate
-                       under the same generator; found latency at half that rate against
-                       /v1/health's round trip at that rate; device streams held (10,000;
-                       and how many the default limits allow) and memory per stream;
+                       throwaway PostgreSQL with one replica and with two, under the default
+                       [http] limits: sighting reports per second at saturation against the
+                       same server's /v1/health rate under the same generator; found latency
+                       at half that rate against /v1/health's round trip at that rate; device
+                       streams held (10,000) and memory per stream; upstream messages per
+                       second from 1,000 devices' channels through one application server,
+                       against its dry-run rate and the engine's durable insert rate;
                        PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Not in
-                       all (make bench-server). About 7 minutes.
+                       all (make bench-server). About 10 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
@@ -231,10 +233,11 @@ struct Soak: AsyncParsableCommand {
 
 struct Server: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "nearby-server under load: sightings, found latency, streams held, on SQLite and PostgreSQL.",
+        abstract: "nearby-server under load: sightings, found latency, streams held, upstream messages, on SQLite and PostgreSQL.",
         discussion: """
             Starts nearby-server (--bin) on a temporary SQLite file, then on a throwaway PostgreSQL cluster \
-            (durable: fsync on) with one replica and with two (load split across both), each on a new database. \
+            (durable: fsync on) with one replica and with two (load split across both), each on a new database, \
+            under the default [http] limits (max-connections 16384, max-connections-per-address 256). \
             --processes generator processes (bench/server_load.py, aiohttp) register the devices: --devices \
             moving ones, which take a token, publish and subscribe, and the rest only to hold a stream, \
             --streams in all. Each moving device hears --neighbours others' tokens and each report changes one, \
@@ -246,14 +249,22 @@ struct Server: AsyncParsableCommand {
             generator) used meanwhile;
             2. found latency (report sent → found on the observer's stream) p50 and p99 at half the rate of 1, \
             against GET /v1/health's round trip at that rate;
-            3. streams held and the servers' VmRSS before and after they opened; the SQLite run first tries \
-            them under the default [http] limits (max-connections 2048) and says how many are held;
-            4. for PostgreSQL: durable single-row inserts per second from 1 and 16 clients and NOTIFY \
+            3. streams held and the servers' VmRSS before and after they opened (each device's stream and \
+            channel from an address of its own group, 100 devices an address);
+            4. upstream messages per second end to end: --upstream-devices devices open their direct \
+            channel (split over the replicas) and keep --upstream-in-flight messages out each, one \
+            application server (server_load.py appserver, one XMPP session on replica 1) acks every one, \
+            and each message counts when its `sent` event reaches its device; p50 and p99 send → sent. \
+            Against the same application server's dry runs (100 in flight) and the engine's durable \
+            single-row inserts per second from one client (SQLite: a file in WAL mode beside the server's; \
+            PostgreSQL: pgbench); the SQLite run also gives slixmpp's dry-run rate (bench/ccs_appserver.py);
+            5. for PostgreSQL: durable single-row inserts per second from 1 and 16 clients and NOTIFY \
             transactions per second from 8 (pgbench), and a NOTIFY's round trip to a listening session.
 
+            --parts picks figures: streams (3), sightings (1 and 2, with the streams open), upstream (4). \
             The servers' configuration raises registration's rate limits (every device registers from the \
-            generator's addresses within a minute) and, after the defaults check, [http] max-connections \
-            to --streams + 1024. Each window lasts --seconds after --warm-up seconds.
+            generator's addresses within a minute) and turns on the XMPP endpoint; nothing else. Each \
+            window lasts --seconds after --warm-up seconds.
             """)
 
     @OptionGroup var locations: Locations
@@ -282,25 +293,41 @@ struct Server: AsyncParsableCommand {
     @Option(help: "Seconds of warm-up before each window.")
     var warmUp = 2.0
 
-    @Flag(help: "Skip trying the streams under the default [http] limits first.")
-    var skipDefaultsCheck = false
+    @Option(help: ArgumentHelp("Figures to measure, comma-separated: streams, sightings, upstream, or all.", valueName: "parts"))
+    var parts = "all"
+
+    @Option(help: "Devices that open their channel and send upstream messages.")
+    var upstreamDevices = 1_000
+
+    @Option(help: "Upstream messages each of them keeps out at once.")
+    var upstreamInFlight = 2
 
     @Option(help: "Seed of the devices' moves.")
     var seed = 1
+
+    private var chosenParts: Set<ServerBenchmark.Part>? {
+        if parts == "all" { return Set(ServerBenchmark.Part.allCases) }
+        let named = parts.split(separator: ",").map { ServerBenchmark.Part(rawValue: String($0)) }
+        return named.contains(nil) || named.isEmpty ? nil : Set(named.compactMap { $0 })
+    }
 
     func validate() throws {
         guard ["sqlite", "postgres", "all"].contains(engine) else { throw ValidationError("--engine is sqlite, postgres or all") }
         guard devices >= 2 * neighbours * processes, streams >= devices, processes >= 1, concurrency >= processes else {
             throw ValidationError("need --streams ≥ --devices ≥ 2 × --neighbours × --processes, and --concurrency ≥ --processes")
         }
+        guard chosenParts != nil else { throw ValidationError("--parts is a comma-separated list of streams, sightings, upstream, or all") }
+        guard upstreamDevices >= processes, upstreamDevices <= devices, upstreamInFlight >= 1 else {
+            throw ValidationError("need --processes ≤ --upstream-devices ≤ --devices, and --upstream-in-flight ≥ 1")
+        }
     }
 
     func run() async throws {
         locations.apply()
         try await ServerBenchmark.run(ServerBenchmark.Settings(
-            sqlite: engine != "postgres", postgres: engine != "sqlite", devices: devices, streams: streams,
+            sqlite: engine != "postgres", postgres: engine != "sqlite", parts: chosenParts ?? [], devices: devices, streams: streams,
             processes: processes, concurrency: concurrency, neighbours: neighbours, seconds: seconds, warmUp: warmUp,
-            checkDefaults: !skipDefaultsCheck, seed: seed))
+            upstreamDevices: upstreamDevices, upstreamInFlight: upstreamInFlight, seed: seed))
     }
 }
 

@@ -3,16 +3,29 @@ import Synchronization
 import TestSupport
 
 /// nearby-server under load: real server processes, on SQLite or on a
-/// throwaway PostgreSQL cluster with one replica and with two, driven by
-/// simulated devices that speak the device API directly
-/// (bench/server_load.py on aiohttp, a few processes). Each figure comes with
-/// a floor measured in the same run: the same server's `GET /v1/health` under
-/// the same generator, and PostgreSQL's own commit and NOTIFY costs.
+/// throwaway PostgreSQL cluster with one replica and with two, under the
+/// default `[http]` limits, driven by simulated devices that speak the device
+/// API directly (bench/server_load.py on aiohttp, a few processes) and by one
+/// application server on the XMPP endpoint. Each figure comes with a floor
+/// measured in the same run: the same server's `GET /v1/health` under the
+/// same generator, the application server's dry runs, and the engine's own
+/// commit and NOTIFY costs.
 enum ServerBenchmark {
+    /// The figures a run measures.
+    enum Part: String, Sendable, CaseIterable {
+        /// The streams held, and the memory they take.
+        case streams
+        /// Sighting reports at saturation, and found latency at half that rate (on open streams).
+        case sightings
+        /// Upstream messages from devices' channels through one application server.
+        case upstream
+    }
+
     struct Settings: Sendable {
         /// Deployments to measure.
         var sqlite = true
         var postgres = true
+        var parts = Set(Part.allCases)
         /// Devices that publish, subscribe and move (report sightings), in all.
         var devices = 2_000
         /// Streams held at once in all, the moving devices' included; the rest are devices that only hold a stream.
@@ -26,10 +39,20 @@ enum ServerBenchmark {
         /// Seconds of each measured window, and of the warm-up before it.
         var seconds = 10.0
         var warmUp = 2.0
-        /// Whether the SQLite run first tries the streams under the default `[http]` limits.
-        var checkDefaults = true
+        /// Devices that open their channel and send upstream messages (the first moving ones).
+        var upstreamDevices = 1_000
+        /// Upstream messages each of them keeps out at once.
+        var upstreamInFlight = 2
         var seed = 1
+
+        /// Whether the streams are opened: for their own figure, and for the sightings' found and lost.
+        var opensStreams: Bool { parts.contains(.streams) || parts.contains(.sightings) }
     }
+
+    /// The XMPP domain of the servers' connection server, which its certificate names.
+    static let xmppDomain = "nearby.bench"
+    /// The project the devices and the application server belong to.
+    static let project = "bench"
 
     /// One of the deployments measured.
     enum Deployment: Sendable, CustomStringConvertible {
@@ -54,12 +77,18 @@ enum ServerBenchmark {
         let scripts = try LoadScripts()
         var results: [DeploymentResult] = []
         var floor: PostgresFloor?
-        var defaults: DefaultLimits?
+        var sqliteInserts: SQLiteFloor?
         try await ensuring {
             if settings.sqlite {
-                let (measured, checked) = try await measure([.sqlite], settings, scripts, cluster: nil)
-                results += measured
-                defaults = checked
+                if settings.parts.contains(.upstream) {
+                    let seconds = min(settings.seconds, 5)
+                    let floor = SQLiteFloor(normal: try await sqliteInsertRate(scripts, synchronous: "NORMAL", seconds: seconds),
+                                            full: try await sqliteInsertRate(scripts, synchronous: "FULL", seconds: seconds))
+                    sqliteInserts = floor
+                    progress("server: SQLite floor: single-row inserts/s \(format(floor.normal, 0)) (synchronous NORMAL, "
+                             + "the server's), \(format(floor.full, 0)) (FULL)")
+                }
+                results += try await measure([.sqlite], settings, scripts, cluster: nil)
             }
             if settings.postgres {
                 let cluster = try await PostgresCluster.start(durable: true)
@@ -67,7 +96,7 @@ enum ServerBenchmark {
                     floor = try await PostgresFloor.measure(cluster, scripts, seconds: min(settings.seconds, 5))
                     progress("server: PostgreSQL floor: \(floor!.summary)")
                     results += try await measure([.postgres(replicas: 1), .postgres(replicas: 2)], settings, scripts,
-                                                 cluster: cluster).0
+                                                 cluster: cluster)
                 } finally: {
                     await cluster.stop()
                 }
@@ -75,7 +104,7 @@ enum ServerBenchmark {
         } finally: {
             scripts.remove()
         }
-        print(report(results, floor: floor, defaults: defaults, settings))
+        print(report(results, floor: floor, sqliteInserts: sqliteInserts, settings))
     }
 
     // MARK: One deployment
@@ -94,6 +123,31 @@ enum ServerBenchmark {
         var sightings = Window()
         var healthPaced = Window()
         var sightingsPaced = Window()
+        var upstream: UpstreamResult?
+    }
+
+    /// The upstream figure of one deployment.
+    struct UpstreamResult: Sendable {
+        /// Devices whose channel was open, each with `inFlight` messages out.
+        var devices = 0
+        var inFlight = 0
+        /// Seconds until as many messages had their `sent` as were sent at first (nil: not within the bound).
+        var warmUpSeconds: Double?
+        /// The window: `requests` are `sent` events, `latencies` their send → `sent` times.
+        var window = Window()
+        /// Messages still without a verdict once sending stopped and the bound to wait for them passed.
+        var left = 0
+        /// Every message's outcome over the run, warm-up and drain included (`failed …`, lost channels).
+        var outcomes = Tally()
+        /// Upstream messages the application server acked over the run.
+        var acked = 0
+        /// The application server's own CPU in the window, as a share of one core: whether it could take more.
+        var appServerCPU = 0.0
+        /// The floor: downstream dry runs from the same application server, one at a time and 100 in flight.
+        var dryRunRTT: [Double] = []
+        var dryRunRate = 0.0
+        /// The same dry runs from slixmpp (bench/ccs_appserver.py), when measured.
+        var slixmppDryRunRate: Double?
     }
 
     /// One measured window of the load: what the generator counted and the CPU each party used meanwhile.
@@ -121,72 +175,54 @@ enum ServerBenchmark {
         var generator = 0.0
     }
 
-    /// What the default `[http]` limits let one replica hold.
-    struct DefaultLimits: Sendable {
-        var asked = 0
-        var held = 0
-        var outcomes = Tally()
-    }
-
     /// Runs every figure on each deployment of one engine, on one database:
     /// the generator's devices are registered once (through the first
     /// deployment's servers), then each deployment's servers are started
     /// afresh on that database (devices and their objects are stored; edges,
-    /// matches and streams are not) and measured in turn. With `cluster`,
-    /// PostgreSQL; else a new SQLite file, whose run first tries the streams
-    /// under the default `[http]` limits.
+    /// matches, streams and channels are not) and measured in turn. With
+    /// `cluster`, PostgreSQL; else a new SQLite file.
     private static func measure(_ deployments: [Deployment], _ settings: Settings, _ scripts: LoadScripts,
-                                cluster: PostgresCluster?) async throws -> ([DeploymentResult], DefaultLimits?) {
+                                cluster: PostgresCluster?) async throws -> [DeploymentResult] {
         let directory = try TemporaryDirectory("nearby-bench-server")
         var replicas: [Replica] = []
         var workers: LoadWorkers?
         var results: [DeploymentResult] = []
-        var defaults: DefaultLimits?
         try await ensuring {
             let database = try await cluster?.createDatabase() ?? directory.file("server.sqlite")
-            let apiKey = try await createProject(database: database)
-            let check = settings.checkDefaults && cluster == nil
-            func start(_ deployment: Deployment, raised: Bool) async throws {
+            let keys = try await createProject(database: database)
+            let xmpp = try await XMPPFiles.make(in: directory)
+            func start(_ deployment: Deployment) async throws {
                 progress("server: \(deployment): starting")
                 for replica in replicas { await replica.process.stop() }
                 replicas = []
                 for index in 0..<deployment.replicas {
                     replicas.append(try await Replica.start("nearby-server-\(index + 1)", in: directory, database: database,
-                                                            configuration: configuration(settings, raised: raised)))
+                                                            configuration: configuration(xmpp)))
                 }
             }
-            try await start(deployments[0], raised: !check)
-            let load = try await LoadWorkers.start(scripts, settings, urls: replicas.map(\.url), apiKey: apiKey)
+            try await start(deployments[0])
+            let load = try await LoadWorkers.start(scripts, settings, urls: replicas.map(\.url), apiKey: keys.apiKey)
             workers = load
 
             let setup = try await load.command(["do": "setup"], within: 900)
             let setupSeconds = setup.map { $0.double("seconds") }.max() ?? 0
             let failed = setup.map { $0.int("failed") }.reduce(0, +)
-            guard failed == 0 else {
+            guard failed == 0, let device = setup.lazy.compactMap({ $0["device"] as? String }).first else {
                 var counts = Tally()
                 setup.forEach { counts.add($0["counts"]) }
                 throw ChildProcessError(message: "\(failed) devices could not be set up: \(counts.summary)")
             }
             progress("server: \(deployments[0]): \(settings.streams) devices registered in \(format(setupSeconds)) s")
-
-            if check {
-                // The same devices, under the default [http] limits: how many streams are held.
-                let opened = try await load.command(["do": "open", "within": 180], within: 240)
-                var checked = DefaultLimits(asked: settings.streams)
-                opened.forEach { checked.outcomes.add($0["outcomes"]) }
-                checked.held = try await load.command(["do": "held"], within: 60).map { $0.int("open") }.reduce(0, +)
-                defaults = checked
-                progress("server: \(deployments[0]): default limits: \(checked.held) of \(checked.asked) streams held "
-                         + "(\(checked.outcomes.summary))")
-                _ = try await load.command(["do": "close"], within: 120)
-            }
+            let upstream = UpstreamSetup(scripts: scripts, keys: keys, xmpp: xmpp, device: device)
             for (index, deployment) in deployments.enumerated() {
-                if index > 0 || check {
+                if index > 0 {
                     _ = try await load.command(["do": "close"], within: 120)
-                    try await start(deployment, raised: true)
+                    try await start(deployment)
                     _ = try await load.command(["do": "urls", "urls": replicas.map(\.url)], within: 30)
                 }
-                var result = try await measure(deployment, on: replicas, load, settings, cluster: cluster)
+                var result = try await measure(deployment, on: replicas, load, settings, cluster: cluster,
+                                               upstream: settings.parts.contains(.upstream) ? upstream : nil,
+                                               slixmpp: index == 0 && cluster == nil)
                 result.setupSeconds = setupSeconds
                 results.append(result)
             }
@@ -195,14 +231,38 @@ enum ServerBenchmark {
             for replica in replicas { await replica.process.stop() }
             directory.remove()
         }
-        return (results, defaults)
+        return results
+    }
+
+    /// What the upstream figure needs besides the deployment: the project's
+    /// keys, the XMPP endpoint's certificate, a registered device for dry runs.
+    private struct UpstreamSetup: Sendable {
+        let scripts: LoadScripts
+        let keys: ProjectKeys
+        let xmpp: XMPPFiles
+        let device: String
     }
 
     /// The figures of one deployment, whose `replicas` were just started and
-    /// whose devices are registered, with no stream open.
+    /// whose devices are registered, with no stream open; with `upstream`,
+    /// the upstream figure too (with `slixmpp`, also slixmpp's dry-run rate).
     private static func measure(_ deployment: Deployment, on replicas: [Replica], _ load: LoadWorkers, _ settings: Settings,
-                                cluster: PostgresCluster?) async throws -> DeploymentResult {
+                                cluster: PostgresCluster?, upstream: UpstreamSetup?, slixmpp: Bool) async throws -> DeploymentResult {
         var result = DeploymentResult(deployment: deployment)
+        if settings.opensStreams {
+            try await measureStreams(&result, on: replicas, load, settings, cluster: cluster)
+        }
+        if let upstream {
+            result.upstream = try await measureUpstream(deployment, on: replicas, load, settings, cluster: cluster, upstream,
+                                                        slixmpp: slixmpp)
+        }
+        return result
+    }
+
+    /// Figures 1 to 3: the streams held, sightings at saturation, found latency.
+    private static func measureStreams(_ result: inout DeploymentResult, on replicas: [Replica], _ load: LoadWorkers,
+                                       _ settings: Settings, cluster: PostgresCluster?) async throws {
+        let deployment = result.deployment
         // Figure 3: the streams, and the memory they take.
         result.residentBeforeKiB = try replicas.map { try Census.resources(of: $0.process.pid).residentKiB }
         let opened = try await load.command(["do": "open", "within": 300], within: 360)
@@ -215,6 +275,7 @@ enum ServerBenchmark {
             held.map { ($0["by_url"] as? [String: Any])?[replica.url] as? Int ?? 0 }.reduce(0, +)
         }
         progress("server: \(deployment): \(result.streamsHeld) streams held (\(result.streamOutcomes.summary))")
+        guard settings.parts.contains(.sightings) else { return }
 
         // Figure 1: saturation, against /v1/health under the same generator and concurrency.
         let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids)
@@ -231,56 +292,173 @@ enum ServerBenchmark {
         let found = Sample(result.sightingsPaced.found)
         progress("server: \(deployment): found p50 \(format(found.p50, 2)) ms, p99 \(format(found.p99, 2)) ms "
                  + "at \(format(result.sightingsPaced.rate, 0)) reports/s")
+    }
+
+    /// The upstream figure: the first `upstreamDevices` moving devices open
+    /// their channel (each on the replica its stream is on), one application
+    /// server logs in to replica 1's XMPP endpoint and acks every message;
+    /// first the floor (its dry runs), then every device keeps
+    /// `upstreamInFlight` messages out, each answered by `sent`, a warm-up
+    /// until as many messages have their `sent` as were sent at first, the
+    /// window, and then no more sends until every message out has its verdict.
+    private static func measureUpstream(_ deployment: Deployment, on replicas: [Replica], _ load: LoadWorkers, _ settings: Settings,
+                                        cluster: PostgresCluster?, _ setup: UpstreamSetup, slixmpp: Bool) async throws -> UpstreamResult {
+        var result = UpstreamResult(inFlight: settings.upstreamInFlight)
+        let perProcess = (settings.upstreamDevices + settings.processes - 1) / settings.processes
+        let opened = try await load.command(["do": "channels", "count": perProcess, "within": 120], within: 180)
+        result.devices = opened.map { $0.int("open") }.reduce(0, +)
+        guard let xmppPort = replicas[0].xmppPort else { throw ChildProcessError(message: "replica 1 has no XMPP endpoint") }
+        let app = try await LoadWorkers.appServer(setup.scripts, port: xmppPort, files: setup.xmpp, serverKey: setup.keys.serverKey)
+        try await ensuring {
+            let floor = try await app.command(["do": "dry-run", "to": setup.device, "count": 5000, "window": 100,
+                                               "one_at_a_time": 500, "within": 120], within: 180)[0]
+            result.dryRunRTT = (floor["rtt_ms"] as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
+            result.dryRunRate = floor.double("rate")
+            if slixmpp {
+                result.slixmppDryRunRate = try await slixmppDryRunRate(port: xmppPort, files: setup.xmpp, keys: setup.keys,
+                                                                       device: setup.device)
+            }
+            progress("server: \(deployment): \(result.devices) channels open; application server dry runs "
+                     + "\(format(result.dryRunRate, 0))/s (100 in flight), round trip p50 \(format(Sample(result.dryRunRTT).p50, 2)) ms"
+                     + (result.slixmppDryRunRate.map { "; slixmpp's \(format($0, 0))/s" } ?? ""))
+
+            let started = try await load.command(["do": "upstream-start", "in_flight": settings.upstreamInFlight,
+                                                  "warmup": settings.warmUp, "within": 180], within: 240)
+            if started.allSatisfy({ ($0["warmed"] as? Bool) == true }) {
+                result.warmUpSeconds = started.map { $0.double("seconds") }.max()
+            }
+            let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids + app.pids)
+            let appBefore = ScanBenchmark.cpuSeconds(of: app.pids[0])
+            result.window = try await load.measured(["do": "upstream-window", "seconds": settings.seconds],
+                                                    within: settings.seconds + 60, meter)
+            result.appServerCPU = (ScanBenchmark.cpuSeconds(of: app.pids[0]) - appBefore) / max(result.window.seconds, 0.001)
+            let stopped = try await load.command(["do": "upstream-stop", "within": 120], within: 180)
+            result.left = stopped.map { $0.int("left") }.reduce(0, +)
+            stopped.forEach { result.outcomes.add($0["outcomes"]) }
+            let acked = try await app.command(["do": "acked"], within: 30)[0]
+            result.acked = acked.int("acked")
+            // Nacks the application server was sent (BAD_ACK: an ack the server did not expect), messages
+            // delivered to it again, and the stream ending.
+            for (kind, count) in acked["payloads"] as? [String: Any] ?? [:]
+            where kind.hasPrefix("nack") || kind == "upstream again" || kind == "stream ended" {
+                result.outcomes.add(["application server: \(kind)": count])
+            }
+        } finally: {
+            await app.stop()
+        }
+        _ = try await load.command(["do": "close-channels"], within: 120)
+        let latency = Sample(result.window.latencies)
+        progress("server: \(deployment): upstream \(format(result.window.rate, 0)) messages/s, p50 \(format(latency.p50, 1)) ms, "
+                 + "p99 \(format(latency.p99, 1)) ms (\(result.outcomes.summary.isEmpty ? "none failed" : result.outcomes.summary); "
+                 + "warm-up \(result.warmUpSeconds.map { format($0) + " s" } ?? "not finished"), \(result.left) left)")
         return result
     }
 
-    /// The servers' configuration. Registration's rate limits are raised in
-    /// every run: thousands of devices register within a minute from the
-    /// generator's few addresses, which the defaults (10 a minute per
-    /// address, 600 per project) are there to refuse. Raised, `[http]
-    /// max-connections` (2,048 by default) makes room for every stream and
-    /// the generator's pool of request connections.
-    private static func configuration(_ settings: Settings, raised: Bool) -> String {
-        var text = """
-            [limits]
-            registrations-per-address-per-minute = 60000
-            registrations-per-project-per-minute = 600000
-
-            """
-        if raised {
-            text += """
-                [http]
-                max-connections = \(connectionsNeeded(settings))
-
-                """
+    /// bench/ccs_appserver.py (slixmpp, on the project's Python environment)
+    /// sending the same dry runs, 100 in flight; nil when that environment has no slixmpp.
+    private static func slixmppDryRunRate(port: Int, files: XMPPFiles, keys: ProjectKeys, device: String) async throws -> Double? {
+        let python = LoadScripts.root.appendingPathComponent(".build/venv/bin/python").path
+        guard FileManager.default.isExecutableFile(atPath: python) else { return nil }
+        let result = try await withTimeout(120, "slixmpp's dry runs") {
+            try await runProgram(python, [
+                LoadScripts.root.appendingPathComponent("bench/ccs_appserver.py").path, "--port", "\(port)",
+                "--jid", "\(project)@\(xmppDomain)", "--key", keys.serverKey, "--ca", files.certificate,
+                "--dry-run-to", device, "--count", "5000", "--window", "100",
+            ])
         }
-        return text
+        guard let rate = result.output.split(separator: "\n").first(where: { $0.hasPrefix("rate ") })?
+            .split(separator: " ").last.flatMap({ Double($0) }) else {
+            progress("server: slixmpp's dry runs gave no rate: \(result.output.suffix(300))")
+            return nil
+        }
+        return rate
     }
 
-    /// `[http] max-connections` for the raised runs: every stream, and room for the generator's request connections.
-    private static func connectionsNeeded(_ settings: Settings) -> Int {
-        max(2048, settings.streams + 1024)
+    /// SQLite's commit floor: single-row inserts a second from one
+    /// connection into a new file in WAL mode, on the file system the
+    /// server's file is on (server_load.py sqlite-insert).
+    struct SQLiteFloor: Sendable {
+        /// With `synchronous = NORMAL`, as the server's connections have it (GRDB sets it with WAL).
+        var normal: Double
+        /// With `synchronous = FULL`: each commit synced to the disk.
+        var full: Double
     }
 
-    /// The server refuses to start when it may open fewer descriptors than
-    /// its connection limits need (DescriptorBudget): say so before starting anything.
+    private static func sqliteInsertRate(_ scripts: LoadScripts, synchronous: String, seconds: Double) async throws -> Double {
+        let directory = try TemporaryDirectory("nearby-bench-sqlite")
+        defer { directory.remove() }
+        let probe = try await scripts.start("server_load.py", [
+            "sqlite-insert", "--path", directory.file("floor.sqlite"), "--seconds", "\(seconds)", "--synchronous", synchronous,
+        ], as: .root, name: "sqlite-insert")
+        let line = try await probe.waitForLine(containing: #"{"inserts_per_s": "#, within: seconds + 60)
+        _ = try await probe.waitForExit()
+        return try jsonLine(line).double("inserts_per_s")
+    }
+
+    /// The servers' configuration: the default `[http]` limits, the XMPP
+    /// endpoint, and registration's rate limits raised: thousands of
+    /// devices register within a minute from the generator's few addresses,
+    /// which the defaults (10 a minute per address, 600 per project) are
+    /// there to refuse.
+    private static func configuration(_ xmpp: XMPPFiles) -> String {
+        """
+        [limits]
+        registrations-per-address-per-minute = 60000
+        registrations-per-project-per-minute = 600000
+
+        [xmpp]
+        domain = "\(xmppDomain)"
+        certificate = "\(xmpp.certificate)"
+        private-key = "\(xmpp.privateKey)"
+
+        """
+    }
+
+    /// The server lowers its default `[http] max-connections` (16,384)
+    /// when the hard descriptor limit is lower than its budget
+    /// (DescriptorBudget), and would then refuse streams: say so before starting anything.
     private static func checkDescriptors(_ settings: Settings) throws {
         var limit = rlimit()
         getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
-        let needed = connectionsNeeded(settings) + 64 + 4 * ProcessInfo.processInfo.activeProcessorCount
+        // [http] max-connections and [xmpp] max-connections and max-unauthenticated-connections, at their defaults.
+        let needed = 16_384 + 1000 + 256 + 64 + 4 * ProcessInfo.processInfo.activeProcessorCount
         guard limit.rlim_max >= rlim_t(needed) else {
-            throw ChildProcessError(message: "nearby-server needs \(needed) file descriptors for \(settings.streams) streams, "
-                                    + "but the hard limit is \(limit.rlim_max): raise it (ulimit -Hn) or ask for fewer --streams")
+            throw ChildProcessError(message: "nearby-server's default connection limits need \(needed) file descriptors, "
+                                    + "but the hard limit is \(limit.rlim_max): raise it (ulimit -Hn)")
         }
     }
 
-    private static func createProject(database: String) async throws -> String {
+    /// A project's keys, as `nearby-server project create --json` prints them.
+    struct ProjectKeys: Sendable {
+        let apiKey: String
+        /// The application servers' password on the XMPP endpoint.
+        let serverKey: String
+    }
+
+    private static func createProject(database: String) async throws -> ProjectKeys {
         let result = try await runProgram(Programs.path("nearby-server"),
-                                          ["project", "create", "bench", "--database", database, "--json"])
-        guard result.status == 0, let object = try? jsonLine(result.output), let apiKey = object["apiKey"] as? String else {
+                                          ["project", "create", project, "--database", database, "--json"])
+        guard result.status == 0, let object = try? jsonLine(result.output), let apiKey = object["apiKey"] as? String,
+              let serverKey = object["serverKey"] as? String else {
             throw ChildProcessError(message: "project create failed: \(result.output)")
         }
-        return apiKey
+        return ProjectKeys(apiKey: apiKey, serverKey: serverKey)
+    }
+}
+
+/// The XMPP endpoint's self-signed certificate and key (`nearby-server
+/// certificate`), which the application server trusts as its CA.
+private struct XMPPFiles: Sendable {
+    let certificate: String
+    let privateKey: String
+
+    static func make(in directory: TemporaryDirectory) async throws -> XMPPFiles {
+        let files = XMPPFiles(certificate: directory.file("xmpp.pem"), privateKey: directory.file("xmpp.key"))
+        let made = try await runProgram(Programs.path("nearby-server"), [
+            "certificate", ServerBenchmark.xmppDomain, "--certificate", files.certificate, "--private-key", files.privateKey,
+        ])
+        guard made.status == 0 else { throw ChildProcessError(message: "nearby-server certificate failed: \(made.output)") }
+        return files
     }
 }
 
@@ -288,16 +466,25 @@ enum ServerBenchmark {
 private struct Replica: Sendable {
     let process: ChildProcess
     let url: String
+    /// Its XMPP endpoint's port.
+    let xmppPort: Int?
 
     /// Starts `nearby-server serve` on `database` (an SQLite file or a
-    /// PostgreSQL URL) with `configuration`, at `info` as deployed, on a free port.
+    /// PostgreSQL URL) with `configuration`, at `info` as deployed, on free
+    /// ports (the API's, and the XMPP endpoint's when configured).
     static func start(_ name: String, in directory: TemporaryDirectory, database: String, configuration: String) async throws -> Replica {
         let process = try await ChildProcess(name: name, executable: Programs.path("nearby-server"), arguments: [
-            "serve", "--listen", "127.0.0.1:0", "--database", database,
+            "serve", "--listen", "127.0.0.1:0", "--xmpp-listen", "127.0.0.1:0", "--database", database,
             "--config", try directory.write("\(name).conf", configuration), "--log-level", "info",
         ])
         let line = try await process.waitForLine(containing: "nearby-server: listening on ", within: 60)
-        return Replica(process: process, url: line[line.range(of: "listening on ")!.upperBound...].trimmingCharacters(in: .whitespaces))
+        let url = line[line.range(of: "listening on ")!.upperBound...].trimmingCharacters(in: .whitespaces)
+        var xmppPort: Int?
+        if configuration.contains("[xmpp]") {
+            let xmpp = try await process.waitForLine(containing: "nearby-server: xmpp on ", within: 30)
+            xmppPort = Int(xmpp.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "")
+        }
+        return Replica(process: process, url: url, xmppPort: xmppPort)
     }
 }
 
@@ -324,6 +511,7 @@ private final class LoadWorkers: Sendable {
                     "worker", "--urls", urls.joined(separator: ","), "--key", apiKey, "--process", "\(index)",
                     "--devices", "\(moving)", "--idle", "\(max(0, share(settings.streams) - moving))",
                     "--neighbours", "\(settings.neighbours)", "--seed", "\(settings.seed)",
+                    "--to", "\(ServerBenchmark.project)@\(ServerBenchmark.xmppDomain)",
                 ], as: .root, name: "load-\(index)", takesInput: true)
                 processes.append(process)
                 try await process.waitForLine(containing: #"{"ready": true}"#, within: 60)
@@ -335,9 +523,44 @@ private final class LoadWorkers: Sendable {
         return LoadWorkers(processes: processes)
     }
 
+    /// The application server of the upstream figure (server_load.py
+    /// appserver), logged in to the XMPP endpoint at `port` with `serverKey`.
+    static func appServer(_ scripts: LoadScripts, port: Int, files: XMPPFiles, serverKey: String) async throws -> LoadWorkers {
+        let process = try await scripts.start("server_load.py", [
+            "appserver", "--port", "\(port)", "--domain", ServerBenchmark.xmppDomain, "--project", ServerBenchmark.project,
+            "--key", serverKey, "--ca", files.certificate,
+        ], as: .root, name: "app-server", takesInput: true)
+        do {
+            try await process.waitForLine(containing: #"{"ready": true}"#, within: 60)
+        } catch {
+            await process.stop()
+            throw error
+        }
+        return LoadWorkers(processes: [process])
+    }
+
     /// Sends `command` to every process and waits for each one's result.
     func command(_ command: [String: Any], within seconds: Double) async throws -> [[String: Any]] {
         try await send(command, within: seconds, waitsForWindow: false) {}
+    }
+
+    /// A measured window that `command` starts in every process (each
+    /// answering `{"measuring": ID}` as its window begins, then its counts):
+    /// the counts summed, and the CPU each party used meanwhile.
+    func measured(_ command: [String: Any], within seconds: Double, _ meter: CPUMeter) async throws -> ServerBenchmark.Window {
+        var start: CPUMeter.Reading?
+        let results = try await send(command, within: seconds, waitsForWindow: true) {
+            start = meter.read()
+        }
+        var window = ServerBenchmark.Window()
+        if let start { window.cpu = meter.shares(since: start) }
+        for result in results {
+            window.requests += result.int("requests")
+            window.outcomes.add(result["outcomes"])
+            window.latencies += (result["latencies"] as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
+        }
+        window.seconds = results.map { $0.double("seconds") }.reduce(0, +) / Double(max(results.count, 1))
+        return window
     }
 
     /// Sends `command` to every process and waits for each one's result; with
@@ -512,7 +735,7 @@ struct PostgresFloor: Sendable {
 
 extension ServerBenchmark {
     /// The Markdown tables for doc/performance.md.
-    fileprivate static func report(_ results: [DeploymentResult], floor: PostgresFloor?, defaults: DefaultLimits?,
+    fileprivate static func report(_ results: [DeploymentResult], floor: PostgresFloor?, sqliteInserts: SQLiteFloor?,
                                    _ settings: Settings) -> String {
         func mib(_ kib: [Int]) -> String { kib.map { format(Double($0) / 1024) }.joined(separator: " + ") }
         func shares(_ cpu: CPUShares) -> String {
@@ -520,18 +743,24 @@ extension ServerBenchmark {
             return "\(servers) / \(format(cpu.postgres * 100, 0)) / \(format(cpu.generator * 100, 0))"
         }
         var text = """
-            nearby-server under load: \(settings.devices) moving devices (\(settings.neighbours) tokens heard each, one \
+            nearby-server under load, under the default [http] limits: \(settings.devices) moving devices (\(settings.neighbours) tokens heard each, one \
             changed per report) and \(settings.streams) streams in all, from \(settings.processes) generator processes \
             (bench/server_load.py); \(settings.concurrency) requests in flight at saturation; windows of \
             \(format(settings.seconds, 0)) s after \(format(settings.warmUp, 0)) s of warm-up. Generator, servers and PostgreSQL \
             share the machine's \(ProcessInfo.processInfo.activeProcessorCount) cores.
 
-            Sighting reports at saturation, against the same server's GET /v1/health under the same generator and concurrency:
-            | deployment | reports/s | found + lost events/s | floor: /v1/health requests/s | reports / floor | failed | CPU % servers / PostgreSQL / generator | server CPU µs per report, each replica |
-            | --- | --- | --- | --- | --- | --- | --- | --- |
-
             """
-        for result in results {
+        let sightings = results.filter { $0.sightings.seconds > 0 }
+        if !sightings.isEmpty {
+            text += """
+
+                Sighting reports at saturation, against the same server's GET /v1/health under the same generator and concurrency:
+                | deployment | reports/s | found + lost events/s | floor: /v1/health requests/s | reports / floor | failed | CPU % servers / PostgreSQL / generator | server CPU µs per report, each replica |
+                | --- | --- | --- | --- | --- | --- | --- | --- |
+
+                """
+        }
+        for result in sightings {
             let window = result.sightings
             let events = Double(window.events["found"] + window.events["lost"]) / max(window.seconds, 0.001)
             let perReport = window.cpu.servers.map { format($0 / max(window.rate, 1) * 1e6, 0) }.joined(separator: " + ")
@@ -539,15 +768,17 @@ extension ServerBenchmark {
                 + "\(format(window.rate / max(result.health.rate, 1), 2)) | \(window.failed + result.health.failed) | "
                 + "\(shares(window.cpu)) (health: \(shares(result.health.cpu))) | \(perReport) |\n"
         }
-        text += """
+        if !sightings.isEmpty {
+            text += """
 
-            Found latency (sighting report sent → found on the observer's stream) at half the saturation rate, against \
-            GET /v1/health's round trip at the same rate from the same generator:
-            | deployment | reports/s offered / answered | found p50 ms | found p99 ms | founds / expected | report answered p50 / p99 ms | floor: /v1/health p50 / p99 ms | found p50 / floor p50 | found p99 / floor p99 |
-            | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+                Found latency (sighting report sent → found on the observer's stream) at half the saturation rate, against \
+                GET /v1/health's round trip at the same rate from the same generator:
+                | deployment | reports/s offered / answered | found p50 ms | found p99 ms | founds / expected | report answered p50 / p99 ms | floor: /v1/health p50 / p99 ms | found p50 / floor p50 | found p99 / floor p99 |
+                | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 
-            """
-        for result in results {
+                """
+        }
+        for result in sightings {
             let paced = result.sightingsPaced, found = Sample(paced.found), answered = Sample(paced.latencies)
             let floorSample = Sample(result.healthPaced.latencies)
             let offered = result.sightings.rate / 2
@@ -556,27 +787,28 @@ extension ServerBenchmark {
                 + "\(format(answered.p50, 2)) / \(format(answered.p99, 2)) | \(format(floorSample.p50, 2)) / \(format(floorSample.p99, 2)) | "
                 + "\(format(found.p50 / floorSample.p50, 2)) | \(format(found.p99 / floorSample.p99, 2)) |\n"
         }
-        text += """
+        let streams = results.filter { $0.streamsAsked > 0 }
+        if !streams.isEmpty {
+            text += """
 
-            Device streams held at once, and the servers' resident memory (VmRSS) before and after they opened:
-            | deployment | [http] max-connections | streams asked | held (each replica) | refused | VmRSS before MiB | after MiB | KiB per stream, each replica |
-            | --- | --- | --- | --- | --- | --- | --- | --- |
+                Device streams held at once under the default [http] limits, and the servers' resident memory (VmRSS) \
+                before and after they opened:
+                | deployment | [http] max-connections | streams asked | held (each replica) | refused | VmRSS before MiB | after MiB | KiB per stream, each replica |
+                | --- | --- | --- | --- | --- | --- | --- | --- |
 
-            """
-        if let defaults {
-            let refused = defaults.outcomes.counts.filter { $0.key != "opened" }.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ")
-            text += "| SQLite, one replica, default limits | 2048 (default) | \(defaults.asked) | \(defaults.held) | \(refused) | | | |\n"
+                """
         }
-        for result in results {
+        for result in streams {
             let refused = result.streamOutcomes.counts.filter { $0.key != "opened" }.map { "\($0.key) \($0.value)" }.sorted()
                 .joined(separator: ", ")
             let perStream = zip(zip(result.residentBeforeKiB, result.residentAfterKiB), result.streamsPerReplica).map { pair, count in
                 format(Double(pair.1 - pair.0) / Double(max(count, 1)), 1)
             }.joined(separator: " + ")
-            text += "| \(result.deployment) | \(connectionsNeeded(settings)) | \(result.streamsAsked) | \(result.streamsHeld) "
+            text += "| \(result.deployment) | 16384 (default) | \(result.streamsAsked) | \(result.streamsHeld) "
                 + "(\(result.streamsPerReplica.map(String.init).joined(separator: " + "))) | \(refused.isEmpty ? "0" : refused) | "
                 + "\(mib(result.residentBeforeKiB)) | \(mib(result.residentAfterKiB)) | \(perStream) |\n"
         }
+        text += upstreamReport(results, floor: floor, sqliteInserts: sqliteInserts, settings)
         if let floor {
             let rtt = Sample(floor.notifyRoundTrip)
             let postgres = results.filter { if case .postgres = $0.deployment { true } else { false } }
@@ -592,13 +824,59 @@ extension ServerBenchmark {
                 | NOTIFY → LISTEN round trip, p50 / p99 ms (1,000, one at a time) | \(format(rtt.p50, 3)) / \(format(rtt.p99, 3)) | |
 
                 """
-            for result in postgres {
+            for result in postgres where result.sightings.seconds > 0 {
                 text += "| \(result.deployment): reports/s at saturation / NOTIFY transactions/s | \(format(result.sightings.rate, 0)) "
                     + "| \(format(result.sightings.rate / max(floor.notifies, 1), 2)) |\n"
                 text += "| \(result.deployment): found p50 / NOTIFY round trip p50 | \(format(Sample(result.sightingsPaced.found).p50, 2)) ms "
                     + "| \(format(Sample(result.sightingsPaced.found).p50 / rtt.p50, 1)) |\n"
             }
         }
+        return text
+    }
+}
+
+extension ServerBenchmark {
+    /// The upstream table: messages/s end to end against the floors of the same run.
+    fileprivate static func upstreamReport(_ results: [DeploymentResult], floor: PostgresFloor?, sqliteInserts: SQLiteFloor?,
+                                           _ settings: Settings) -> String {
+        let measured = results.compactMap { result in result.upstream.map { (result.deployment, $0) } }
+        guard !measured.isEmpty else { return "" }
+        func shares(_ cpu: CPUShares) -> String {
+            let servers = cpu.servers.map { format($0 * 100, 0) }.joined(separator: " + ")
+            return "\(servers) / \(format(cpu.postgres * 100, 0)) / \(format(cpu.generator * 100, 0))"
+        }
+        var text = """
+
+            Upstream messages, device channel → one application server (one XMPP session on replica 1, acking each) → \
+            `sent` on the device's channel; \(settings.upstreamDevices) devices, \(settings.upstreamInFlight) messages out \
+            each, window of \(format(settings.seconds, 0)) s after a warm-up until as many had their `sent` as were sent at first. \
+            Floors of the same run: the same application server's downstream dry runs (XMPP, TLS and the CCS layer, \
+            a registration read, no write) 100 in flight, and the engine's single-row inserts from one client (SQLite: \
+            WAL with synchronous NORMAL, as the server's connections; PostgreSQL: pgbench, fsync and synchronous_commit on):
+            | deployment | devices (channels) | messages/s | p50 ms | p99 ms | failed / left | floor: dry runs/s | messages / dry runs | floor: inserts/s, 1 client | messages / inserts | dry run round trip p50 / p99 ms | warm-up s | CPU % servers / PostgreSQL / generator + application server | server CPU µs per message, each replica | application server CPU µs per message |
+            | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+
+            """
+        for (deployment, upstream) in measured {
+            let window = upstream.window, latency = Sample(window.latencies), rtt = Sample(upstream.dryRunRTT)
+            let inserts: Double? = if case .sqlite = deployment { sqliteInserts?.normal } else { floor?.insertsOne }
+            let failed = upstream.outcomes.counts.values.reduce(0, +)
+            let perMessage = window.cpu.servers.map { format($0 / max(window.rate, 1) * 1e6, 0) }.joined(separator: " + ")
+            text += "| \(deployment) | \(upstream.devices) | \(format(window.rate, 0)) | \(format(latency.p50, 1)) | "
+                + "\(format(latency.p99, 1)) | \(failed) / \(upstream.left) | \(format(upstream.dryRunRate, 0)) | "
+                + "\(format(window.rate / max(upstream.dryRunRate, 1), 2)) | \(inserts.map { format($0, 0) } ?? "") | "
+                + "\(inserts.map { format(window.rate / max($0, 1), 2) } ?? "") | \(format(rtt.p50, 2)) / \(format(rtt.p99, 2)) | "
+                + "\(upstream.warmUpSeconds.map { format($0) } ?? "not finished") | \(shares(window.cpu)) | \(perMessage) | "
+                + "\(format(upstream.appServerCPU / max(window.rate, 1) * 1e6, 0)) |\n"
+        }
+        if let sqliteInserts {
+            text += "\nSQLite single-row inserts/s with synchronous FULL (each commit synced): \(format(sqliteInserts.full, 0)).\n"
+        }
+        if let slixmpp = measured.lazy.compactMap({ $0.1.slixmppDryRunRate }).first {
+            text += "\nThe same dry runs from slixmpp (bench/ccs_appserver.py), 100 in flight: \(format(slixmpp, 0))/s.\n"
+        }
+        let outcomes = measured.map { "\($0.0): \($0.1.outcomes.summary.isEmpty ? "none" : $0.1.outcomes.summary); acked \($0.1.acked)" }
+        text += "\nUpstream outcomes other than sent, over each whole run: " + outcomes.joined(separator: "; ") + "\n"
         return text
     }
 }

@@ -3,7 +3,9 @@ nearby-server's device API directly (aiohttp), as a device's own Nearby
 stack would, and a small PostgreSQL client for the database's own floor.
 
   server_load.py worker --urls URL[,URL] --key API_KEY --devices N --idle M [options]
+  server_load.py appserver --port PORT --domain DOMAIN --project NAME --key SERVER_KEY --ca PEM
   server_load.py pg-notify --socket-dir DIR --user USER --database DB [--count N]
+  server_load.py sqlite-insert --path FILE [--seconds S]
 
 worker: one process of the generator, driven by the benchmark through JSON
 commands on standard input, one a line, each answered on standard output
@@ -22,13 +24,19 @@ CPU over the same window). Its devices:
   process: a process is a neighbourhood.
 - --idle devices that only register and hold a stream, for the count of
   streams a server holds.
+- upstream: the first moving devices open their direct channel (GET
+  /v1/devices/{device}/channel) and send upstream messages to --to (the
+  project's application server), each waiting for its `sent` event; a
+  device keeps `in_flight` messages out at once, sending the next as each
+  one's verdict comes.
 
-Each device's streams come from a source address of its own group
-(127.W.x.y: at most --per-address devices an address, below the server's
-`max-connections-per-address`), as devices behind different addresses would;
-requests go from 127.0.0.1 over one pool of kept-alive connections, round
-robin over the --urls (a load balancer without stickiness). Device i's
-stream is on URL i mod the number of URLs.
+Each device's stream and channel come from a source address of its own
+group (127.W.x.y: --per-address devices an address, each with its stream and
+channel, below the server's default `max-connections-per-address` of 256),
+as devices behind different addresses would; requests go from an address of
+the process's own (127.W.255.1) over one pool of at most 128 kept-alive
+connections, round robin over the --urls (a load balancer without
+stickiness). Device i's stream and channel are on URL i mod the number of URLs.
 
 Commands (`id` is echoed):
 
@@ -40,7 +48,36 @@ Commands (`id` is echoed):
    "concurrency": C}                             closed loop: C requests in flight
   {"id": 6, "do": "run", ..., "rate": R}         open loop: R requests a second, with latencies
   {"id": 7, "do": "urls", "urls": [...]}         the server(s) moved (restarted on other ports)
-  {"id": 8, "do": "quit"}
+  {"id": 8, "do": "channels", "count": N, "within": S}   open the first N moving devices' channels
+  {"id": 9, "do": "upstream-start", "in_flight": K, "warmup": W, "within": S}
+                                                 every open channel's device sends, K messages out at
+                                                 once; answered when as many have their `sent` as
+                                                 were sent at first, and W seconds have passed
+  {"id": 10, "do": "upstream-window", "seconds": S}   `sent` events and their latencies for S seconds
+  {"id": 11, "do": "upstream-stop", "within": S}  send no more; answered when every message out has its verdict
+  {"id": 12, "do": "close-channels"}
+  {"id": 13, "do": "quit"}
+
+appserver: the application server of the upstream figure, one XMPP session
+(TLS from the first byte, SASL PLAIN with the project's server key, a
+bound resource) written for speed on asyncio alone: slixmpp builds a
+stanza object per message and acks a few thousand a second at most. It
+acks every upstream message, answers the server's pings, and takes
+commands on standard input like a worker:
+
+  {"id": 1, "do": "dry-run", "to": DEVICE, "count": N, "window": W, "one_at_a_time": M}
+      M downstream dry runs one at a time (round trips), then N with W in
+      flight (a rate): TLS, XMPP and the connection server's CCS layer, no
+      storage write, from this same client
+  {"id": 2, "do": "acked"}                      upstream messages acked so far
+  {"id": 3, "do": "quit"}
+
+sqlite-insert: single-row inserts a second into a new SQLite file in WAL
+mode (the server's), one connection, each its own transaction, with
+--synchronous NORMAL (what GRDB sets with WAL, and so the server's: a
+commit survives the process, and waits for no sync of the disk) or FULL
+(each commit synced: it survives a power cut too): the engine's commit
+floor on this file system. Prints `{"inserts_per_s": R, "synchronous": N}`.
 
 pg-notify: the round trip of a notification between two sessions of one
 PostgreSQL server (NOTIFY in one, LISTEN in the other), as the replicas'
@@ -57,12 +94,16 @@ import base64
 import collections
 import gc
 import json
+import os
 import random
+import re
 import resource
 import socket
+import ssl
 import struct
 import sys
 import time
+from xml.sax.saxutils import escape as xml_escape, unescape as xml_unescape
 
 TYPE = "bench"
 
@@ -74,7 +115,7 @@ def emit(line):
 
 class Device:
     __slots__ = ("index", "id", "secret", "token", "stream_url", "session", "ws", "reader", "neighbours", "rng",
-                 "pending", "busy", "closed")
+                 "pending", "busy", "closed", "channel", "channel_reader", "upstream_out", "upstream_sequence")
 
     def __init__(self, index, seed):
         self.index = index
@@ -91,10 +132,64 @@ class Device:
         self.pending = {}
         self.busy = False
         self.closed = None
+        self.channel = None
+        self.channel_reader = None
+        # Upstream message id → when it was sent (perf_counter), until its verdict comes.
+        self.upstream_out = {}
+        # Kept across runs: a message id the server has seen before would be answered with its old verdict.
+        self.upstream_sequence = 0
 
     @property
     def auth(self):
         return {"Authorization": "Bearer " + self.secret}
+
+
+class Upstream:
+    """One process's upstream run: messages out, settled, and the latencies of those settled while measuring."""
+
+    def __init__(self):
+        self.sending = False
+        self.out = 0
+        self.done = 0
+        self.target = 0
+        self.measuring = False
+        self.latencies = []
+        self.outcomes = collections.Counter()
+        self.warmed = asyncio.Event()
+        self.drained = asyncio.Event()
+
+    def begin(self, target):
+        self.sending = True
+        self.done = 0
+        self.target = target
+        self.outcomes = collections.Counter()
+        self.warmed.clear()
+        self.drained.clear()
+
+    def settled(self, sent, latency):
+        self.out -= 1
+        if sent:
+            self.done += 1
+            if self.measuring:
+                self.latencies.append(latency)
+        if self.done >= self.target:
+            self.warmed.set()
+        if not self.sending and self.out == 0:
+            self.drained.set()
+
+    def given_up(self, device):
+        """The device's channel ended: what it had out is counted as lost."""
+        if device.upstream_out:
+            self.outcomes["lost with the channel"] += len(device.upstream_out)
+            self.out -= len(device.upstream_out)
+            device.upstream_out.clear()
+        if not self.sending and self.out == 0:
+            self.drained.set()
+
+    def stop(self):
+        self.sending = False
+        if self.out == 0:
+            self.drained.set()
 
 
 class Worker:
@@ -110,6 +205,7 @@ class Worker:
         self.stream_sessions = {}
         self.measuring = False
         self.found_latencies = []
+        self.upstream = Upstream()
         import aiohttp
         self.aiohttp = aiohttp
 
@@ -121,6 +217,7 @@ class Worker:
         return self.urls[self.next_url]
 
     def stream_session(self, device):
+        """The session of the device's address, for its stream and its channel."""
         group = device.index // self.args.per_address
         address = "127.%d.%d.%d" % (self.args.process + 1, group // 250, group % 250 + 1)
         session = self.stream_sessions.get(address)
@@ -132,10 +229,13 @@ class Worker:
         return session
 
     async def start(self):
-        self.requests = self.aiohttp.ClientSession(connector=self.aiohttp.TCPConnector(limit=0),
-                                                   timeout=self.aiohttp.ClientTimeout(total=30))
+        # The requests' own address, apart from the devices' (whose groups stay below 127.W.250.0), and a pool
+        # below the server's default max-connections-per-address.
+        connector = self.aiohttp.TCPConnector(limit=128, local_addr=("127.%d.255.1" % (self.args.process + 1), 0))
+        self.requests = self.aiohttp.ClientSession(connector=connector, timeout=self.aiohttp.ClientTimeout(total=30))
 
     async def stop(self):
+        await self.close_channels()
         await self.close_streams()
         for session in list(self.stream_sessions.values()) + [self.requests]:
             await session.close()
@@ -189,7 +289,10 @@ class Worker:
 
         await asyncio.gather(*(worker() for _ in range(self.args.setup_concurrency)))
         self.by_token = {device.token: device for device in self.moving if device.token}
-        return {"counts": dict(self.counts), "failed": len(failed), "seconds": round(time.monotonic() - start, 2)}
+        # A registered device, for the application server's dry runs.
+        registered = next((device.id for device in self.moving + self.idle if device.id), None)
+        return {"counts": dict(self.counts), "failed": len(failed), "seconds": round(time.monotonic() - start, 2),
+                "device": registered}
 
     # Streams.
 
@@ -395,6 +498,143 @@ class Worker:
         if tasks:
             await asyncio.wait(tasks, timeout=30)
 
+    # Upstream.
+
+    async def open_channel(self, device, outcomes):
+        try:
+            ws = await self.stream_session(device).ws_connect(device.stream_url + "/v1/devices/%s/channel" % device.id,
+                                                             headers=device.auth, autoping=True, heartbeat=None)
+        except self.aiohttp.WSServerHandshakeError as error:
+            outcomes["refused %d" % error.status] += 1
+            return
+        except Exception as error:
+            outcomes["failed %s" % type(error).__name__] += 1
+            return
+        device.channel = ws
+        device.channel_reader = asyncio.ensure_future(self.read_channel(device, ws))
+        outcomes["opened"] += 1
+
+    async def channels(self, command):
+        start = time.monotonic()
+        outcomes = collections.Counter()
+        pending = iter([d for d in self.moving[:command["count"]] if d.id and d.channel is None])
+
+        async def worker():
+            for device in pending:
+                await self.open_channel(device, outcomes)
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(self.args.setup_concurrency))),
+                                   command.get("within", 120))
+        except asyncio.TimeoutError:
+            outcomes["timed out"] += 1
+        return {"outcomes": dict(outcomes), "open": len(self.open_channels()),
+                "seconds": round(time.monotonic() - start, 2)}
+
+    def open_channels(self):
+        return [d for d in self.moving if d.channel is not None and not d.channel.closed]
+
+    async def close_channels(self):
+        for device in self.moving:
+            if device.channel is not None:
+                await device.channel.close()
+                if device.channel_reader is not None:
+                    await device.channel_reader
+                device.channel = device.channel_reader = None
+                self.upstream.given_up(device)
+
+    async def send_upstream(self, device):
+        """The device's next message, unless the run is stopping."""
+        upstream = self.upstream
+        if not upstream.sending or device.channel is None or device.channel.closed:
+            return
+        device.upstream_sequence += 1
+        message_id = "u%d-%d-%d" % (self.args.process, device.index, device.upstream_sequence)
+        frame = json.dumps({"op": "send", "message": {
+            "app": "bench", "messageId": message_id, "to": self.args.to, "data": {"n": str(device.upstream_sequence)},
+            "expiresAtMs": int(time.time() * 1000) + 600_000}})
+        device.upstream_out[message_id] = time.perf_counter()
+        upstream.out += 1
+        await device.channel.send_str(frame)
+
+    async def read_channel(self, device, ws):
+        """The channel's events until it ends: each `sent` or `failed` settles a message, whose device sends the next."""
+        aiohttp = self.aiohttp
+        upstream = self.upstream
+        try:
+            async for message in ws:
+                if message.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                event = json.loads(message.data)
+                kind = event.get("event")
+                if kind == "sent":
+                    settled = [ref.get("messageId") for ref in event.get("messages", [])]
+                elif kind == "failed":
+                    failure = event.get("failure", {})
+                    upstream.outcomes["failed " + str(failure.get("error"))] += 1
+                    settled = [failure.get("messageId")]
+                else:
+                    continue
+                now = time.perf_counter()
+                for message_id in settled:
+                    sent = device.upstream_out.pop(message_id, None)
+                    if sent is None:
+                        upstream.outcomes["%s for no message out" % kind] += 1
+                        continue
+                    upstream.settled(kind == "sent", (now - sent) * 1000)
+                    await self.send_upstream(device)
+        except Exception as error:
+            upstream.outcomes["channel error %s" % type(error).__name__] += 1
+        if ws.close_code is not None and ws.close_code != 1000:
+            upstream.outcomes["channel closed %s" % ws.close_code] += 1
+        upstream.given_up(device)
+
+    async def upstream_start(self, command):
+        devices = self.open_channels()
+        if not devices:
+            return {"error": "no device with an open channel"}
+        upstream = self.upstream
+        upstream.begin(target=len(devices) * command["in_flight"])
+        start = time.monotonic()
+        for _ in range(command["in_flight"]):
+            for device in devices:
+                await self.send_upstream(device)
+        warmed = True
+        try:
+            await asyncio.wait_for(upstream.warmed.wait(), command["within"])
+        except asyncio.TimeoutError:
+            warmed = False
+        rest = command["warmup"] - (time.monotonic() - start)
+        if rest > 0:
+            await asyncio.sleep(rest)  # the warm-up's shortest length, not a wait for anything
+        return {"devices": len(devices), "warmed": warmed, "seconds": round(time.monotonic() - start, 2),
+                "settled": upstream.done}
+
+    async def upstream_window(self, command):
+        upstream = self.upstream
+        emit(json.dumps({"measuring": command["id"]}))
+        before = upstream.outcomes.copy()
+        upstream.latencies = []
+        upstream.measuring = True
+        start = time.monotonic()
+        await asyncio.sleep(command["seconds"])  # the measured window's length
+        seconds = time.monotonic() - start
+        upstream.measuring = False
+        outcomes = upstream.outcomes - before
+        outcomes["200"] = len(upstream.latencies)
+        return {"requests": len(upstream.latencies), "outcomes": dict(outcomes), "seconds": round(seconds, 3),
+                "latencies": [round(v, 3) for v in upstream.latencies]}
+
+    async def upstream_stop(self, command):
+        upstream = self.upstream
+        upstream.stop()
+        start = time.monotonic()
+        try:
+            await asyncio.wait_for(upstream.drained.wait(), command["within"])
+        except asyncio.TimeoutError:
+            pass
+        return {"left": upstream.out, "seconds": round(time.monotonic() - start, 2), "outcomes": dict(upstream.outcomes)}
+
     # The command loop.
 
     async def serve(self):
@@ -433,11 +673,286 @@ class Worker:
                     result = {}
                 elif action == "run":
                     result = await self.run(command)
+                elif action == "channels":
+                    result = await self.channels(command)
+                elif action == "close-channels":
+                    await self.close_channels()
+                    result = {"open": len(self.open_channels())}
+                elif action == "upstream-start":
+                    result = await self.upstream_start(command)
+                elif action == "upstream-window":
+                    result = await self.upstream_window(command)
+                elif action == "upstream-stop":
+                    result = await self.upstream_stop(command)
                 else:
                     result = {"error": "unknown command %s" % action}
                 emit('{"done": %d, "result": %s}' % (command["id"], json.dumps(result, sort_keys=True)))
         finally:
             await self.stop()
+
+
+# The application server: XMPP as nearby-server's connection server speaks it, and no more.
+
+GCM = "google:mobile:data"
+STREAM_HEADER = ("<?xml version='1.0'?><stream:stream to='%s' version='1.0' xmlns='jabber:client' "
+                 "xmlns:stream='http://etherx.jabber.org/streams'>")
+IQ_ID = re.compile(rb"""\bid=['"]([^'"]*)['"]""")
+
+
+class AppServer:
+    """One CCS session that acks every upstream message as it comes. Stanzas are cut from the stream by their
+    end tags (the server writes `<message …>…</message>` and `<iq …/>` or `<iq …>…</iq>`) and a `<gcm>`
+    payload's JSON read as it is: no XML tree, no stanza objects."""
+
+    def __init__(self, args):
+        self.args = args
+        self.reader = None
+        self.writer = None
+        self.buffer = b""
+        self.acked = 0
+        self.payloads = collections.Counter()
+        # The first few nacks, as they came.
+        self.nacks = []
+        # Every upstream message (device, id) → when it came; the first few that came again.
+        self.upstream = {}
+        self.again = []
+        # Dry-run message id → the future its ack or nack settles.
+        self.waiting = {}
+        self.closed = asyncio.Event()
+
+    def write(self, text):
+        self.writer.write(text.encode())
+
+    def send_gcm(self, payload):
+        text = json.dumps(payload, separators=(",", ":"))
+        if "&" in text or "<" in text or ">" in text:
+            text = xml_escape(text)
+        self.write("<message id=''><gcm xmlns='%s'>%s</gcm></message>" % (GCM, text))
+
+    async def until(self, *markers):
+        """Reads until one of `markers` is in the buffer; returns the buffer up to the end of the element it
+        begins (its first '>' after it), and keeps the rest."""
+        while True:
+            for marker in markers:
+                at = self.buffer.find(marker)
+                if at >= 0:
+                    end = self.buffer.find(b">", at + len(marker) - 1)
+                    if end >= 0:
+                        head, self.buffer = self.buffer[:end + 1], self.buffer[end + 1:]
+                        return head
+            chunk = await self.reader.read(65536)
+            if not chunk:
+                raise RuntimeError("the server closed the stream during negotiation: %r" % self.buffer[-300:])
+            self.buffer += chunk
+
+    async def connect(self):
+        args = self.args
+        context = ssl.create_default_context(cafile=args.ca)
+        self.reader, self.writer = await asyncio.open_connection(args.host, args.port, ssl=context,
+                                                                 server_hostname=args.domain)
+        self.write(STREAM_HEADER % args.domain)
+        await self.until(b"</stream:features")
+        credentials = base64.b64encode(b"\0" + args.project.encode() + b"\0" + args.key.encode()).decode()
+        self.write("<auth xmlns='urn:ietf:params:xml:ns:xmpp-sasl' mechanism='PLAIN'>%s</auth>" % credentials)
+        answer = await self.until(b"<success", b"</failure")
+        if b"<success" not in answer:
+            raise RuntimeError("SASL failed: %r" % answer)
+        self.write(STREAM_HEADER % args.domain)
+        await self.until(b"</stream:features")
+        self.write("<iq type='set' id='bind-1'><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'>"
+                   "<resource>bench</resource></bind></iq>")
+        await self.until(b"</iq")
+
+    async def read(self):
+        """Every stanza until the stream ends."""
+        try:
+            while True:
+                chunk = await self.reader.read(262144)
+                if not chunk:
+                    return
+                self.buffer += chunk
+                self.stanzas()
+                await self.writer.drain()
+        finally:
+            self.closed.set()
+            for waiter in self.waiting.values():
+                if not waiter.done():
+                    waiter.set_exception(RuntimeError("the stream ended"))
+
+    def stanzas(self):
+        buffer = self.buffer
+        position = 0
+        while True:
+            start = buffer.find(b"<", position)
+            if start < 0:
+                position = len(buffer)
+                break
+            if buffer.startswith(b"<message", start):
+                end = buffer.find(b"</message>", start)
+                if end < 0:
+                    position = start
+                    break
+                self.message(buffer[start:end])
+                position = end + len(b"</message>")
+            elif buffer.startswith(b"<iq", start):
+                head = buffer.find(b">", start)
+                if head < 0:
+                    position = start
+                    break
+                if buffer[head - 1:head] == b"/":
+                    end = head + 1
+                else:
+                    close = buffer.find(b"</iq>", head)
+                    if close < 0:
+                        position = start
+                        break
+                    end = close + len(b"</iq>")
+                self.iq(buffer[start:end])
+                position = end
+            elif buffer.startswith(b"</stream:stream", start) or buffer.startswith(b"<stream:error", start):
+                self.payloads["stream ended"] += 1
+                position = len(buffer)
+                self.writer.close()
+                break
+            else:
+                # Anything else is skipped up to its own end.
+                end = buffer.find(b">", start)
+                if end < 0:
+                    position = start
+                    break
+                position = end + 1
+        self.buffer = buffer[position:]
+
+    def iq(self, stanza):
+        # The server's ping (urn:xmpp:ping): answered, as anything from the client would.
+        if b"type='get'" in stanza or b'type="get"' in stanza:
+            match = IQ_ID.search(stanza)
+            self.write("<iq type='result' id='%s' to='%s'/>" % (match.group(1).decode() if match else "",
+                                                                self.args.domain))
+
+    def message(self, stanza):
+        opening = stanza.find(b"<gcm")
+        if opening < 0:
+            return
+        start = stanza.find(b">", opening) + 1
+        end = stanza.find(b"</gcm>", start)
+        text = stanza[start:end].decode()
+        if "&" in text:
+            text = xml_unescape(text, {"&#13;": "\r", "&quot;": '"', "&apos;": "'"})
+        payload = json.loads(text)
+        kind = payload.get("message_type")
+        if kind is None:
+            # An upstream message: acked at once (again if it comes again: each delivery wants its ack).
+            key = (payload["from"], payload["message_id"])
+            if key in self.upstream:
+                self.payloads["upstream again"] += 1
+                if len(self.again) < 5:
+                    self.again.append({"from": key[0], "message_id": key[1],
+                                       "after_ms": round((time.perf_counter() - self.upstream[key]) * 1000, 1)})
+            self.upstream[key] = time.perf_counter()
+            self.send_gcm({"to": payload["from"], "message_id": payload["message_id"], "message_type": "ack"})
+            self.acked += 1
+            return
+        self.payloads[kind if kind != "nack" else "nack %s" % payload.get("error")] += 1
+        if kind == "nack" and len(self.nacks) < 5:
+            self.nacks.append(payload)
+        if kind in ("ack", "nack"):
+            waiter = self.waiting.pop(payload.get("message_id"), None)
+            if waiter is not None and not waiter.done():
+                if kind == "ack":
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(RuntimeError("nack: %s" % json.dumps(payload)))
+
+    async def dry_run(self, to, message_id):
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiting[message_id] = waiter
+        self.send_gcm({"to": to, "message_id": message_id, "data": {"n": message_id}, "dry_run": True})
+        await waiter
+
+    async def measure_dry_runs(self, command):
+        to = command["to"]
+        for index in range(50):
+            await self.dry_run(to, "warm-%d" % index)
+        rtts = []
+        for index in range(command["one_at_a_time"]):
+            start = time.perf_counter()
+            await self.dry_run(to, "one-%d" % index)
+            rtts.append(round((time.perf_counter() - start) * 1000, 3))
+        window = asyncio.Semaphore(command["window"])
+
+        async def one(index):
+            async with window:
+                await self.dry_run(to, "many-%d" % index)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(index) for index in range(command["count"])))
+        seconds = time.perf_counter() - start
+        return {"rtt_ms": rtts, "rate": round(command["count"] / seconds, 1)}
+
+    async def serve(self):
+        await self.connect()
+        reading = asyncio.ensure_future(self.read())
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        emit(json.dumps({"ready": True}))
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                command = json.loads(line)
+                action = command["do"]
+                if action == "quit":
+                    emit('{"done": %d, "result": {}}' % command["id"])
+                    return
+                if self.closed.is_set():
+                    result = {"error": "the XMPP stream ended: %s" % dict(self.payloads)}
+                elif action == "dry-run":
+                    result = await asyncio.wait_for(self.measure_dry_runs(command), command.get("within", 120))
+                elif action == "acked":
+                    result = {"acked": self.acked, "payloads": dict(self.payloads), "nacks": self.nacks, "again": self.again}
+                else:
+                    result = {"error": "unknown command %s" % action}
+                emit('{"done": %d, "result": %s}' % (command["id"], json.dumps(result, sort_keys=True)))
+        finally:
+            if not self.closed.is_set():
+                self.write("</stream:stream>")
+                await self.writer.drain()
+                try:
+                    await asyncio.wait_for(self.closed.wait(), 5)
+                except asyncio.TimeoutError:
+                    pass
+            self.writer.close()
+            reading.cancel()
+
+
+def sqlite_insert(args):
+    import sqlite3
+    path = args.path
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=%s" % args.synchronous)
+    synchronous = db.execute("PRAGMA synchronous").fetchone()[0]
+    db.execute("CREATE TABLE floor_insert (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+    count = 0
+    start = time.perf_counter()
+    deadline = start + args.seconds
+    while time.perf_counter() < deadline:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO floor_insert (v) VALUES (1)")
+        db.execute("COMMIT")
+        count += 1
+    rate = count / (time.perf_counter() - start)
+    db.close()
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    print(json.dumps({"inserts_per_s": round(rate, 1), "synchronous": synchronous}), flush=True)
 
 
 # PostgreSQL's wire protocol (version 3), the little pg-notify needs.
@@ -505,9 +1020,22 @@ def main():
     worker.add_argument("--devices", type=int, default=500, help="moving devices")
     worker.add_argument("--idle", type=int, default=0, help="devices that only hold a stream")
     worker.add_argument("--neighbours", type=int, default=4, help="tokens each moving device hears at once")
-    worker.add_argument("--per-address", type=int, default=200, help="devices' streams per source address")
+    worker.add_argument("--per-address", type=int, default=100,
+                        help="devices per source address (each with its stream, and its channel when asked)")
+    worker.add_argument("--to", default="", help="the application server upstream messages go to (PROJECT@DOMAIN)")
     worker.add_argument("--setup-concurrency", type=int, default=16)
     worker.add_argument("--seed", type=int, default=1)
+    app = commands.add_parser("appserver")
+    app.add_argument("--host", default="127.0.0.1")
+    app.add_argument("--port", type=int, required=True)
+    app.add_argument("--domain", required=True, help="the XMPP domain, which the certificate names")
+    app.add_argument("--project", required=True, help="the project (the SASL user name)")
+    app.add_argument("--key", required=True, help="the project's server key")
+    app.add_argument("--ca", required=True, help="the endpoint's certificate, trusted as a CA")
+    insert = commands.add_parser("sqlite-insert")
+    insert.add_argument("--path", required=True, help="a new file, removed afterwards")
+    insert.add_argument("--seconds", type=float, default=5)
+    insert.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL")
     notify = commands.add_parser("pg-notify")
     notify.add_argument("--socket-dir", required=True)
     notify.add_argument("--port", type=int, default=5432)
@@ -518,6 +1046,12 @@ def main():
     args = parser.parse_args()
     if args.command == "pg-notify":
         pg_notify(args)
+        return
+    if args.command == "sqlite-insert":
+        sqlite_insert(args)
+        return
+    if args.command == "appserver":
+        asyncio.run(AppServer(args).serve())
         return
     # Every stream is a descriptor: as many as the hard limit allows.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -10,7 +10,11 @@ import Glibc
 /// with an answer: `accept` would fail and every client would wait, the
 /// attack the connection limits are there to stop. So the two are sized
 /// together: the server raises its soft limit to what it needs, and refuses
-/// to start when the hard limit is lower.
+/// to start when the hard limit is lower. The one exception is `[http]
+/// max-connections` left at its default, sized for a dedicated server: where
+/// the hard limit is lower (a shell's 4096), it is lowered to fit
+/// (``fittingDefault(_:hardLimit:processors:)``), so that a plain
+/// `nearby-server serve` starts; a value someone configured is never lowered.
 public struct DescriptorBudget: Sendable, Equatable {
     /// Descriptors besides connections: the database (a writer and five
     /// readers, each with the file, its WAL and its shared memory), the
@@ -38,6 +42,43 @@ public struct DescriptorBudget: Sendable, Equatable {
         "[http] max-connections \(httpConnections) + [xmpp] max-connections and max-unauthenticated-connections "
             + "\(xmppConnections) + \(Self.fixedReserve)"
             + " + \(Self.perProcessor) × \(processors) processors = \(needed)"
+    }
+
+    /// `[http] max-connections` lowered from its default to fit a hard limit.
+    public struct LoweredDefault: Sendable, Equatable, CustomStringConvertible {
+        public let configuration: ServerConfiguration
+        public let hardLimit: Int
+
+        /// The log's notice: the setting, the limit, and how to have the default.
+        public var description: String {
+            "[http] max-connections lowered from its default \(ServerConfiguration.HTTP.defaultMaxConnections) to "
+                + "\(configuration.http.maxConnections) to fit the file descriptor limit (RLIMIT_NOFILE hard limit \(hardLimit), "
+                + "systemd's LimitNOFILE=): raise that limit to hold more connections, or set [http] max-connections to silence this"
+        }
+    }
+
+    /// `configuration` with `[http] max-connections` lowered so that the
+    /// budget fits `hardLimit`, when it was left at its default and does not
+    /// fit; nil when it fits, was configured, or cannot be lowered far enough
+    /// (below `max-connections-per-address`): ``apply()`` then refuses, saying the sum.
+    public static func fittingDefault(_ configuration: ServerConfiguration, hardLimit: Int,
+                                      processors: Int = System.coreCount) -> LoweredDefault? {
+        let budget = DescriptorBudget(configuration, processors: processors)
+        guard !configuration.http.maxConnectionsConfigured, budget.needed > hardLimit else { return nil }
+        let room = hardLimit - (budget.needed - budget.httpConnections)
+        guard room >= configuration.http.maxConnectionsPerAddress else { return nil }
+        var lowered = configuration
+        lowered.http.maxConnections = room
+        return LoweredDefault(configuration: lowered, hardLimit: hardLimit)
+    }
+
+    /// The process's hard descriptor limit (what ``apply()`` may raise the soft one to).
+    public static func hardLimit() throws(ConfigurationError) -> Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
+            throw ConfigurationError("cannot read the file descriptor limit (RLIMIT_NOFILE): errno \(errno)")
+        }
+        return Int(clamping: limit.rlim_max)
     }
 
     /// Raises the process's soft descriptor limit to ``needed`` if it is

@@ -33,8 +33,15 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// What one connection to the HTTP API may hold and for how long.
     public struct HTTP: Sendable, Equatable {
         /// `max-connections`: connections at once; beyond, the oldest idle one
-        /// is closed, or the new one refused (503) when none is idle.
-        public var maxConnections = 2048
+        /// is closed, or the new one refused (503) when none is idle. The
+        /// default holds 10,000 device streams (about 40 KiB each) with room
+        /// for the devices' requests.
+        public var maxConnections = HTTP.defaultMaxConnections
+        /// Whether `max-connections` was configured. Only the default may be
+        /// lowered to fit the descriptors the process may open
+        /// (``DescriptorBudget/fittingDefault(_:hardLimit:processors:)``);
+        /// a configured value that does not fit stops the server.
+        public var maxConnectionsConfigured = false
         /// `max-connections-per-address`: the same for one client address
         /// (an IPv6 client's /64).
         public var maxConnectionsPerAddress = 256
@@ -53,6 +60,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// alone, without them over plain HTTP.
         public var certificatePath: String?
         public var privateKeyPath: String?
+
+        public static let defaultMaxConnections = 16_384
 
         /// Whether the API is served over TLS.
         public var usesTLS: Bool { certificatePath != nil }
@@ -186,7 +195,10 @@ public struct ServerConfiguration: Sendable, Equatable {
         }
         if let value = try http.string("certificate") { configuration.http.certificatePath = value }
         if let value = try http.string("private-key") { configuration.http.privateKeyPath = value }
-        if let value = try http.integer("max-connections") { configuration.http.maxConnections = value }
+        if let value = try http.integer("max-connections") {
+            configuration.http.maxConnections = value
+            configuration.http.maxConnectionsConfigured = true
+        }
         if let value = try http.integer("max-connections-per-address") { configuration.http.maxConnectionsPerAddress = value }
         if let value = try http.integer("header-timeout-seconds") { configuration.http.headerTimeoutSeconds = value }
         if let value = try http.integer("idle-timeout-seconds") { configuration.http.idleTimeoutSeconds = value }

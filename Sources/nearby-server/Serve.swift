@@ -27,7 +27,8 @@ struct Serve: AsyncParsableCommand {
             The connection limits ([http] max-connections, [xmpp] max-connections) must fit the \
             file descriptors the process may open: it raises its soft RLIMIT_NOFILE to what they \
             need, and refuses to start, saying the sum, when the hard limit (systemd's \
-            LimitNOFILE=) is lower.
+            LimitNOFILE=) is lower. [http] max-connections left at its default (\(ServerConfiguration.HTTP.defaultMaxConnections)) is instead \
+            lowered to fit, with a notice in the log.
 
             SIGTERM or SIGINT shut it down gracefully: application servers are told \
             CONNECTION_DRAINING and given 3 seconds, open streams are closed, requests in flight \
@@ -64,9 +65,12 @@ struct Serve: AsyncParsableCommand {
             configuration.xmpp.listen = try ListenAddress(parsing: xmppListen, what: "--xmpp-listen")
         }
         // Before anything opens a descriptor: the connection limits must fit the process's.
+        let lowered = DescriptorBudget.fittingDefault(configuration, hardLimit: try DescriptorBudget.hardLimit())
+        if let lowered { configuration = lowered.configuration }
         let descriptors = try DescriptorBudget(configuration).apply()
         ServiceLogging.bootstrap(identifier: "nearby-server", level: Logger.Level(rawValue: logLevel) ?? .info)
         let logger = Logger(label: "nearby-server")
+        if let lowered { logger.notice("\(lowered)") }
         let server = try await NearbyServer.open(configuration: configuration, logger: logger)
         let databaseName = configuration.databaseName
         let scheme = configuration.http.usesTLS ? "https" : "http"

@@ -55,21 +55,102 @@ struct DescriptorLimitTests {
     }
 
     /// Where nothing raised the limits (a shell, a container, a VM's init):
-    /// the kernel's own 1024 soft and 4096 hard. The defaults, XMPP's
-    /// included, fit below that hard limit, so the server starts as it ships.
-    @Test func theDefaultsFitTheKernelsDefaultLimit() async throws {
-        var configuration = ServerConfiguration()
-        configuration.xmpp.certificatePath = "/c"
-        configuration.xmpp.privateKeyPath = "/k"
-        #expect(DescriptorBudget(configuration, processors: 128).needed <= 4096)
+    /// the kernel's own 1024 soft and 4096 hard. The default `[http]
+    /// max-connections` needs more; left unset, it is lowered to what fits,
+    /// and the log says so, naming the setting and the limit.
+    @Test func underTheKernelsDefaultLimitTheDefaultIsLoweredToFit() async throws {
+        let defaults = DescriptorBudget(ServerConfiguration())
+        #expect(defaults.needed > 4096)
+        let fitting = 4096 - DescriptorBudget.fixedReserve - DescriptorBudget.perProcessor * defaults.processors
         try await withTemporaryDirectory { directory in
             let server = try await ServerProcess.start(in: directory, descriptors: 1024, hardDescriptors: 4096)
             let health = try await runProgram("/usr/bin/curl", [
                 "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "\(server.baseURL)/v1/health",
             ])
             #expect(health.output == "200", "\(health.output)")
+            #expect(server.process.lineCount(containing: "[http] max-connections lowered from its default 16384 to \(fitting) "
+                                             + "to fit the file descriptor limit (RLIMIT_NOFILE hard limit 4096") == 1,
+                    "\(server.process.output)")
+            #expect(try openFilesLimit(of: server.process.pid) == 4096)
             await server.stop()
         }
+    }
+
+    /// At the edge: a hard limit of exactly what the defaults need leaves
+    /// them as they are; one descriptor fewer lowers the default by one.
+    @Test(arguments: [0, 1]) func theDefaultIsLoweredOnlyWhenItDoesNotFit(short: Int) async throws {
+        let needed = DescriptorBudget(ServerConfiguration()).needed
+        try await withTemporaryDirectory { directory in
+            let server = try await ServerProcess.start(in: directory, descriptors: 1024, hardDescriptors: needed - short)
+            #expect(try openFilesLimit(of: server.process.pid) == needed - short)
+            let notices = server.process.lineCount(containing: "[http] max-connections lowered from its default 16384 to "
+                                                    + "\(16_384 - short) ")
+            #expect(notices == short, "\(server.process.output)")
+            #expect(server.process.lineCount(containing: "max-connections lowered") == short)
+            await server.stop()
+            #expect(server.process.exitStatus == 0)
+        }
+    }
+
+    /// A configured `[http] max-connections` is never lowered: the default's
+    /// own value, set explicitly, needs every descriptor it asks for.
+    @Test(arguments: [0, 1]) func aConfiguredLimitIsNotLowered(short: Int) async throws {
+        let needed = DescriptorBudget(ServerConfiguration()).needed
+        try await withTemporaryDirectory { directory in
+            let config = directory.appendingPathComponent("nearby-server.conf")
+            try "[http]\nlisten = \"127.0.0.1:0\"\nmax-connections = 16384\n[database]\npath = \"\(directory.path)/db.sqlite\"\n"
+                .write(to: config, atomically: true, encoding: .utf8)
+            let process = try await ChildProcess(name: "nearby-server", executable: "/usr/bin/prlimit", arguments: [
+                "--nofile=1024:\(needed - short)", "--", executable!.path, "serve", "--config", config.path,
+            ])
+            if short == 0 {
+                try await process.waitForLine(containing: "nearby-server: listening on ")
+                #expect(try openFilesLimit(of: process.pid) == needed)
+                await process.stop()
+                #expect(process.exitStatus == 0)
+            } else {
+                #expect(try await process.waitForExit(within: 30) == 1)
+                #expect(process.output.contains("nearby-server: the connection limits need \(needed) file descriptors"),
+                        "\(process.output)")
+                #expect(process.output.contains("[http] max-connections 16384"))
+            }
+            #expect(process.lineCount(containing: "max-connections lowered") == 0)
+        }
+    }
+
+    /// Lowering stops at `[http] max-connections-per-address`: below it the
+    /// server refuses to start, saying the sum, as for a configured limit.
+    @Test func theDefaultIsNotLoweredBelowThePerAddressLimit() async throws {
+        let configuration = ServerConfiguration()
+        let others = DescriptorBudget.fixedReserve + DescriptorBudget.perProcessor * 2
+        let fits = others + configuration.http.maxConnectionsPerAddress
+        #expect(DescriptorBudget.fittingDefault(configuration, hardLimit: fits, processors: 2)?.configuration.http.maxConnections
+                == configuration.http.maxConnectionsPerAddress)
+        #expect(DescriptorBudget.fittingDefault(configuration, hardLimit: fits - 1, processors: 2) == nil)
+        #expect(DescriptorBudget.fittingDefault(configuration, hardLimit: others + 16_384, processors: 2) == nil)
+        var withXMPP = configuration
+        withXMPP.xmpp.certificatePath = "/c"
+        withXMPP.xmpp.privateKeyPath = "/k"
+        #expect(DescriptorBudget.fittingDefault(withXMPP, hardLimit: 4096, processors: 2)?.configuration.http.maxConnections
+                == 4096 - 1000 - 256 - others)
+        try await withTemporaryDirectory { directory in
+            let config = directory.appendingPathComponent("nearby-server.conf")
+            try "[http]\nlisten = \"127.0.0.1:0\"\n[database]\npath = \"\(directory.path)/db.sqlite\"\n"
+                .write(to: config, atomically: true, encoding: .utf8)
+            let result = try await runProgram("/usr/bin/prlimit", [
+                "--nofile=128:128", "--", executable!.path, "serve", "--config", config.path,
+            ])
+            #expect(result.status == 1)
+            #expect(result.output.contains("nearby-server: the connection limits need"), "\(result.output)")
+            #expect(result.output.contains("[http] max-connections 16384"))
+        }
+    }
+
+    /// The soft `Max open files` of a running process.
+    private func openFilesLimit(of pid: Int32) throws -> Int {
+        let limits = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+        let line = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
+        return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[3]))
     }
 
     @Test func theBudgetAddsTheConnectionLimitsAndTheReserve() {
