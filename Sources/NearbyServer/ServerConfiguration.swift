@@ -103,7 +103,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// anything before it is closed.
         public var pingTimeoutSeconds = 30
         /// `max-unacked-per-connection`: upstream messages and receipts a
-        /// connection may have without acking them (CCS: 100).
+        /// connection may have without acking them (CCS: 100), and stanzas
+        /// of a connection taken and not yet answered.
         public var maxUnackedPerConnection = 100
         /// `max-pending-downstream-per-device`: messages waiting for a device;
         /// more are refused with DEVICE_MESSAGE_RATE_EXCEEDED.
