@@ -621,7 +621,12 @@ public actor ConnectionHub {
             if now >= renewedAtMs + leaseMs / 3 {
                 renewedAtMs = now
                 let (upstream, receipts) = Self.positions(of: sessions.values.flatMap(\.unacked))
-                try await storage.renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: now + leaseMs)
+                // Claims a hand-out under way has made are not its sessions' yet: given up, they would be
+                // claimed and handed out again, a second delivery. Queued as the claims are, so none slips
+                // in between the positions' snapshot and the renewal.
+                let renewal = ConnectionWrite.renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: now + leaseMs,
+                                                          releasingOthers: pumping.isEmpty)
+                _ = try await writer.enqueue(renewal).result()
                 for project in Set(sessions.values.map(\.project)) { pump(project) }
             }
             for settled in try await storage.settleExpiredUpstream(nowMs: now, graceMs: Self.ttlZeroGraceMs, limit: 1000,

@@ -61,10 +61,6 @@ public protocol ConnectionStorage: Sendable {
     func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int) async throws -> [StoredReceipt]
     // MARK: Claims
 
-    /// Extends `replica`'s claims on these upstream messages and receipts (by
-    /// position) to `untilMs`, and gives up its claims on all others: a
-    /// replica holds what its application servers' sessions hold, no more.
-    func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws
     /// Gives up every replica's claims: a server alone on its database, at
     /// start, knows that no one holds them any more.
     func releaseAllClaims() async throws
@@ -102,6 +98,13 @@ public enum ConnectionWrite: Sendable {
     /// Gives up `replica`'s claims on these upstream messages and receipts
     /// (by position): ``ConnectionWriteResult/released``.
     case releaseClaims(replica: String, upstream: [Int64], receipts: [Int64])
+    /// Extends `replica`'s claims on these upstream messages and receipts (by
+    /// position) to `untilMs`; `releasingOthers`, gives up its claims on all
+    /// others (a replica holds what its application servers' sessions hold,
+    /// no more), which a replica may do only while it has no claim under
+    /// way whose messages its sessions have not been given yet:
+    /// ``ConnectionWriteResult/released``.
+    case renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64, releasingOthers: Bool)
     /// Claims up to `limit` of the project's receipts, and, for the room they
     /// leave, messages, as ``ConnectionStorage/claimReceipts(project:replica:nowMs:untilMs:limit:)`` and
     /// ``ConnectionStorage/claimUpstream(project:replica:nowMs:untilMs:graceMs:limit:)``:
@@ -117,7 +120,7 @@ public enum ConnectionWrite: Sendable {
         case .settleUpstream: 1
         case .removeReceipt: 2
         case .addDownstream: 3
-        case .releaseClaims: 4
+        case .releaseClaims, .renewClaims: 4
         case .claim: 5
         }
     }
@@ -179,6 +182,13 @@ extension ConnectionStorage {
             throw GroupCommitMismatch()
         }
         return added
+    }
+
+    /// ``ConnectionWrite/renewClaims(replica:upstream:receipts:untilMs:releasingOthers:)`` alone.
+    public func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64,
+                            releasingOthers: Bool = true) async throws {
+        _ = try await writeAlone(.renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: untilMs,
+                                              releasingOthers: releasingOthers))
     }
 
     /// ``ConnectionWrite/releaseClaims(replica:upstream:receipts:)`` alone.

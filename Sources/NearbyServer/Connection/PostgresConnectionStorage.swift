@@ -239,22 +239,22 @@ extension PostgresStorage {
 
     // MARK: Claims
 
-    public func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws {
+    private func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64, releasingOthers: Bool,
+                             on connection: PostgresConnection) async throws {
         let until = Int64(clamping: untilMs)
-        try await write { connection in
-            try await execute("""
-                UPDATE upstream SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(upstream))
-                """, on: connection)
-            try await execute("""
-                UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(upstream))
-                """, on: connection)
-            try await execute("""
-                UPDATE receipt SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
-                """, on: connection)
-            try await execute("""
-                UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(receipts))
-                """, on: connection)
-        }
+        try await execute("""
+            UPDATE upstream SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(upstream))
+            """, on: connection)
+        try await execute("""
+            UPDATE receipt SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
+            """, on: connection)
+        guard releasingOthers else { return }
+        try await execute("""
+            UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(upstream))
+            """, on: connection)
+        try await execute("""
+            UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(receipts))
+            """, on: connection)
     }
 
     private func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64], on connection: PostgresConnection) async throws {
@@ -332,6 +332,10 @@ extension PostgresStorage {
             }
         case .releaseClaims(let replica, let upstream, let receipts):
             try await releaseClaims(replica: replica, upstream: upstream, receipts: receipts, on: connection)
+            return .success(.released)
+        case .renewClaims(let replica, let upstream, let receipts, let untilMs, let releasingOthers):
+            try await renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: untilMs,
+                                  releasingOthers: releasingOthers, on: connection)
             return .success(.released)
         case .claim(let project, let replica, let nowMs, let untilMs, let graceMs, let limit):
             let receipts = try await claimReceipts(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, limit: limit,

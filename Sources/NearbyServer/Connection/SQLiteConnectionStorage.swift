@@ -248,17 +248,17 @@ extension SQLiteStorage {
 
     // MARK: Claims
 
-    public func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64) async throws {
-        try await pool.write { db in
-            for (table, positions) in [("upstream", upstream), ("receipt", receipts)] {
-                try db.execute(sql: """
-                    UPDATE \(table) SET claimedUntilMs = ? WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
-                    """, arguments: [Int64(clamping: untilMs), replica, Self.jsonArray(positions)])
-                try db.execute(sql: """
-                    UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
-                    WHERE claimedBy = ? AND position NOT IN (SELECT value FROM json_each(?))
-                    """, arguments: [replica, Self.jsonArray(positions)])
-            }
+    private static func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64, releasingOthers: Bool,
+                                    _ db: Database) throws {
+        for (table, positions) in [("upstream", upstream), ("receipt", receipts)] {
+            try db.execute(sql: """
+                UPDATE \(table) SET claimedUntilMs = ? WHERE claimedBy = ? AND position IN (SELECT value FROM json_each(?))
+                """, arguments: [Int64(clamping: untilMs), replica, Self.jsonArray(positions)])
+            guard releasingOthers else { continue }
+            try db.execute(sql: """
+                UPDATE \(table) SET claimedBy = NULL, claimedUntilMs = NULL
+                WHERE claimedBy = ? AND position NOT IN (SELECT value FROM json_each(?))
+                """, arguments: [replica, Self.jsonArray(positions)])
         }
     }
 
@@ -314,6 +314,10 @@ extension SQLiteStorage {
             return .added(try addDownstream(message, limit: limit, db))
         case .releaseClaims(let replica, let upstream, let receipts):
             try releaseClaims(replica: replica, upstream: upstream, receipts: receipts, db)
+            return .released
+        case .renewClaims(let replica, let upstream, let receipts, let untilMs, let releasingOthers):
+            try renewClaims(replica: replica, upstream: upstream, receipts: receipts, untilMs: untilMs, releasingOthers: releasingOthers,
+                            db)
             return .released
         case .claim(let project, let replica, let nowMs, let untilMs, let graceMs, let limit):
             let receipts = try claimReceipts(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, limit: limit, db)

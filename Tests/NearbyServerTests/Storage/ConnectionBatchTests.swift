@@ -74,6 +74,31 @@ extension StorageTests {
             }
         }
 
+        /// A renewal made while a hand-out is under way keeps the claims it
+        /// does not name: they are that hand-out's, not yet its sessions'.
+        @Test(arguments: Engine.allCases)
+        func aRenewalThatKeepsOthersGivesUpNothing(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                try await createDevice(storage, "d1", of: "alpha")
+                for id in ["m1", "m2"] { #expect(try await storage.acceptUpstream(C.upstream(id), limit: 10) == .kept) }
+                let claimed = try await storage.claimUpstream(project: "alpha", replica: "r1", nowMs: startMs, untilMs: startMs + 50,
+                                                              graceMs: 0, limit: 10)
+                #expect(claimed.map(\.messageId) == ["m1", "m2"])
+                try await storage.renewClaims(replica: "r1", upstream: [claimed[0].position], receipts: [], untilMs: startMs + 500,
+                                              releasingOthers: false)
+                // m2 is still r1's, until its own lease lapses; m1's was extended.
+                #expect(try await storage.claimUpstream(project: "alpha", replica: "r2", nowMs: startMs + 1, untilMs: startMs + 600,
+                                                        graceMs: 0, limit: 10).isEmpty)
+                #expect(try await storage.claimUpstream(project: "alpha", replica: "r2", nowMs: startMs + 50, untilMs: startMs + 600,
+                                                        graceMs: 0, limit: 10).map(\.messageId) == ["m2"])
+                // Releasing the others (no hand-out under way) gives them up at once.
+                try await storage.renewClaims(replica: "r2", upstream: [], receipts: [], untilMs: startMs + 600)
+                #expect(try await storage.claimUpstream(project: "alpha", replica: "r3", nowMs: startMs + 51, untilMs: startMs + 600,
+                                                        graceMs: 0, limit: 10).map(\.messageId) == ["m2"])
+            }
+        }
+
         @Test(arguments: Engine.allCases)
         func aClaimSeesTheRestOfItsBatch(engine: Engine) async throws {
             try await withStorage(engine) { storage in
