@@ -75,10 +75,10 @@ server's pings, and takes commands on standard input like a worker:
 
 sqlite-insert: single-row inserts a second into a new SQLite file in WAL
 mode (the server's), one connection, each its own transaction, with
---synchronous NORMAL (what GRDB sets with WAL, and so the server's: a
-commit survives the process, and waits for no sync of the disk) or FULL
-(each commit synced: it survives a power cut too): the engine's commit
-floor on this file system. Prints `{"inserts_per_s": R, "synchronous": N}`.
+--synchronous FULL (each commit synced: it survives a power cut; the
+server's) or NORMAL (what GRDB sets with WAL: a commit survives the
+process, and waits for no sync of the disk): the engine's commit floor on
+this file system. Prints `{"inserts_per_s": R, "synchronous": N}`.
 
 pg-notify: the round trip of a notification between two sessions of one
 PostgreSQL server (NOTIFY in one, LISTEN in the other), as the replicas'
