@@ -40,18 +40,11 @@ struct DescriptorLimitTests {
     }
 
     @Test func limitsThatDoNotFitTheHardDescriptorLimitAreRefusedAtStart() async throws {
-        try await withTemporaryDirectory { directory in
-            let config = directory.appendingPathComponent("nearby-server.conf")
-            try "[http]\nlisten = \"127.0.0.1:0\"\nmax-connections = 1000\n[database]\npath = \"\(directory.path)/db.sqlite\"\n"
-                .write(to: config, atomically: true, encoding: .utf8)
-            let result = try await runProgram("/usr/bin/prlimit", [
-                "--nofile=512:512", "--", executable!.path, "serve", "--config", config.path,
-            ])
-            #expect(result.status == 1)
-            #expect(result.output.contains("nearby-server: the connection limits need"), "\(result.output)")
-            #expect(result.output.contains("[http] max-connections 1000"))
-            #expect(result.output.contains("LimitNOFILE"))
-        }
+        let result = try await serve(nofile: 512, http: "max-connections = 1000\n")
+        #expect(result.status == 1)
+        #expect(result.output.contains("nearby-server: the connection limits need"), "\(result.output)")
+        #expect(result.output.contains("[http] max-connections 1000"))
+        #expect(result.output.contains("LimitNOFILE"))
     }
 
     /// Where nothing raised the limits (a shell, a container, a VM's init):
@@ -133,16 +126,23 @@ struct DescriptorLimitTests {
         withXMPP.xmpp.privateKeyPath = "/k"
         #expect(DescriptorBudget.fittingDefault(withXMPP, hardLimit: 4096, processors: 2)?.configuration.http.maxConnections
                 == 4096 - 1000 - 256 - others)
+        let result = try await serve(nofile: 128, http: "")
+        #expect(result.status == 1)
+        #expect(result.output.contains("nearby-server: the connection limits need"), "\(result.output)")
+        #expect(result.output.contains("[http] max-connections 16384"))
+    }
+
+    /// `nearby-server serve` with these `[http]` settings besides its
+    /// address, and a database of its own, under a descriptor limit of
+    /// `nofile`, run to its end.
+    private func serve(nofile: Int, http: String) async throws -> ProgramResult {
         try await withTemporaryDirectory { directory in
             let config = directory.appendingPathComponent("nearby-server.conf")
-            try "[http]\nlisten = \"127.0.0.1:0\"\n[database]\npath = \"\(directory.path)/db.sqlite\"\n"
+            try "[http]\nlisten = \"127.0.0.1:0\"\n\(http)[database]\npath = \"\(directory.path)/db.sqlite\"\n"
                 .write(to: config, atomically: true, encoding: .utf8)
-            let result = try await runProgram("/usr/bin/prlimit", [
-                "--nofile=128:128", "--", executable!.path, "serve", "--config", config.path,
+            return try await runProgram("/usr/bin/prlimit", [
+                "--nofile=\(nofile):\(nofile)", "--", executable!.path, "serve", "--config", config.path,
             ])
-            #expect(result.status == 1)
-            #expect(result.output.contains("nearby-server: the connection limits need"), "\(result.output)")
-            #expect(result.output.contains("[http] max-connections 16384"))
         }
     }
 
