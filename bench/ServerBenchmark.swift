@@ -557,8 +557,12 @@ private final class LoadWorkers: Sendable {
         for result in results {
             window.requests += result.int("requests")
             window.outcomes.add(result["outcomes"])
+            window.events.add(result["events"])
             window.latencies += (result["latencies"] as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
+            window.found += (result["found"] as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
+            window.unanswered += result.int("unanswered")
         }
+        // The processes' windows are of one length and start within milliseconds of each other.
         window.seconds = results.map { $0.double("seconds") }.reduce(0, +) / Double(max(results.count, 1))
         return window
     }
@@ -596,23 +600,7 @@ private final class LoadWorkers: Sendable {
         request["do"] = "run"
         request["warmup"] = settings.warmUp
         request["seconds"] = settings.seconds
-        var start: CPUMeter.Reading?
-        let results = try await send(request, within: settings.warmUp + settings.seconds + 60, waitsForWindow: true) {
-            start = meter.read()
-        }
-        var window = ServerBenchmark.Window()
-        if let start { window.cpu = meter.shares(since: start) }
-        for result in results {
-            window.requests += result.int("requests")
-            window.outcomes.add(result["outcomes"])
-            window.events.add(result["events"])
-            window.latencies += (result["latencies"] as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
-            window.found += (result["found"] as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
-            window.unanswered += result.int("unanswered")
-        }
-        // The processes' windows are of one length and start within milliseconds of each other.
-        window.seconds = results.map { $0.double("seconds") }.reduce(0, +) / Double(max(results.count, 1))
-        return window
+        return try await measured(request, within: settings.warmUp + settings.seconds + 60, meter)
     }
 
     func stop() async {

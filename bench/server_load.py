@@ -297,15 +297,20 @@ class Worker:
 
     # Streams.
 
-    async def open_stream(self, device, outcomes):
+    async def connect(self, device, what, outcomes):
+        """The device's WebSocket `what` (stream, channel), or None, counted in outcomes."""
         try:
-            ws = await self.stream_session(device).ws_connect(device.stream_url + "/v1/devices/%s/stream" % device.id,
-                                                             headers=device.auth, autoping=True, heartbeat=None)
+            return await self.stream_session(device).ws_connect(device.stream_url + "/v1/devices/%s/%s" % (device.id, what),
+                                                               headers=device.auth, autoping=True, heartbeat=None)
         except self.aiohttp.WSServerHandshakeError as error:
             outcomes["refused %d" % error.status] += 1
-            return
         except Exception as error:
             outcomes["failed %s" % type(error).__name__] += 1
+        return None
+
+    async def open_stream(self, device, outcomes):
+        ws = await self.connect(device, "stream", outcomes)
+        if ws is None:
             return
         device.ws = ws
         device.closed = None
@@ -502,14 +507,8 @@ class Worker:
     # Upstream.
 
     async def open_channel(self, device, outcomes):
-        try:
-            ws = await self.stream_session(device).ws_connect(device.stream_url + "/v1/devices/%s/channel" % device.id,
-                                                             headers=device.auth, autoping=True, heartbeat=None)
-        except self.aiohttp.WSServerHandshakeError as error:
-            outcomes["refused %d" % error.status] += 1
-            return
-        except Exception as error:
-            outcomes["failed %s" % type(error).__name__] += 1
+        ws = await self.connect(device, "channel", outcomes)
+        if ws is None:
             return
         device.channel = ws
         device.channel_reader = asyncio.ensure_future(self.read_channel(device, ws))

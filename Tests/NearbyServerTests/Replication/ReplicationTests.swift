@@ -104,15 +104,7 @@ import TestSupport
     /// changed meanwhile is found.
     @Test func aReplicaThatMissedEventsReloadsWhenItJoinsAgain() async throws {
         let hub = InMemoryReplicaHub()
-        try await withReplicas(.sqlite, hub: hub) { replicas in
-            let (a, b) = (replicas[0], replicas[1])
-            let key = try await a.createProject("alpha")
-            let publisher = try await a.register(apiKey: key)
-            let subscriber = try await a.register(apiKey: key)
-            let token = try await a.issueToken(publisher)
-            try await b.subscribe(subscriber, "s1")
-            let stream = try await b.openStream(subscriber)
-
+        try await expectFoundOnB(hub) { a, b, publisher in
             #expect(try await b.request(.get, APIPath.ready).status == .ok)
             await hub.drop(1)
             expectError(try await b.request(.get, APIPath.ready), .serviceUnavailable, .unavailable,
@@ -121,10 +113,6 @@ import TestSupport
             try await a.publish(publisher, "p1")
             await hub.reconnect(1)
             #expect(try await b.request(.get, APIPath.ready).status == .ok)
-            try await b.report(subscriber, seen: [(token.token, .ble)])
-            guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
-            #expect(match.source == "\(publisher.id)/p1")
-            try await stream.close()
         }
     }
 
@@ -133,6 +121,24 @@ import TestSupport
     /// storage, and what changed without its knowing is found.
     @Test func aMessageNotUnderstoodMakesTheReplicaReload() async throws {
         let hub = InMemoryReplicaHub()
+        try await expectFoundOnB(hub) { a, _, publisher in
+            // Kept in storage behind the replicas' backs: no event says so.
+            let publication = StoredPublication(device: publisher.id, id: "p1", namespace: publisher.registration.namespace, type: "greeting",
+                                                content: Data("hello".utf8), mediums: [.ble], mode: .broadcast,
+                                                expiresAtMs: a.clock.nowMs + 300_000)
+            _ = try await a.service.storage.applyChanges([.putPublication(publication)], device: publisher.id,
+                                                         limits: ObjectLimits(publications: 5, subscriptions: 5))
+            // The report comes after the message: the bus delivers in one order, so b has reloaded when it applies it.
+            try await hub.bus(9).publish(#"{"a message of":"another version"}"#)
+        }
+    }
+
+    /// Two replicas on SQLite over `hub`, A and B: a project with a
+    /// publisher (its token issued on A) and a subscriber subscribed on B
+    /// with its stream open there. After `change`, B's subscriber hears the
+    /// publisher's token, and its stream must find the publication `p1`.
+    private func expectFoundOnB(_ hub: InMemoryReplicaHub,
+                                after change: @escaping @Sendable (Harness, Harness, TestDevice) async throws -> Void) async throws {
         try await withReplicas(.sqlite, hub: hub) { replicas in
             let (a, b) = (replicas[0], replicas[1])
             let key = try await a.createProject("alpha")
@@ -141,14 +147,7 @@ import TestSupport
             let token = try await a.issueToken(publisher)
             try await b.subscribe(subscriber, "s1")
             let stream = try await b.openStream(subscriber)
-            // Kept in storage behind the replicas' backs: no event says so.
-            let publication = StoredPublication(device: publisher.id, id: "p1", namespace: publisher.registration.namespace, type: "greeting",
-                                                content: Data("hello".utf8), mediums: [.ble], mode: .broadcast,
-                                                expiresAtMs: a.clock.nowMs + 300_000)
-            _ = try await a.service.storage.applyChanges([.putPublication(publication)], device: publisher.id,
-                                                         limits: ObjectLimits(publications: 5, subscriptions: 5))
-            try await hub.bus(9).publish(#"{"a message of":"another version"}"#)
-            // Reported after the message: the bus delivers in one order, so b has reloaded when it applies the report.
+            try await change(a, b, publisher)
             try await b.report(subscriber, seen: [(token.token, .ble)])
             guard case .found(let match) = try await stream.next() else { Issue.record("expected found"); return }
             #expect(match.source == "\(publisher.id)/p1")
