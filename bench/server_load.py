@@ -639,56 +639,67 @@ class Worker:
 
     async def serve(self):
         await self.start()
-        reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        emit(json.dumps({"ready": True}))
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    return
-                command = json.loads(line)
-                action = command["do"]
-                if action == "quit":
-                    emit('{"done": %d, "result": {}}' % command["id"])
-                    return
-                if action == "setup":
-                    result = await self.setup(command)
-                elif action == "open":
-                    result = await self.open(command)
-                elif action == "close":
-                    await self.close_streams()
-                    result = {"open": self.open_count()}
-                elif action == "held":
-                    closed = collections.Counter(str(d.closed) for d in self.moving + self.idle
-                                                 if d.ws is not None and d.closed is not None)
-                    by_url = collections.Counter(d.stream_url for d in self.moving + self.idle
-                                                 if d.ws is not None and d.closed is None)
-                    result = {"open": self.open_count(), "closed": dict(closed), "by_url": dict(by_url)}
-                elif action == "urls":
-                    self.urls = command["urls"]
-                    for device in self.moving + self.idle:
-                        device.stream_url = self.urls[device.index % len(self.urls)]
-                    result = {}
-                elif action == "run":
-                    result = await self.run(command)
-                elif action == "channels":
-                    result = await self.channels(command)
-                elif action == "close-channels":
-                    await self.close_channels()
-                    result = {"open": len(self.open_channels())}
-                elif action == "upstream-start":
-                    result = await self.upstream_start(command)
-                elif action == "upstream-window":
-                    result = await self.upstream_window(command)
-                elif action == "upstream-stop":
-                    result = await self.upstream_stop(command)
-                else:
-                    result = {"error": "unknown command %s" % action}
-                emit('{"done": %d, "result": %s}' % (command["id"], json.dumps(result, sort_keys=True)))
+            await command_loop(self.handle)
         finally:
             await self.stop()
+
+    async def handle(self, action, command):
+        """The result of one command from the benchmark."""
+        if action == "setup":
+            result = await self.setup(command)
+        elif action == "open":
+            result = await self.open(command)
+        elif action == "close":
+            await self.close_streams()
+            result = {"open": self.open_count()}
+        elif action == "held":
+            closed = collections.Counter(str(d.closed) for d in self.moving + self.idle
+                                         if d.ws is not None and d.closed is not None)
+            by_url = collections.Counter(d.stream_url for d in self.moving + self.idle
+                                         if d.ws is not None and d.closed is None)
+            result = {"open": self.open_count(), "closed": dict(closed), "by_url": dict(by_url)}
+        elif action == "urls":
+            self.urls = command["urls"]
+            for device in self.moving + self.idle:
+                device.stream_url = self.urls[device.index % len(self.urls)]
+            result = {}
+        elif action == "run":
+            result = await self.run(command)
+        elif action == "channels":
+            result = await self.channels(command)
+        elif action == "close-channels":
+            await self.close_channels()
+            result = {"open": len(self.open_channels())}
+        elif action == "upstream-start":
+            result = await self.upstream_start(command)
+        elif action == "upstream-window":
+            result = await self.upstream_window(command)
+        elif action == "upstream-stop":
+            result = await self.upstream_stop(command)
+        else:
+            result = {"error": "unknown command %s" % action}
+        return result
+
+
+async def command_loop(handle):
+    """Reads the benchmark's commands, one JSON object a line on standard
+    input, until `quit` or its end; answers each with `handle(action,
+    command)`'s result as `{"done": ID, "result": ...}`."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    emit(json.dumps({"ready": True}))
+    while True:
+        line = await reader.readline()
+        if not line:
+            return
+        command = json.loads(line)
+        if command["do"] == "quit":
+            emit('{"done": %d, "result": {}}' % command["id"])
+            return
+        result = await handle(command["do"], command)
+        emit('{"done": %d, "result": %s}' % (command["id"], json.dumps(result, sort_keys=True)))
 
 
 # The application server: XMPP as nearby-server's connection server speaks it, and no more.
@@ -893,29 +904,8 @@ class AppServer:
     async def serve(self):
         await self.connect()
         reading = asyncio.ensure_future(self.read())
-        reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        emit(json.dumps({"ready": True}))
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    return
-                command = json.loads(line)
-                action = command["do"]
-                if action == "quit":
-                    emit('{"done": %d, "result": {}}' % command["id"])
-                    return
-                if self.closed.is_set():
-                    result = {"error": "the XMPP stream ended: %s" % dict(self.payloads)}
-                elif action == "dry-run":
-                    result = await asyncio.wait_for(self.measure_dry_runs(command), command.get("within", 120))
-                elif action == "acked":
-                    result = {"acked": self.acked, "payloads": dict(self.payloads), "nacks": self.nacks, "again": self.again}
-                else:
-                    result = {"error": "unknown command %s" % action}
-                emit('{"done": %d, "result": %s}' % (command["id"], json.dumps(result, sort_keys=True)))
+            await command_loop(self.handle)
         finally:
             if not self.closed.is_set():
                 self.write("</stream:stream>")
@@ -926,6 +916,18 @@ class AppServer:
                     pass
             self.writer.close()
             reading.cancel()
+
+    async def handle(self, action, command):
+        """The result of one command from the benchmark."""
+        if self.closed.is_set():
+            result = {"error": "the XMPP stream ended: %s" % dict(self.payloads)}
+        elif action == "dry-run":
+            result = await asyncio.wait_for(self.measure_dry_runs(command), command.get("within", 120))
+        elif action == "acked":
+            result = {"acked": self.acked, "payloads": dict(self.payloads), "nacks": self.nacks, "again": self.again}
+        else:
+            result = {"error": "unknown command %s" % action}
+        return result
 
 
 def sqlite_insert(args):
