@@ -133,7 +133,7 @@ bench: setup
 bench-modem: setup
 	bench/modem-compare
 
-# nearby-server alone under load (about 10 minutes; not in `bench`): its
+# nearby-server alone under load (about 10 minutes; also in `bench`): its
 # generator (bench/server_load.py) is aiohttp, and its PostgreSQL runs use
 # postgresql's pgbench and psql. BENCH_SERVER_ARGS picks what to run, e.g.
 # `--parts upstream` (nearby-bench server --help).

@@ -51,8 +51,8 @@ struct NearbyBench: AsyncParsableCommand {
                        streams held (10,000) and memory per stream; upstream messages per
                        second from 1,000 devices' channels through one application server,
                        against its dry-run rate and the engine's durable insert rate;
-                       PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Not in
-                       all (make bench-server). About 10 minutes.
+                       PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Also
+                       alone: make bench-server. About 10 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
@@ -93,6 +93,7 @@ struct All: AsyncParsableCommand {
         try await ScanBenchmark.run(locations: locations, rate: 1000, seconds: 10, rounds: 3)
         try await UpstreamBenchmark.run(messages: 500, senders: 100, total: 5000)
         try await IsolationBenchmark.run(locations: locations, seconds: 10, interval: 2000, connections: 3, window: 16)
+        try await ServerBenchmark.run(ServerBenchmark.Settings())
         // Last: it fails (after printing its figures) when something is left.
         try await SoakBenchmark.run(SoakBenchmark.Settings())
     }
