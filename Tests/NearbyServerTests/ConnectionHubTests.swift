@@ -78,6 +78,45 @@ import Testing
         }
     }
 
+    /// A session's acks and downstream messages are taken one after the
+    /// other without waiting for the answers (they commit together), and
+    /// answered in the order they came.
+    @Test func stanzasTakenTogetherAreAnsweredInOrder() async throws {
+        try await withServer { h in
+            var s = try await Self.setUp(h)
+            let ids = (1...5).map { "m-\($0)" }
+            for id in ids { await s.hub.received(Self.upstream(id), device: s.device, project: "alpha") }
+            for _ in ids { _ = try await s.session.next() }
+            var answers: [Task<String?, Never>] = []
+            for id in ids.prefix(2) {
+                answers.append(await s.hub.take(#"{"to":"\#(s.device)","message_id":"\#(id)","message_type":"ack"}"#, from: s.sessionID))
+            }
+            answers.append(await s.hub.take(#"{"to":"\#(s.device)","message_id":"none","message_type":"ack"}"#, from: s.sessionID))
+            answers.append(await s.hub.take(#"{"to":"\#(s.device)","message_id":"down-1","data":{"k":"v"}}"#, from: s.sessionID))
+            for id in ids.dropFirst(2) {
+                answers.append(await s.hub.take(#"{"to":"\#(s.device)","message_id":"\#(id)","message_type":"ack"}"#, from: s.sessionID))
+            }
+            var texts: [String?] = []
+            for answer in answers { texts.append(await answer.value) }
+            #expect(texts[0] == nil && texts[1] == nil && texts[4...].allSatisfy { $0 == nil })
+            #expect(try Self.json(texts[2])["error"] as? String == "BAD_ACK")
+            #expect(try Self.json(texts[3])["message_type"] as? String == "ack")
+            #expect(try Self.json(texts[3])["message_id"] as? String == "down-1")
+            // The device hears each of its messages sent, and the downstream message.
+            var sent: Set<String> = []
+            var downstream: [String] = []
+            while sent.count < ids.count || downstream.isEmpty, let event = await s.channel.next() {
+                switch event {
+                case .sent(let refs): sent.formUnion(refs.map(\.messageId))
+                case .message(let message): downstream.append(message.messageId)
+                default: Issue.record("unexpected \(event)")
+                }
+            }
+            #expect(sent == Set(ids))
+            #expect(downstream == ["down-1"])
+        }
+    }
+
     @Test func severalConnectionsOfOneSenderShareTheMessages() async throws {
         try await withServer(configure: { $0.xmpp.maxUnackedPerConnection = 1 }) { h in
             var s = try await Self.setUp(h)
