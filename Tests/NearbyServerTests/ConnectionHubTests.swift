@@ -96,16 +96,18 @@ import Testing
             for id in ids.dropFirst(2) {
                 answers.append(await s.hub.take(#"{"to":"\#(s.device)","message_id":"\#(id)","message_type":"ack"}"#, from: s.sessionID))
             }
+            answers.append(await s.hub.take(#"{"to":"\#(s.device)","message_id":"down-2","data":{"k":"v"}}"#, from: s.sessionID))
             var texts: [String?] = []
             for answer in answers { texts.append(await answer.value) }
-            #expect(texts[0] == nil && texts[1] == nil && texts[4...].allSatisfy { $0 == nil })
+            #expect(texts[0] == nil && texts[1] == nil && texts[4..<7].allSatisfy { $0 == nil })
+            #expect(try Self.json(texts[7])["message_id"] as? String == "down-2")
             #expect(try Self.json(texts[2])["error"] as? String == "BAD_ACK")
             #expect(try Self.json(texts[3])["message_type"] as? String == "ack")
             #expect(try Self.json(texts[3])["message_id"] as? String == "down-1")
-            // The device hears each of its messages sent, and the downstream message.
+            // The device hears each of its messages sent, and the downstream messages in the order they came.
             var sent: Set<String> = []
             var downstream: [String] = []
-            while sent.count < ids.count || downstream.isEmpty, let event = await s.channel.next() {
+            while sent.count < ids.count || downstream.count < 2, let event = await s.channel.next() {
                 switch event {
                 case .sent(let refs): sent.formUnion(refs.map(\.messageId))
                 case .message(let message): downstream.append(message.messageId)
@@ -113,7 +115,7 @@ import Testing
                 }
             }
             #expect(sent == Set(ids))
-            #expect(downstream == ["down-1"])
+            #expect(downstream == ["down-1", "down-2"])
         }
     }
 

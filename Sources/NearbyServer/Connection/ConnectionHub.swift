@@ -30,6 +30,9 @@ public actor ConnectionHub {
         var unacked: Set<Flight> = []
         /// Told CONNECTION_DRAINING: nothing new goes to it.
         var draining = false
+        /// Its last downstream message being kept: the next one is written
+        /// on its device's channel after it, in the order they came.
+        var lastDownstream: Task<String?, any Error>?
 
         init(project: String, output: AsyncStream<String>.Continuation) {
             self.project = project
@@ -322,7 +325,10 @@ public actor ConnectionHub {
                                       receiptRequested: message.deliveryReceiptRequested)
         let adding = writer.enqueue(.addDownstream(stored, limit: maxPendingDownstreamPerDevice))
         let limit = maxPendingDownstreamPerDevice
-        return Task {
+        let previous = session.lastDownstream
+        let task = Task<String?, any Error> {
+            // Committed together, told in order.
+            _ = try? await previous?.value
             guard case .added(let added) = try await adding.result() else { throw GroupCommitMismatch() }
             guard added else {
                 return CCSPayload.nack(.init(code: .deviceMessageRateExceeded,
@@ -333,6 +339,8 @@ public actor ConnectionHub {
                                                                          data: message.data)))
             return ack
         }
+        session.lastDownstream = task
+        return task
     }
 
     /// Tells every session CONNECTION_DRAINING and gives them nothing new:
