@@ -70,6 +70,7 @@ test: setup
 	$(REPLAY) .build/debug/modem-fuzz Sources/ModemFuzz/corpus
 	$(VENV)/bin/python -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('doc/server-api/openapi.yaml')))"
 	@echo "doc/server-api/openapi.yaml: valid OpenAPI"
+	$(SWIFT) package dump-package | $(VENV)/bin/python Tests/docs/check_docs.py
 
 # The fuzz harnesses (Sources/*Fuzz/README.md) built with libFuzzer and
 # AddressSanitizer into .build-fuzz, each run for FUZZ_SECONDS from its seeds;
