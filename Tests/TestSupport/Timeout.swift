@@ -60,7 +60,20 @@ public final class Inbox<Value: Sendable>: Sendable {
         where matches: @escaping @Sendable (Value) -> Bool
     ) async throws -> Value {
         let id = UUID()
-        return try await withTimeout(seconds, what) {
+        do {
+            return try await waitFirst(id: id, within: seconds, what, where: matches)
+        } catch let timedOut as TimedOut {
+            // Say what did come, so a failure in CI explains itself.
+            let received = values
+            throw TimedOut(what: "\(timedOut.what) (\(received.count) received; the last: "
+                           + received.suffix(5).map { String(describing: $0) }.joined(separator: "; ") + ")")
+        }
+    }
+
+    private func waitFirst(
+        id: UUID, within seconds: Double, _ what: String, where matches: @escaping @Sendable (Value) -> Bool
+    ) async throws -> Value {
+        try await withTimeout(seconds, what) {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
                     var cancelled = false
