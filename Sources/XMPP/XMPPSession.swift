@@ -44,7 +44,14 @@ public final class XMPPSession: Sendable {
     /// returning once it is handed to the connection. Throws
     /// ``XMPPSessionError/streamClosed`` once the stream is ending.
     public func send(_ stanza: XMLElement) async throws {
-        let xml = stanza.xml(inheriting: Namespace.client)
+        try await send(contentsOf: [stanza])
+    }
+
+    /// Writes `stanzas` in order as one write and one flush (one TLS record
+    /// where they fit), returning once they are handed to the connection.
+    /// Throws ``XMPPSessionError/streamClosed`` once the stream is ending.
+    public func send(contentsOf stanzas: [XMLElement]) async throws {
+        let xml = stanzas.map { $0.xml(inheriting: Namespace.client) }.joined()
         try await handler.eventLoop.flatSubmit { [handler] in handler.value.send(xml) }.get()
     }
 

@@ -29,7 +29,7 @@ import TestSupport
                 // The next session gets them once this one has ended without an ack.
                 let (next, nextOutput) = await s.hub.openSession(project: "alpha")
                 await s.hub.closeSession(session)
-                (session, output) = (next, nextOutput.makeAsyncIterator())
+                (session, output) = (next, nextOutput.payloads())
             }
             for _ in ids {
                 let id = try #require(try ConnectionHubTests.json(await output.next())["message_id"] as? String)

@@ -11,7 +11,7 @@ import Testing
         let hub: ConnectionHub
         let device: String
         var channel: AsyncStream<ChannelEvent>.Iterator
-        var session: AsyncStream<String>.Iterator
+        var session: SessionPayloads
         let sessionID: UInt64
         let channelID: UInt64
     }
@@ -20,8 +20,8 @@ import Testing
         let device = try await h.devices(1)[0]
         let hub = h.service.connections
         let (channelID, channel) = await hub.openChannel(device: device.id, project: "alpha")
-        let (id, output) = session ? await hub.openSession(project: "alpha") : (0, AsyncStream { $0.finish() })
-        return Setup(hub: hub, device: device.id, channel: channel.makeAsyncIterator(), session: output.makeAsyncIterator(),
+        let (id, output) = session ? await hub.openSession(project: "alpha") : (0, AsyncStream<[String]> { $0.finish() })
+        return Setup(hub: hub, device: device.id, channel: channel.makeAsyncIterator(), session: output.payloads(),
                      sessionID: id, channelID: channelID)
     }
 
@@ -59,7 +59,7 @@ import Testing
             #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-1")
             await s.hub.closeSession(s.sessionID)
             let (next, output) = await s.hub.openSession(project: "alpha")
-            var again = output.makeAsyncIterator()
+            var again = output.payloads()
             #expect(try Self.json(await again.next())["message_id"] as? String == "m-1")
             #expect(await s.hub.received(#"{"to":"\#(s.device)","message_id":"m-1","message_type":"ack"}"#, from: next) == nil)
             #expect(await s.channel.next() == .sent([ChannelMessageRef(app: "org.example.chat", messageId: "m-1")]))
@@ -122,7 +122,7 @@ import Testing
     @Test func severalConnectionsOfOneSenderShareTheMessages() async throws {
         try await withServer(configure: { $0.xmpp.maxUnackedPerConnection = 1 }) { h in
             var s = try await Self.setUp(h)
-            var second = await s.hub.openSession(project: "alpha").output.makeAsyncIterator()
+            var second = await s.hub.openSession(project: "alpha").output.payloads()
             for index in 1...2 { await s.hub.received(Self.upstream("m-\(index)"), device: s.device, project: "alpha") }
             let first = try Self.json(await s.session.next())["message_id"] as? String
             let other = try Self.json(await second.next())["message_id"] as? String
@@ -176,7 +176,7 @@ import Testing
             // A repeat of one it keeps is still answered as a repeat, not refused.
             await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
             let (_, output) = await s.hub.openSession(project: "alpha")
-            var session = output.makeAsyncIterator()
+            var session = output.payloads()
             #expect(try Self.json(await session.next())["message_id"] as? String == "m-1")
         }
     }
@@ -257,7 +257,7 @@ import Testing
             await s.hub.received(.ack(messageId: "d-3"), device: s.device, project: "alpha")
             #expect(try await h.service.storage.receipts(project: "alpha", after: 0, limit: 10).map(\.messageId)
                 == ["dr2:d-2", "dr2:d-3"])
-            var session = await s.hub.openSession(project: "alpha").output.makeAsyncIterator()
+            var session = await s.hub.openSession(project: "alpha").output.payloads()
             #expect(try Self.json(await session.next())["message_id"] as? String == "dr2:d-2")
             #expect(try Self.json(await session.next())["message_id"] as? String == "dr2:d-3")
         }

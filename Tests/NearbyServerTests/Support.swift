@@ -315,3 +315,25 @@ final class TestStream: Sendable {
         return try await connection.value
     }
 }
+
+/// A session's payloads one at a time, as the hub hands them out in arrays.
+struct SessionPayloads {
+    private var batches: AsyncStream<[String]>.Iterator
+    private var buffered: ArraySlice<String> = []
+
+    init(_ output: AsyncStream<[String]>) { batches = output.makeAsyncIterator() }
+
+    /// The next payload, or nil once the session's output has finished.
+    mutating func next() async -> String? {
+        while buffered.isEmpty {
+            guard let batch = await batches.next() else { return nil }
+            buffered = batch[...]
+        }
+        return buffered.popFirst()
+    }
+}
+
+extension AsyncStream<[String]> {
+    /// The payloads one at a time.
+    func payloads() -> SessionPayloads { SessionPayloads(self) }
+}

@@ -40,8 +40,8 @@ struct CCSService: XMPPService {
         logger.info("application server connected", metadata: ["project": "\(project)", "jid": "\(session.jid)"])
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await payload in output {
-                    guard (try? await session.send(Self.message(payload))) != nil else { return }
+                for await payloads in output {
+                    guard (try? await session.send(contentsOf: payloads.map(Self.message))) != nil else { return }
                 }
             }
             group.addTask { await answer(session, id) }

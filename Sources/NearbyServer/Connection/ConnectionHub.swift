@@ -25,7 +25,7 @@ public actor ConnectionHub {
     /// An application server's session, as the hub sees it.
     private final class AppSession {
         let project: String
-        let output: AsyncStream<String>.Continuation
+        let output: AsyncStream<[String]>.Continuation
         /// Upstream messages (by position) and receipts (by message id) it has not acked.
         var unacked: Set<Flight> = []
         /// Told CONNECTION_DRAINING: nothing new goes to it.
@@ -34,7 +34,7 @@ public actor ConnectionHub {
         /// on its device's channel after it, in the order they came.
         var lastDownstream: Task<String?, any Error>?
 
-        init(project: String, output: AsyncStream<String>.Continuation) {
+        init(project: String, output: AsyncStream<[String]>.Continuation) {
             self.project = project
             self.output = output
         }
@@ -162,14 +162,16 @@ public actor ConnectionHub {
     // MARK: Application servers
 
     /// A new session of `project`'s application server; `output` yields the
-    /// `<gcm>` payloads to write to it, in order.
-    public func openSession(project: String) -> (id: UInt64, output: AsyncStream<String>) {
+    /// `<gcm>` payloads to write to it, in order, those handed out together
+    /// in one array (written with one flush: under load, a hundred stanzas
+    /// cost about one write's system calls and TLS record instead of a hundred).
+    public func openSession(project: String) -> (id: UInt64, output: AsyncStream<[String]>) {
         nextID += 1
-        let (output, continuation) = AsyncStream.makeStream(of: String.self)
+        let (output, continuation) = AsyncStream.makeStream(of: [String].self)
         let session = AppSession(project: project, output: continuation)
         if draining {
             session.draining = true
-            continuation.yield(CCSPayload.connectionDraining)
+            continuation.yield([CCSPayload.connectionDraining])
         }
         sessions[nextID] = session
         pump(project)
@@ -349,7 +351,7 @@ public actor ConnectionHub {
         draining = true
         for session in sessions.values where !session.draining {
             session.draining = true
-            session.output.yield(CCSPayload.connectionDraining)
+            session.output.yield([CCSPayload.connectionDraining])
         }
     }
 
@@ -605,10 +607,12 @@ public actor ConnectionHub {
         var next = work.makeIterator()
         // The sessions may have changed while storage was claimed from.
         for session in sessions.values where session.project == project && !session.draining {
+            var payloads: [String] = []
             while session.unacked.count < maxUnackedPerSession, let (flight, payload) = next.next() {
                 session.unacked.insert(flight)
-                session.output.yield(payload)
+                payloads.append(payload)
             }
+            if !payloads.isEmpty { session.output.yield(payloads) }
         }
         let unused = Array(IteratorSequence(next).map(\.0))
         if !unused.isEmpty { try await release(unused) }

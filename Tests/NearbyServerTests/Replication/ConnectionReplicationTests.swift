@@ -29,7 +29,7 @@ import TestSupport
             let (_, channelEvents) = await one.openChannel(device: device, project: "alpha")
             var channel = channelEvents.makeAsyncIterator()
             let (session, output) = await two.openSession(project: "alpha")
-            var delivered = output.makeAsyncIterator()
+            var delivered = output.payloads()
 
             await one.received(ConnectionHubTests.upstream("m-1"), device: device, project: "alpha")
             #expect(try Self.messageId(await delivered.next()) == "m-1")
@@ -62,7 +62,7 @@ import TestSupport
             let device = try await replicas[0].devices(1)[0].id
             let (first, firstOutput) = await one.openSession(project: "alpha")
             let (second, secondOutput) = await two.openSession(project: "alpha")
-            var (atOne, atTwo) = (firstOutput.makeAsyncIterator(), secondOutput.makeAsyncIterator())
+            var (atOne, atTwo) = (firstOutput.payloads(), secondOutput.payloads())
 
             // Six messages, room for three on each: each session gets three, none twice.
             let ids = (1...6).map { "m-\($0)" }
@@ -104,13 +104,13 @@ import TestSupport
             let clock = replicas[0].clock
             let device = try await replicas[0].devices(1)[0].id
             let (_, firstOutput) = await one.openSession(project: "alpha")
-            var atOne = firstOutput.makeAsyncIterator()
+            var atOne = firstOutput.payloads()
             await one.received(ConnectionHubTests.upstream("m-1"), device: device, project: "alpha")
             #expect(try Self.messageId(await atOne.next()) == "m-1")
 
             // Replica 1 goes silent with m-1 out; a session opens on replica 2.
             let (second, secondOutput) = await two.openSession(project: "alpha")
-            var atTwo = secondOutput.makeAsyncIterator()
+            var atTwo = secondOutput.payloads()
             clock.advance(bySeconds: 29)
             await two.sweep()
             await one.received(ConnectionHubTests.upstream("m-2"), device: device, project: "alpha")
