@@ -254,7 +254,8 @@ struct Server: AsyncParsableCommand {
             channel from an address of its own group, 100 devices an address);
             4. upstream messages per second end to end: --upstream-devices devices open their direct \
             channel (split over the replicas) and keep --upstream-in-flight messages out each, one \
-            application server (server_load.py appserver, one XMPP session on replica 1) acks every one, \
+            application server (server_load.py appserver, --upstream-sessions XMPP sessions on replica 1) \
+            acks every one, \
             and each message counts when its `sent` event reaches its device; p50 and p99 send → sent. \
             Against the same application server's dry runs (100 in flight) and the engine's durable \
             single-row inserts per second from one client (SQLite: a file in WAL mode beside the server's; \
@@ -303,6 +304,10 @@ struct Server: AsyncParsableCommand {
     @Option(help: "Upstream messages each of them keeps out at once.")
     var upstreamInFlight = 2
 
+    @Option(help: ArgumentHelp("XMPP sessions of the application server (CCS holds at most 100 messages unacked on one).",
+                               valueName: "sessions"))
+    var upstreamSessions = 4
+
     @Option(help: "Seed of the devices' moves.")
     var seed = 1
 
@@ -318,8 +323,8 @@ struct Server: AsyncParsableCommand {
             throw ValidationError("need --streams ≥ --devices ≥ 2 × --neighbours × --processes, and --concurrency ≥ --processes")
         }
         guard chosenParts != nil else { throw ValidationError("--parts is a comma-separated list of streams, sightings, upstream, or all") }
-        guard upstreamDevices >= processes, upstreamDevices <= devices, upstreamInFlight >= 1 else {
-            throw ValidationError("need --processes ≤ --upstream-devices ≤ --devices, and --upstream-in-flight ≥ 1")
+        guard upstreamDevices >= processes, upstreamDevices <= devices, upstreamInFlight >= 1, upstreamSessions >= 1 else {
+            throw ValidationError("need --processes ≤ --upstream-devices ≤ --devices, and --upstream-in-flight and --upstream-sessions ≥ 1")
         }
     }
 
@@ -328,7 +333,8 @@ struct Server: AsyncParsableCommand {
         try await ServerBenchmark.run(ServerBenchmark.Settings(
             sqlite: engine != "postgres", postgres: engine != "sqlite", parts: chosenParts ?? [], devices: devices, streams: streams,
             processes: processes, concurrency: concurrency, neighbours: neighbours, seconds: seconds, warmUp: warmUp,
-            upstreamDevices: upstreamDevices, upstreamInFlight: upstreamInFlight, seed: seed))
+            upstreamDevices: upstreamDevices, upstreamInFlight: upstreamInFlight, upstreamSessions: upstreamSessions,
+            seed: seed))
     }
 }
 

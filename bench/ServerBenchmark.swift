@@ -43,6 +43,8 @@ enum ServerBenchmark {
         var upstreamDevices = 1_000
         /// Upstream messages each of them keeps out at once.
         var upstreamInFlight = 2
+        /// XMPP sessions of the application server.
+        var upstreamSessions = 4
         var seed = 1
 
         /// Whether the streams are opened: for their own figure, and for the sightings' found and lost.
@@ -308,7 +310,8 @@ enum ServerBenchmark {
         let opened = try await load.command(["do": "channels", "count": perProcess, "within": 120], within: 180)
         result.devices = opened.map { $0.int("open") }.reduce(0, +)
         guard let xmppPort = replicas[0].xmppPort else { throw ChildProcessError(message: "replica 1 has no XMPP endpoint") }
-        let app = try await LoadWorkers.appServer(setup.scripts, port: xmppPort, files: setup.xmpp, serverKey: setup.keys.serverKey)
+        let app = try await LoadWorkers.appServer(setup.scripts, port: xmppPort, files: setup.xmpp, serverKey: setup.keys.serverKey,
+                                                     sessions: settings.upstreamSessions)
         try await ensuring {
             let floor = try await app.command(["do": "dry-run", "to": setup.device, "count": 5000, "window": 100,
                                                "one_at_a_time": 500, "within": 120], within: 180)[0]
@@ -524,11 +527,11 @@ private final class LoadWorkers: Sendable {
     }
 
     /// The application server of the upstream figure (server_load.py
-    /// appserver), logged in to the XMPP endpoint at `port` with `serverKey`.
-    static func appServer(_ scripts: LoadScripts, port: Int, files: XMPPFiles, serverKey: String) async throws -> LoadWorkers {
+    /// appserver), its `sessions` logged in to the XMPP endpoint at `port` with `serverKey`.
+    static func appServer(_ scripts: LoadScripts, port: Int, files: XMPPFiles, serverKey: String, sessions: Int) async throws -> LoadWorkers {
         let process = try await scripts.start("server_load.py", [
             "appserver", "--port", "\(port)", "--domain", ServerBenchmark.xmppDomain, "--project", ServerBenchmark.project,
-            "--key", serverKey, "--ca", files.certificate,
+            "--key", serverKey, "--ca", files.certificate, "--sessions", "\(sessions)",
         ], as: .root, name: "app-server", takesInput: true)
         do {
             try await process.waitForLine(containing: #"{"ready": true}"#, within: 60)
@@ -835,7 +838,7 @@ extension ServerBenchmark {
         }
         var text = """
 
-            Upstream messages, device channel → one application server (one XMPP session on replica 1, acking each) → \
+            Upstream messages, device channel → one application server (\(settings.upstreamSessions) XMPP sessions on replica 1, acking each) → \
             `sent` on the device's channel; \(settings.upstreamDevices) devices, \(settings.upstreamInFlight) messages out \
             each, window of \(format(settings.seconds, 0)) s after a warm-up until as many had their `sent` as were sent at first. \
             Floors of the same run: the same application server's downstream dry runs (XMPP, TLS and the CCS layer, \

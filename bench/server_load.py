@@ -58,9 +58,11 @@ Commands (`id` is echoed):
   {"id": 12, "do": "close-channels"}
   {"id": 13, "do": "quit"}
 
-appserver: the application server of the upstream figure, one XMPP session
-(TLS from the first byte, SASL PLAIN with the project's server key, a
-bound resource) on asyncio alone, doing as little as it can per message: no
+appserver: the application server of the upstream figure, --sessions XMPP
+sessions (each TLS from the first byte, SASL PLAIN with the project's server
+key, a bound resource of its own: CCS holds at most 100 messages unacked on
+one connection, and application servers open several for more) on asyncio
+alone, doing as little as it can per message: no
 XML tree, no stanza objects (slixmpp, bench/ccs_appserver.py, builds both;
 the benchmark measures its dry runs beside these). It acks every upstream
 message as it comes (again if it comes again, counting that), answers the
@@ -710,16 +712,11 @@ STREAM_HEADER = ("<?xml version='1.0'?><stream:stream to='%s' version='1.0' xmln
 IQ_ID = re.compile(rb"""\bid=['"]([^'"]*)['"]""")
 
 
-class AppServer:
-    """One CCS session that acks every upstream message as it comes. Stanzas are cut from the stream by their
-    end tags (the server writes `<message …>…</message>` and `<iq …/>` or `<iq …>…</iq>`) and a `<gcm>`
-    payload's JSON read as it is: no XML tree, no stanza objects."""
+class Tally:
+    """What the application server's sessions received, together: a message given to two sessions is a
+    double delivery as much as one given twice to one."""
 
-    def __init__(self, args):
-        self.args = args
-        self.reader = None
-        self.writer = None
-        self.buffer = b""
+    def __init__(self):
         self.acked = 0
         self.payloads = collections.Counter()
         # The first few nacks, as they came.
@@ -727,6 +724,20 @@ class AppServer:
         # Every upstream message (device, id) → when it came; the first few that came again.
         self.upstream = {}
         self.again = []
+
+
+class AppServer:
+    """One CCS session that acks every upstream message as it comes. Stanzas are cut from the stream by their
+    end tags (the server writes `<message …>…</message>` and `<iq …/>` or `<iq …>…</iq>`) and a `<gcm>`
+    payload's JSON read as it is: no XML tree, no stanza objects."""
+
+    def __init__(self, args, tally, resource):
+        self.args = args
+        self.tally = tally
+        self.resource = resource
+        self.reader = None
+        self.writer = None
+        self.buffer = b""
         # Dry-run message id → the future its ack or nack settles.
         self.waiting = {}
         self.closed = asyncio.Event()
@@ -771,7 +782,7 @@ class AppServer:
         self.write(STREAM_HEADER % args.domain)
         await self.until(b"</stream:features")
         self.write("<iq type='set' id='bind-1'><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'>"
-                   "<resource>bench</resource></bind></iq>")
+                   "<resource>%s</resource></bind></iq>" % self.resource)
         await self.until(b"</iq")
 
     async def read(self):
@@ -821,7 +832,7 @@ class AppServer:
                 self.iq(buffer[start:end])
                 position = end
             elif buffer.startswith(b"</stream:stream", start) or buffer.startswith(b"<stream:error", start):
-                self.payloads["stream ended"] += 1
+                self.tally.payloads["stream ended"] += 1
                 position = len(buffer)
                 self.writer.close()
                 break
@@ -854,19 +865,20 @@ class AppServer:
         kind = payload.get("message_type")
         if kind is None:
             # An upstream message: acked at once (again if it comes again: each delivery wants its ack).
+            tally = self.tally
             key = (payload["from"], payload["message_id"])
-            if key in self.upstream:
-                self.payloads["upstream again"] += 1
-                if len(self.again) < 5:
-                    self.again.append({"from": key[0], "message_id": key[1],
-                                       "after_ms": round((time.perf_counter() - self.upstream[key]) * 1000, 1)})
-            self.upstream[key] = time.perf_counter()
+            if key in tally.upstream:
+                tally.payloads["upstream again"] += 1
+                if len(tally.again) < 5:
+                    tally.again.append({"from": key[0], "message_id": key[1],
+                                        "after_ms": round((time.perf_counter() - tally.upstream[key]) * 1000, 1)})
+            tally.upstream[key] = time.perf_counter()
             self.send_gcm({"to": payload["from"], "message_id": payload["message_id"], "message_type": "ack"})
-            self.acked += 1
+            tally.acked += 1
             return
-        self.payloads[kind if kind != "nack" else "nack %s" % payload.get("error")] += 1
-        if kind == "nack" and len(self.nacks) < 5:
-            self.nacks.append(payload)
+        self.tally.payloads[kind if kind != "nack" else "nack %s" % payload.get("error")] += 1
+        if kind == "nack" and len(self.tally.nacks) < 5:
+            self.tally.nacks.append(payload)
         if kind in ("ack", "nack"):
             waiter = self.waiting.pop(payload.get("message_id"), None)
             if waiter is not None and not waiter.done():
@@ -901,33 +913,44 @@ class AppServer:
         seconds = time.perf_counter() - start
         return {"rtt_ms": rtts, "rate": round(command["count"] / seconds, 1)}
 
-    async def serve(self):
-        await self.connect()
-        reading = asyncio.ensure_future(self.read())
-        try:
-            await command_loop(self.handle)
-        finally:
-            if not self.closed.is_set():
-                self.write("</stream:stream>")
-                await self.writer.drain()
-                try:
-                    await asyncio.wait_for(self.closed.wait(), 5)
-                except asyncio.TimeoutError:
-                    pass
-            self.writer.close()
-            reading.cancel()
+    async def end(self):
+        if not self.closed.is_set():
+            self.write("</stream:stream>")
+            await self.writer.drain()
+            try:
+                await asyncio.wait_for(self.closed.wait(), 5)
+            except asyncio.TimeoutError:
+                pass
+        self.writer.close()
 
-    async def handle(self, action, command):
+
+async def serve_app(args):
+    """The application server's sessions, and the benchmark's commands to them (dry runs go through the
+    first)."""
+    tally = Tally()
+    sessions = [AppServer(args, tally, "bench-%d" % index) for index in range(args.sessions)]
+    for session in sessions:
+        await session.connect()
+    reading = [asyncio.ensure_future(session.read()) for session in sessions]
+
+    async def handle(action, command):
         """The result of one command from the benchmark."""
-        if self.closed.is_set():
-            result = {"error": "the XMPP stream ended: %s" % dict(self.payloads)}
+        if any(session.closed.is_set() for session in sessions):
+            result = {"error": "an XMPP stream ended: %s" % dict(tally.payloads)}
         elif action == "dry-run":
-            result = await asyncio.wait_for(self.measure_dry_runs(command), command.get("within", 120))
+            result = await asyncio.wait_for(sessions[0].measure_dry_runs(command), command.get("within", 120))
         elif action == "acked":
-            result = {"acked": self.acked, "payloads": dict(self.payloads), "nacks": self.nacks, "again": self.again}
+            result = {"acked": tally.acked, "payloads": dict(tally.payloads), "nacks": tally.nacks, "again": tally.again}
         else:
             result = {"error": "unknown command %s" % action}
         return result
+
+    try:
+        await command_loop(handle)
+    finally:
+        await asyncio.gather(*(session.end() for session in sessions))
+        for task in reading:
+            task.cancel()
 
 
 def sqlite_insert(args):
@@ -1034,6 +1057,7 @@ def main():
     app.add_argument("--project", required=True, help="the project (the SASL user name)")
     app.add_argument("--key", required=True, help="the project's server key")
     app.add_argument("--ca", required=True, help="the endpoint's certificate, trusted as a CA")
+    app.add_argument("--sessions", type=int, default=1, help="XMPP sessions, each acking what it is given")
     insert = commands.add_parser("sqlite-insert")
     insert.add_argument("--path", required=True, help="a new file, removed afterwards")
     insert.add_argument("--seconds", type=float, default=5)
@@ -1053,7 +1077,7 @@ def main():
         sqlite_insert(args)
         return
     if args.command == "appserver":
-        asyncio.run(AppServer(args).serve())
+        asyncio.run(serve_app(args))
         return
     # Every stream is a descriptor: as many as the hard limit allows.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
