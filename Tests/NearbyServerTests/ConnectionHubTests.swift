@@ -140,6 +140,29 @@ import Testing
         }
     }
 
+    /// An ack frees its message's place in the session's window as it is
+    /// taken, before its settlement commits (CCS counts what the application
+    /// server has not acked), so the claim that fills the place commits with
+    /// the settlement. The message, no longer held by the session, is still
+    /// never handed out again: a renewal of claims right after gives it up
+    /// only behind its settlement.
+    @Test func anAckFreesItsPlaceAsItIsTaken() async throws {
+        try await withServer(configure: { $0.xmpp.maxUnackedPerConnection = 1 }) { h in
+            var s = try await Self.setUp(h)
+            await s.hub.received(Self.upstream("m-1"), device: s.device, project: "alpha")
+            #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-1")
+            let answer = await s.hub.take(#"{"to":"\#(s.device)","message_id":"m-1","message_type":"ack"}"#, from: s.sessionID)
+            #expect(await s.hub.holdings.inFlight == 0)
+            // A third of the lease later: the renewal gives up the claims no session holds.
+            h.clock.advance(bySeconds: 10)
+            await s.hub.sweep()
+            #expect(await answer.value == nil)
+            #expect(await s.channel.next() == .sent([ChannelMessageRef(app: "org.example.chat", messageId: "m-1")]))
+            await s.hub.received(Self.upstream("m-2"), device: s.device, project: "alpha")
+            #expect(try Self.json(await s.session.next())["message_id"] as? String == "m-2")
+        }
+    }
+
     @Test func aMessageNoServerAckedInItsTTLFailsAtTheSweep() async throws {
         try await withServer { h in
             var s = try await Self.setUp(h, session: false)

@@ -42,7 +42,8 @@ public actor ConnectionHub {
 
     /// Something out with a session: an upstream message or a receipt, by position.
     private enum Flight: Hashable {
-        case upstream(Int64)
+        /// A device's message, with what an ack names it by.
+        case upstream(Int64, device: String, messageId: String)
         case receipt(Int64, messageId: String)
     }
 
@@ -207,7 +208,7 @@ public actor ConnectionHub {
         var receipts: [Int64] = []
         for flight in flights {
             switch flight {
-            case .upstream(let position): upstream.append(position)
+            case .upstream(let position, _, _): upstream.append(position)
             case .receipt(let position, _): receipts.append(position)
             }
         }
@@ -268,6 +269,17 @@ public actor ConnectionHub {
             ? writer.enqueue(.removeReceipt(project: project, messageId: messageId)) : nil
         // Queued now, unless a receipt of that id may be what is acked.
         let settling = removal == nil ? writer.enqueue(settlement) : nil
+        // Acked, it no longer counts against the session's 100 (CCS counts what
+        // the application server has not acked): its place is filled at once,
+        // by a claim queued after the settlement, so the two commit together
+        // rather than one after the other. Should the settlement fail, the
+        // message's claim lapses unrenewed and it is handed out again.
+        if settling != nil, let held = session.unacked.first(where: {
+            if case .upstream(_, to, messageId) = $0 { true } else { false }
+        }) {
+            session.unacked.remove(held)
+            pump(project)
+        }
         return Task {
             if let removal, case .removed(true) = try await removal.result() {
                 self.forget { if case .receipt(_, messageId) = $0 { true } else { false } }
@@ -282,7 +294,7 @@ public actor ConnectionHub {
                                              messageId: messageId, to: to))
             }
             // Acked on another session than it went out on (the application server reconnected): that one holds it no more.
-            self.forget { $0 == .upstream(settled.position) }
+            self.forget { if case .upstream(settled.position, _, _) = $0 { true } else { false } }
             await self.tellDevice(settled.device, .sent([ChannelMessageRef(app: settled.app, messageId: settled.messageId)]))
             self.pump(project)
             return nil
@@ -602,7 +614,7 @@ public actor ConnectionHub {
         }
         var work: [(Flight, String)] = receipts.map { (.receipt($0.position, messageId: $0.messageId), $0.payload) }
         work += messages.map {
-            (.upstream($0.position), CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))
+            (.upstream($0.position, device: $0.device, messageId: $0.messageId), CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))
         }
         var next = work.makeIterator()
         // The sessions may have changed while storage was claimed from.
