@@ -71,7 +71,7 @@ let package = Package(
         // BLE beacon frames: Eddystone (UID, URL, TLM, EID) and iBeacon, parsed strictly and built.
         .target(name: "Beacons", dependencies: ["NearbyCore"]),
         // Upstream messages on the device: their rules and the durable outbox.
-        .target(name: "Upstream", dependencies: ["NearbyCore", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "Upstream", dependencies: ["NearbyCore", "ServerAPI", .product(name: "GRDB", package: "GRDB.swift")]),
         // libFuzzer harness of the beacon parsers (Sources/BeaconsFuzz/README.md); a plain
         // build replays inputs.
         .executableTarget(
@@ -334,7 +334,7 @@ let package = Package(
             "NearbyDaemon", "NearbyBusContract", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore", "ServerAPI", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(
             name: "XMPPTests",
             dependencies: [

@@ -1,4 +1,5 @@
 import NearbyCore
+import ServerAPI
 
 /// A message a program sends upstream, to its application server:
 /// `SendMessage` of `org.nearbyd.Upstream1`, in the shape of Firebase Cloud
@@ -20,36 +21,19 @@ public struct UpstreamMessage: Hashable, Sendable, Codable {
         self.ttlSeconds = ttlSeconds
     }
 
-    /// At most this many bytes of keys and values together (UTF-8).
-    public static let maxDataBytes = 4096
-    /// At most four weeks, as FCM allows.
-    public static let maxTTLSeconds: Int64 = 2_419_200
-    /// Message ids are 1...256 bytes.
-    public static let maxMessageIDBytes = 256
-
-    /// Checks the message against CCS's rules; each violation is a named
-    /// `InvalidArguments` that says which field and why.
+    /// Checks the message against CCS's rules (``CCSRules``, which the
+    /// server checks too); each violation is a named `InvalidArguments` that
+    /// says which field and why.
     public func validate() throws(NearbyError) {
-        let size = data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
-        guard size <= Self.maxDataBytes else {
-            throw .invalidArguments("data holds \(size) bytes of keys and values; at most \(Self.maxDataBytes) are sent")
-        }
-        for key in data.keys.sorted() {
-            guard !key.isEmpty else { throw .invalidArguments("data has an empty key") }
-            // CCS reserves these for itself.
-            if key == "from" || key == "message_type" || key.hasPrefix("google") || key.hasPrefix("gcm") {
-                throw .invalidArguments("data key '\(key)' is reserved ('from', 'message_type', and keys starting with 'google' or 'gcm')")
-            }
-        }
+        if let problem = CCSRules.dataProblem(data) { throw .invalidArguments(problem) }
         guard Self.isServerAddress(to) else {
             throw .invalidArguments("to '\(to)' must be SENDER_ID@DOMAIN: a sender id of a-z, 0-9 and '-' (1 to 63), '@', and a host name")
         }
-        guard !messageID.isEmpty, messageID.utf8.count <= Self.maxMessageIDBytes,
-              !messageID.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw .invalidArguments("message_id must be 1 to \(Self.maxMessageIDBytes) bytes without control characters")
+        guard CCSRules.isID(messageID) else {
+            throw .invalidArguments("message_id must be 1 to \(CCSRules.maximumIDBytes) bytes without control characters")
         }
-        guard (0...Self.maxTTLSeconds).contains(ttlSeconds) else {
-            throw .invalidArguments("ttl_seconds \(ttlSeconds) must be within 0...\(Self.maxTTLSeconds) (four weeks)")
+        guard (0...Int64(CCSRules.maximumTimeToLiveSeconds)).contains(ttlSeconds) else {
+            throw .invalidArguments("ttl_seconds \(ttlSeconds) must be within 0...\(CCSRules.maximumTimeToLiveSeconds) (four weeks)")
         }
     }
 

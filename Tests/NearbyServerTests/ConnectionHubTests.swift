@@ -307,6 +307,9 @@ import Testing
             #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","time_to_live":-1}"#) == "INVALID_JSON")
             #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","data":{"n":1}}"#) == "INVALID_JSON")
             #expect(try await error("not json") == "INVALID_JSON")
+            // CCS's rules for data, as nearbyd applies them upstream (CCSRules).
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","data":{"message_type":"y"}}"#) == "INVALID_JSON")
+            #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","data":{"":"y"}}"#) == "INVALID_JSON")
             #expect(try await error(#"{"to":"\#(s.device)","message_id":"x","message_type":"ack"}"#) == "BAD_ACK")
             #expect(try await error(#"{"to":"\#(s.device)","message_id":"d-1"}"#) == nil)
             #expect(try await error(#"{"to":"\#(s.device)","message_id":"d-2"}"#) == "DEVICE_MESSAGE_RATE_EXCEEDED")

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import NearbyCore
+import ServerAPI
 import Testing
 import Upstream
 
@@ -13,7 +14,7 @@ struct UpstreamMessageTests {
     @Test func aWellFormedMessagePasses() throws {
         try Self.message().validate()
         try Self.message(data: [:], ttl: 0).validate()
-        try Self.message(data: ["k": String(repeating: "v", count: 4095)], ttl: UpstreamMessage.maxTTLSeconds).validate()
+        try Self.message(data: ["k": String(repeating: "v", count: 4095)], ttl: Int64(CCSRules.maximumTimeToLiveSeconds)).validate()
     }
 
     @Test(arguments: [
@@ -31,7 +32,7 @@ struct UpstreamMessageTests {
         (message(id: "a\nb"), "message_id must be"),
         (message(id: String(repeating: "x", count: 257)), "message_id must be"),
         (message(ttl: -1), "ttl_seconds -1"),
-        (message(ttl: UpstreamMessage.maxTTLSeconds + 1), "ttl_seconds 2419201"),
+        (message(ttl: Int64(CCSRules.maximumTimeToLiveSeconds) + 1), "ttl_seconds 2419201"),
     ])
     func badMessagesAreNamed(message: UpstreamMessage, complaint: String) {
         #expect {

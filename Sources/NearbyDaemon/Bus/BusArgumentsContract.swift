@@ -1,6 +1,7 @@
 import DBus
 import Glibc
 import NearbyCore
+import ServerAPI
 import Upstream
 
 /// What nearbyd's method argument readers promise whatever a client sends:
@@ -111,7 +112,7 @@ import Upstream
         case .sendMessage:
             let message = try ManagerObject.readSendMessage(arguments)
             let size = message.data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
-            expect(size <= UpstreamMessage.maxDataBytes, "data of \(size) bytes", method)
+            expect(size <= CCSRules.maximumDataBytes, "data of \(size) bytes", method)
             expect(message.to.utf8.count <= stringBytes && message.messageID.utf8.count <= stringBytes,
                    "a 'to' or message_id over \(stringBytes) bytes", method)
             // The service's check, which the handler makes next.

@@ -40,8 +40,8 @@ extension ManagerObject {
     /// SendMessage's arguments, read within their bounds on the wire; the
     /// service checks the message's rules.
     static func readSendMessage(_ arguments: Arguments) throws(DBusError) -> UpstreamMessage {
-        let data = try arguments.stringDictionary("data", maxEntries: UpstreamMessage.maxDataBytes,
-                                                  maxBytes: UpstreamMessage.maxDataBytes)
+        let data = try arguments.stringDictionary("data", maxEntries: CCSRules.maximumDataBytes,
+                                                  maxBytes: CCSRules.maximumDataBytes)
         let to = try arguments.string("to")
         let messageID = try arguments.string("message_id")
         return UpstreamMessage(data: data, to: to, messageID: messageID, ttlSeconds: try arguments.int64())

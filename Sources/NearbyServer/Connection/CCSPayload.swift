@@ -1,14 +1,11 @@
 import Foundation
+import ServerAPI
 
 /// The JSON inside `<gcm xmlns="google:mobile:data">` in both directions, in
 /// the shape of Firebase Cloud Messaging's XMPP connection server (CCS).
 enum CCSPayload {
     /// The namespace of the `<gcm>` element.
     static let namespace = "google:mobile:data"
-    /// CCS's largest data payload.
-    static let maximumDataBytes = 4096
-    /// Four weeks, CCS's longest and default time to live.
-    static let maximumTimeToLive = 2_419_200
 
     /// What an application server sends.
     enum Incoming: Equatable {
@@ -53,16 +50,6 @@ enum CCSPayload {
     ]
     private static let replyFields: Set<String> = ["to", "message_id", "message_type", "error", "error_description"]
 
-    /// The longest message id, app or registration id kept.
-    static let maximumIDBytes = 256
-
-    /// An id as the connection server keeps it (in text columns, which in
-    /// PostgreSQL cannot hold a NUL, and in logs and payloads): 1 to
-    /// ``maximumIDBytes`` bytes, no control characters.
-    static func isID(_ text: String) -> Bool {
-        (1...maximumIDBytes).contains(text.utf8.count) && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
-    }
-
     /// Reads an application server's payload strictly: unknown fields, wrong
     /// types and missing fields are refused with `INVALID_JSON`, saying which.
     static func parse(_ text: String) throws(Refusal) -> Incoming {
@@ -76,8 +63,9 @@ enum CCSPayload {
         }
         guard let messageId, !messageId.isEmpty else { throw refuse("message_id must be a non-empty string") }
         guard let to, !to.isEmpty else { throw refuse("to must be a non-empty string") }
-        guard isID(messageId) else { throw refuse("message_id must be 1 to \(maximumIDBytes) bytes without control characters") }
-        guard isID(to) else { throw refuse("to must be 1 to \(maximumIDBytes) bytes without control characters") }
+        let maximumIDBytes = CCSRules.maximumIDBytes
+        guard CCSRules.isID(messageId) else { throw refuse("message_id must be 1 to \(maximumIDBytes) bytes without control characters") }
+        guard CCSRules.isID(to) else { throw refuse("to must be 1 to \(maximumIDBytes) bytes without control characters") }
         if let type = object["message_type"] {
             if let unknown = Set(object.keys).subtracting(replyFields).sorted().first { throw refuse("unknown field '\(unknown)'") }
             switch type as? String {
@@ -95,11 +83,8 @@ enum CCSPayload {
                 data[key] = string
             }
         }
-        let size = data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
-        guard size <= maximumDataBytes else { throw refuse("data holds \(size) bytes; at most \(maximumDataBytes) are allowed") }
-        if let reserved = data.keys.sorted().first(where: { $0 == "from" || $0.hasPrefix("google") || $0.hasPrefix("gcm") }) {
-            throw refuse("data key '\(reserved)' is reserved")
-        }
+        if let problem = CCSRules.dataProblem(data) { throw refuse(problem) }
+        let maximumTimeToLive = CCSRules.maximumTimeToLiveSeconds
         var timeToLive = maximumTimeToLive
         if let value = object["time_to_live"] {
             guard let number = value as? NSNumber, !isBool(number), let integer = Int(exactly: number.doubleValue),

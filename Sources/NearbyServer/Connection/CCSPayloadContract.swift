@@ -1,4 +1,5 @@
 import Foundation
+import ServerAPI
 
 /// What ``CCSPayload`` promises about any text an application server may
 /// send, and about the JSON it writes: checked on every input by the ccs-fuzz
@@ -13,11 +14,10 @@ import Foundation
                 expect(!to.isEmpty && !messageId.isEmpty, "an ack or nack without 'to' or 'message_id'", text)
             case .downstream(let message):
                 expect(!message.to.isEmpty && !message.messageId.isEmpty, "a downstream message without 'to' or 'message_id'", text)
-                let size = message.data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
-                expect(size <= CCSPayload.maximumDataBytes, "data of \(size) bytes taken", text)
-                expect((0...CCSPayload.maximumTimeToLive).contains(message.timeToLive), "time_to_live \(message.timeToLive) taken", text)
-                expect(!message.data.keys.contains { $0 == "from" || $0.hasPrefix("google") || $0.hasPrefix("gcm") },
-                       "a reserved data key taken", text)
+                let size = CCSRules.dataBytes(message.data)
+                expect(size <= CCSRules.maximumDataBytes, "data of \(size) bytes taken", text)
+                expect((0...CCSRules.maximumTimeToLiveSeconds).contains(message.timeToLive), "time_to_live \(message.timeToLive) taken", text)
+                expect(!message.data.keys.contains { $0.isEmpty || CCSRules.isReserved($0) }, "an empty or reserved data key taken", text)
             }
         } catch {
             expect(error.code == .invalidJSON, "a refusal other than INVALID_JSON", text)

@@ -438,7 +438,7 @@ public actor ConnectionHub {
             switch request {
             case .send(let message): try await upstream(message, device: device, project: project)
             // An id no message can have is looked for nowhere.
-            case .ack(let messageId): if CCSPayload.isID(messageId) { try await deviceAcked(messageId, device: device, project: project) }
+            case .ack(let messageId): if CCSRules.isID(messageId) { try await deviceAcked(messageId, device: device, project: project) }
             }
         } catch {
             logger.error("connection server storage failed: \(error)")
@@ -456,7 +456,7 @@ public actor ConnectionHub {
         if let problem = Self.problem(with: message) { return fail("INVALID_PARAMETERS", problem) }
         let now = clock.nowMs
         // No message is kept longer than CCS's longest TTL, whatever its device says.
-        let expiresAtMs = min(message.expiresAtMs, now + UInt64(CCSPayload.maximumTimeToLive) * 1000)
+        let expiresAtMs = min(message.expiresAtMs, now + UInt64(CCSRules.maximumTimeToLiveSeconds) * 1000)
         let stored = StoredUpstream(project: project, device: device, app: message.app, messageId: message.messageId,
                                     data: message.data, receivedAtMs: now, expiresAtMs: expiresAtMs)
         guard case .accepted(let acceptance) = try await writer.enqueue(.acceptUpstream(stored, limit: deviceLimits.upstreamPerDevice))
@@ -489,16 +489,10 @@ public actor ConnectionHub {
     /// What is wrong with a device's message by CCS's rules (nearbyd checks
     /// them too; the server trusts no client).
     static func problem(with message: ChannelUpstream) -> String? {
-        let size = message.data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
-        if size > CCSPayload.maximumDataBytes { return "data holds \(size) bytes; at most \(CCSPayload.maximumDataBytes) are allowed" }
-        if let key = message.data.keys.sorted().first(where: {
-            $0.isEmpty || $0 == "from" || $0 == "message_type" || $0.hasPrefix("google") || $0.hasPrefix("gcm")
-        }) {
-            return "data key '\(key)' is empty or reserved"
-        }
-        let limit = CCSPayload.maximumIDBytes
-        guard CCSPayload.isID(message.messageId) else { return "messageId must be 1 to \(limit) bytes without control characters" }
-        guard CCSPayload.isID(message.app) else { return "app must be 1 to \(limit) bytes without control characters" }
+        if let problem = CCSRules.dataProblem(message.data) { return problem }
+        let limit = CCSRules.maximumIDBytes
+        guard CCSRules.isID(message.messageId) else { return "messageId must be 1 to \(limit) bytes without control characters" }
+        guard CCSRules.isID(message.app) else { return "app must be 1 to \(limit) bytes without control characters" }
         return nil
     }
 
