@@ -54,7 +54,7 @@ public struct AirParameters: Equatable, Sendable {
 
     /// The distance at which a broadcast of `txPower` fades below the sensitivity.
     public func range(txPower: Int) -> Double {
-        pow(10, (Double(txPower) - sensitivity) / (10 * pathLossExponent))
+        PathLoss.distance(rssi: sensitivity, txPower: txPower, exponent: pathLossExponent)
     }
 
     /// The amplitude gain of sound that travels `distance` metres:
@@ -303,8 +303,7 @@ public struct AirSpace: Sendable {
 
     private mutating func hearing(_ broadcast: Broadcast, from sender: String, at from: Position,
                                   by at: Position) -> Heard? {
-        let distance = max(from.distance(to: at), 0.01)
-        var rssi = Double(broadcast.txPower) - 10 * parameters.pathLossExponent * log10(distance)
+        var rssi = PathLoss.rssi(distance: from.distance(to: at), txPower: broadcast.txPower, exponent: parameters.pathLossExponent)
         if parameters.noiseSigma > 0 { rssi += parameters.noiseSigma * random.nextGaussian() }
         guard rssi >= parameters.sensitivity else { return nil }
         return Heard(medium: broadcast.medium, payload: broadcast.payload, rssi: Int(rssi.rounded()),

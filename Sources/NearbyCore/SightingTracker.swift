@@ -1,7 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// One hearing of a token on a medium.
 public struct Sighting: Hashable, Sendable, Codable {
     public var token: Token
@@ -87,22 +83,4 @@ public struct SightingTracker: Sendable {
 
     /// Every token currently heard, with its latest hearing.
     public var current: [Sighting] { heard.values.map(\.sighting) }
-}
-
-/// Distance from signal strength by the log-distance path-loss model.
-public enum PathLoss {
-    /// `txPower` is the signal strength at one metre.
-    public static func distance(rssi: Int, txPower: Int, exponent: Double = 2.0) -> Double {
-        distance(rssi: Double(rssi), txPower: txPower, exponent: exponent)
-    }
-
-    /// The same for a smoothed (fractional) signal strength.
-    public static func distance(rssi: Double, txPower: Int, exponent: Double = 2.0) -> Double {
-        pow(10, (Double(txPower) - rssi) / (10 * exponent))
-    }
-
-    /// The signal strength at `distance` metres.
-    public static func rssi(distance: Double, txPower: Int, exponent: Double = 2.0) -> Double {
-        Double(txPower) - 10 * exponent * log10(max(distance, 0.01))
-    }
 }

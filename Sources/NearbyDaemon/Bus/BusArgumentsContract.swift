@@ -111,7 +111,7 @@ import Upstream
             expect(deviceTypes.nearby || deviceTypes.beacons != nil, "a subscription to no device type", method)
         case .sendMessage:
             let message = try ManagerObject.readSendMessage(arguments)
-            let size = message.data.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+            let size = CCSRules.dataBytes(message.data)
             expect(size <= CCSRules.maximumDataBytes, "data of \(size) bytes", method)
             expect(message.to.utf8.count <= stringBytes && message.messageID.utf8.count <= stringBytes,
                    "a 'to' or message_id over \(stringBytes) bytes", method)

@@ -608,7 +608,8 @@ public actor ConnectionHub {
         }
         var work: [(Flight, String)] = receipts.map { (.receipt($0.position, messageId: $0.messageId), $0.payload) }
         work += messages.map {
-            (.upstream($0.position, device: $0.device, messageId: $0.messageId), CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))
+            (.upstream($0.position, device: $0.device, messageId: $0.messageId),
+             CCSPayload.upstream(app: $0.app, from: $0.device, messageId: $0.messageId, data: $0.data))
         }
         var next = work.makeIterator()
         // The sessions may have changed while storage was claimed from.
