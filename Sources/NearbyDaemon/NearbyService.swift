@@ -21,6 +21,9 @@ final class NearbyService {
 
     var version: String { Self.version }
     let configuration: DaemonConfiguration
+    /// Wall-clock time for what is kept with a time (registrations, upstream
+    /// messages, tokens): one clock for the service and its parts.
+    private let clock: any WallClock
     let connection: BusConnection
     let logger: Logger
     private let registry: Registry
@@ -82,8 +85,10 @@ final class NearbyService {
 
     /// `serverTLS`: how an `https://` server's certificate is checked (``ServerTLS``).
     init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend],
-         serverTLS: TLSConfiguration? = nil, outbox: Outbox, sessions: LoginSessions, logger: Logger) {
+         serverTLS: TLSConfiguration? = nil, outbox: Outbox, sessions: LoginSessions, clock: any WallClock = SystemWallClock(),
+         logger: Logger) {
         self.sessions = sessions
+        self.clock = clock
         self.configuration = configuration
         enabledMediums = configuration.enabledMediums
         var defaults: [Strategy.Owner: Strategy] = [:]
@@ -102,7 +107,7 @@ final class NearbyService {
         let credentials = CredentialStore(stateDirectory: configuration.stateDirectory, endpoints: endpoints,
                                           limits: configuration.registrationLimits,
                                           refusedKeyRetry: .milliseconds(Int64(configuration.refusedKeyRetry * 1000)),
-                                          logger: logger)
+                                          clock: clock, logger: logger)
         self.endpoints = endpoints
         self.credentials = credentials
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
@@ -110,7 +115,7 @@ final class NearbyService {
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
         beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: endpoints, logger: logger)
         let backoff = Backoff(configuration)
-        upstream = UpstreamService(outbox: outbox, logger: logger) { account in
+        upstream = UpstreamService(outbox: outbox, clock: clock, logger: logger) { account in
             DirectChannel(account: account, connect: DirectChannel.connector(account: account, credentials: credentials, logger: logger),
                           endpoints: endpoints, backoff: backoff, logger: logger)
         }
@@ -770,7 +775,7 @@ final class NearbyService {
     private func makeLink(for account: Account) -> LinkState {
         let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
-                              refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), logger: logger)
+                              refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), clock: clock, logger: logger)
         let state = LinkState(link: link, task: Task { await link.run() })
         link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }

@@ -3,6 +3,7 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOSSL
+import NearbyCore
 import ServiceLifecycle
 
 /// A whole nearby-server: the service over its storage, served over HTTP and

@@ -1,4 +1,5 @@
 import Foundation
+import NearbyCore
 
 /// The operator's view of projects: what `nearby-server project ...` does.
 public struct ProjectAdmin: Sendable {

@@ -13,6 +13,8 @@ import Testing
     /// Port 9 (discard) has no listener here: a request to it is refused at once.
     let unreachable = ServerClient(baseURL: "http://127.0.0.1:9", timeoutSeconds: 0.2)
     let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+    /// The stores' clock: a registration's age is counted on it.
+    let clock = ManualWallClock(nowMs: 1_800_000_000_000)
 
     init() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("credentials-\(UUID().uuidString)")
@@ -23,7 +25,7 @@ import Testing
 
     /// A registrations.json with one entry per (key, uid, days since its last use).
     func write(_ entries: [(key: String, uid: UInt32, daysAgo: Double)]) throws {
-        let now = Date().timeIntervalSince1970 * 1000
+        let now = Double(clock.nowMs)
         var objects: [String: Any] = [:]
         for entry in entries {
             objects[entry.key] = [
@@ -49,10 +51,25 @@ import Testing
         ])
         let store = CredentialStore(stateDirectory: directory.path, endpoints: ServerEndpoints(clients: [unreachable], logger: logger),
                                     limits: CredentialStore.Limits(perUser: 2, total: 3, retention: .seconds(90 * 86_400)),
-                                    refusedKeyRetry: .seconds(600), logger: logger)
+                                    refusedKeyRetry: .seconds(600), clock: clock, logger: logger)
         await store.dropStale()
         // "stale" is past the retention; user 1000 keeps its two latest; then the oldest of all go down to three.
         #expect(try kept() == ["fresh", "old", "other-new"])
+    }
+
+    /// Retention is counted on the store's clock: a registration last used
+    /// 89 days ago is kept, and dropped once two more days have passed.
+    @Test func aRegistrationGoesOnceItsRetentionHasPassed() async throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try write([("recent", 1000, 89)])
+        let store = CredentialStore(stateDirectory: directory.path, endpoints: ServerEndpoints(clients: [unreachable], logger: logger),
+                                    limits: CredentialStore.Limits(perUser: 2, total: 3, retention: .seconds(90 * 86_400)),
+                                    refusedKeyRetry: .seconds(600), clock: clock, logger: logger)
+        await store.dropStale()
+        #expect(try kept() == ["recent"])
+        clock.advance(bySeconds: 2 * 86_400)
+        await store.dropStale()
+        #expect(try kept().isEmpty)
     }
 
     /// A registration kept under the second URL of the list is the account's
@@ -65,12 +82,12 @@ import Testing
         let key = CredentialStore.key(server: second.baseURL, account: account)
         let registration = ["device": "d", "secret": "s", "project": "p", "namespace": "n"]
         let entry: [String: Any] = ["registration": registration, "uid": 1000, "server": second.baseURL,
-                                    "usedAtMs": UInt64(Date().timeIntervalSince1970 * 1000)]
+                                    "usedAtMs": clock.nowMs]
         try JSONSerialization.data(withJSONObject: ["version": 2, "entries": [key: entry]]).write(to: URL(fileURLWithPath: path))
         let store = CredentialStore(stateDirectory: directory.path,
                                     endpoints: ServerEndpoints(clients: [unreachable, second], logger: logger),
                                     limits: CredentialStore.Limits(perUser: 2, total: 3, retention: .seconds(90 * 86_400)),
-                                    refusedKeyRetry: .seconds(600), logger: logger)
+                                    refusedKeyRetry: .seconds(600), clock: clock, logger: logger)
         let found = try await store.registration(account, with: unreachable)
         #expect(found == DeviceRegistration(device: "d", secret: "s", project: "p", namespace: "n"))
         await store.forget(found, account: account)

@@ -88,13 +88,13 @@ import TestSupport
     func credentials(_ endpoints: ServerEndpoints) -> CredentialStore {
         CredentialStore(stateDirectory: directory.path, endpoints: endpoints,
                         limits: CredentialStore.Limits(perUser: 4, total: 8, retention: .seconds(86_400)),
-                        refusedKeyRetry: .seconds(600), logger: logger)
+                        refusedKeyRetry: .seconds(600), clock: SystemWallClock(), logger: logger)
     }
 
     func device(_ account: Account, _ endpoints: ServerEndpoints, _ credentials: CredentialStore,
                 backoff: Backoff = Backoff(initial: .milliseconds(50), maximum: .milliseconds(500))) -> Device {
         let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: backoff,
-                              batchDelay: .zero, refusedRetry: .seconds(30), logger: logger)
+                              batchDelay: .zero, refusedRetry: .seconds(30), clock: SystemWallClock(), logger: logger)
         let events = Inbox<LinkEvent>()
         link.onEvent = { events.put($0) }
         return Device(link: link, events: events, task: Task { await link.run() })

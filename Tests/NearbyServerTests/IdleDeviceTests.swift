@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import NearbyCore
 @testable import NearbyServer
 import ServerAPI
 import Testing

@@ -1,4 +1,5 @@
 import Foundation
+import NearbyCore
 @testable import NearbyServer
 import ServerAPI
 import Testing

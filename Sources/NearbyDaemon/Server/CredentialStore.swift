@@ -56,11 +56,15 @@ actor CredentialStore {
     /// makes up keys costs the server one request per key per `refusedKeyRetry`.
     private var refusedKeys: [String: (message: String, until: ContinuousClock.Instant)] = [:]
     private let refusedKeyRetry: Duration
+    /// When a registration was last used, and which are stale.
+    private let clock: any WallClock
     /// A use is written down only this long after the last one written: a
     /// reconnecting link should not cost a write each time.
     private static let touchInterval: UInt64 = 3_600_000
 
-    init(stateDirectory: String, endpoints: ServerEndpoints, limits: Limits, refusedKeyRetry: Duration, logger: Logger) {
+    init(stateDirectory: String, endpoints: ServerEndpoints, limits: Limits, refusedKeyRetry: Duration, clock: any WallClock,
+         logger: Logger) {
+        self.clock = clock
         self.endpoints = endpoints
         self.limits = limits
         self.refusedKeyRetry = refusedKeyRetry
@@ -108,7 +112,7 @@ actor CredentialStore {
             throw ServerCallError.keyRefused(message)
         }
         let key = Self.key(server: client.baseURL, account: account)
-        entries[key] = Entry(registration: registration, uid: account.uid, server: client.baseURL, usedAtMs: Self.nowMs)
+        entries[key] = Entry(registration: registration, uid: account.uid, server: client.baseURL, usedAtMs: clock.nowMs)
         dropStale(keeping: key)
         save()
         logger.info("registered as a device", metadata: ["device": "\(registration.device)", "project": "\(registration.project)",
@@ -140,7 +144,7 @@ actor CredentialStore {
     /// made) stays. The server is asked to forget the devices among them
     /// that were registered through one of its URLs, without waiting for it.
     func dropStale(keeping kept: String? = nil) {
-        let now = Self.nowMs
+        let now = clock.nowMs
         let cutoff = now - min(now, UInt64(limits.retention / .milliseconds(1)))
         var dropped = entries.filter { $0.key != kept && $0.value.usedAtMs < cutoff }
         for key in dropped.keys { entries[key] = nil }
@@ -167,7 +171,7 @@ actor CredentialStore {
 
     /// Notes that a registration was taken now, on disk at most once an interval.
     private func touch(_ key: String, _ entry: Entry) {
-        let now = Self.nowMs
+        let now = clock.nowMs
         guard now >= entry.usedAtMs + Self.touchInterval else { return }
         entries[key]?.usedAtMs = now
         save()
@@ -185,5 +189,4 @@ actor CredentialStore {
         SHA256.hash(data: Data("\(server)\n\(account.uid)\n\(account.apiKey)".utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
-    private static var nowMs: UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
 }

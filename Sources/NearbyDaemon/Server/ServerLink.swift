@@ -124,10 +124,13 @@ final class ServerLink {
     /// An operation is on its way to the server.
     private var performing = false
     private var token: IssuedToken?
+    /// Against which the token's refresh and expiry times are read.
+    private let clock: any WallClock
 
     init(account: Account, endpoints: ServerEndpoints, credentials: CredentialStore, backoff: Backoff, batchDelay: Duration,
-         refusedRetry: Duration, logger: Logger) {
+         refusedRetry: Duration, clock: any WallClock, logger: Logger) {
         self.account = account
+        self.clock = clock
         self.refusedRetry = refusedRetry
         self.endpoints = endpoints
         client = endpoints.clients[0]
@@ -232,7 +235,7 @@ final class ServerLink {
         pendingSeen = heard
         pendingGone.removeAll()
         // A token that is still good is kept, so devices hearing it hear no change.
-        if (token?.refreshAtMs).map({ Int64(clamping: $0) <= Self.nowMilliseconds }) ?? true {
+        if (token?.refreshAtMs).map({ $0 <= clock.nowMs }) ?? true {
             try await refreshToken(device)
         }
         let (requests, outgoing) = AsyncStream.makeStream(of: StreamRequest.self)
@@ -279,7 +282,7 @@ final class ServerLink {
     /// Waits out the backoff; drops the token if it expires meanwhile.
     private func pause(_ delay: Duration) async {
         if let token {
-            let remaining = Int64(clamping: token.expiresAtMs) - Self.nowMilliseconds
+            let remaining = Int64(clamping: token.expiresAtMs) - Int64(clamping: clock.nowMs)
             if remaining <= 0 {
                 self.token = nil
                 notify(.token(nil))
@@ -321,7 +324,7 @@ final class ServerLink {
 
     private func refreshTokenWhenDue() async throws {
         while true {
-            let due = Int64(clamping: token?.refreshAtMs ?? 0) - Self.nowMilliseconds
+            let due = Int64(clamping: token?.refreshAtMs ?? 0) - Int64(clamping: clock.nowMs)
             try await Task.sleep(for: .milliseconds(max(due, 1000)))
             enqueue(.refreshToken)
         }
@@ -600,7 +603,6 @@ final class ServerLink {
         }
     }
 
-    private nonisolated static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }
 
 extension ChangeBatch.Change {

@@ -40,11 +40,14 @@ final class UpstreamService {
     /// The channels wanted now.
     private var channels: [Account: DirectChannel] = [:]
     private let jobs = SerialJobs()
+    /// When messages are accepted, expire and are settled.
+    private let clock: any WallClock
     private var expiryTimer: BusTimer?
     private var retentionTimer: BusTimer?
 
-    init(outbox: Outbox, logger: Logger, makeChannel: @escaping @BusActor (Account) -> DirectChannel) {
+    init(outbox: Outbox, clock: any WallClock, logger: Logger, makeChannel: @escaping @BusActor (Account) -> DirectChannel) {
         self.outbox = outbox
+        self.clock = clock
         self.logger = logger
         self.makeChannel = makeChannel
     }
@@ -91,7 +94,7 @@ final class UpstreamService {
                                    description: "no direct channel to the connection server, and the TTL is 0")
             return
         }
-        let entry = Outbox.Entry(account: account, appID: manager.manager.appId, message: message, acceptedAtMs: Self.nowMs)
+        let entry = Outbox.Entry(account: account, appID: manager.manager.appId, message: message, acceptedAtMs: clock.nowMs)
         let reply = call.deferReply()
         jobs.add { [self] in
             do {
@@ -201,12 +204,12 @@ final class UpstreamService {
             let appIsHere = !managers(account, appID).isEmpty
             do {
                 // A verdict for a message settled already (repeated after a reconnect) is dropped.
-                guard let entry = try await outbox.settle(account, appID: appID, messageID: messageID, verdict, nowMs: Self.nowMs,
+                guard let entry = try await outbox.settle(account, appID: appID, messageID: messageID, verdict, nowMs: clock.nowMs,
                                                           told: appIsHere) else { return }
                 let managers = managers(account, appID)
                 if appIsHere, managers.isEmpty {
                     // The app left while the verdict was written: it waits for the next manager after all.
-                    try await outbox.keep(entry, nowMs: Self.nowMs)
+                    try await outbox.keep(entry, nowMs: clock.nowMs)
                     return
                 }
                 tell(entry, verdict, to: managers)
@@ -230,7 +233,7 @@ final class UpstreamService {
                 return logger.error("cannot read the upstream outbox: \(error)")
             }
             guard let next else { return }
-            let delay = Duration.milliseconds(Int64(clamping: next) - Int64(clamping: Self.nowMs))
+            let delay = Duration.milliseconds(Int64(clamping: next) - Int64(clamping: clock.nowMs))
             expiryTimer = BusTimer(after: max(delay, .zero)) { [weak self] in self?.expire() }
         }
     }
@@ -242,7 +245,7 @@ final class UpstreamService {
     private func expire() {
         jobs.add { [self] in
             do {
-                let failed = try await outbox.failExpired(nowMs: Self.nowMs, sparing: openAccounts)
+                let failed = try await outbox.failExpired(nowMs: clock.nowMs, sparing: openAccounts)
                 for entry in failed {
                     logger.info("upstream message expired", metadata: ["app": "\(entry.appID)", "message": "\(entry.message.messageID)"])
                 }
@@ -262,7 +265,7 @@ final class UpstreamService {
     private func dropUntoldVerdicts() {
         jobs.add { [self] in
             do {
-                let dropped = try await outbox.dropUntold(nowMs: Self.nowMs)
+                let dropped = try await outbox.dropUntold(nowMs: clock.nowMs)
                 if dropped > 0 { logger.notice("upstream verdicts nobody came back for were dropped", metadata: ["count": "\(dropped)"]) }
             } catch {
                 logger.error("cannot write the upstream outbox: \(error)")
@@ -295,7 +298,7 @@ final class UpstreamService {
                 for entry in settled {
                     guard let verdict = entry.verdict else { continue }
                     if managers.isEmpty {
-                        try await outbox.keep(entry, nowMs: Self.nowMs)
+                        try await outbox.keep(entry, nowMs: clock.nowMs)
                     } else {
                         tell(entry, verdict, to: managers)
                     }
@@ -322,5 +325,4 @@ final class UpstreamService {
                         expiresAtMs: entry.expiresAtMs)
     }
 
-    private static var nowMs: UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NearbyCore
 import ServerAPI
 
 /// The connection server's routing: devices' direct channels on one side,

@@ -5,9 +5,10 @@ import Darwin
 #endif
 import Synchronization
 
-/// The server's source of wall-clock time, in milliseconds since the Unix epoch
-/// (the unit of every time in the API). Everything that expires or times out
-/// asks this, so tests can move time by hand instead of sleeping.
+/// A source of wall-clock time, in milliseconds since the Unix epoch (the unit
+/// of every time in the server's API and the daemon's records). Everything
+/// that expires or times out asks one it was given, so tests can move time by
+/// hand instead of sleeping.
 public protocol WallClock: Sendable {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     var nowMs: UInt64 { get }
