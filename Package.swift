@@ -52,7 +52,7 @@ let package = Package(
         ),
         // nearbyd's D-Bus API as data: its names, written once (doc/dbus-api.md describes it).
         .target(name: "NearbyBusContract"),
-        .target(name: "NearbyCore", dependencies: ["NearbyBusContract"]),
+        .target(name: "NearbyCore", dependencies: ["NearbyBusContract", .product(name: "HeapModule", package: "swift-collections")]),
         // Strict reading of the TOML configuration files of nearbyd and nearby-server.
         .target(name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "ServerAPI", dependencies: ["NearbyCore"]),

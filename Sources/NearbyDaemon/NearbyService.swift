@@ -75,7 +75,7 @@ final class NearbyService {
     private var shrinkTimers: [Medium: BusTimer] = [:]
     /// Publications and subscriptions by expiry (µs since the epoch), with one
     /// timer for the earliest: cheaper than a timer per object.
-    private var expiries = ExpiryQueue()
+    private var expiries = DeadlineQueue<Expiring>()
     private var expiryTimer: BusTimer?
     private var expiryTimerDeadline = UInt64.max
 
@@ -583,10 +583,9 @@ final class NearbyService {
     private func remove(_ object: PublicationObject) {
         let publication = object.publication
         guard registry.remove(publication) else { return }
-        object.hasEnded = true
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
-        expiries.dropEnded(live: publications.count + subscriptions.count)
+        expiries.cancel(.publication(object))
         record("publication ended", by: publication.manager, ["object": "\(object.path)"])
         if let state = links[publication.manager.account] {
             if let foreground = running.removeValue(forKey: publication.id) {
@@ -602,10 +601,9 @@ final class NearbyService {
     private func remove(_ object: SubscriptionObject) {
         let subscription = object.subscription
         guard registry.remove(subscription) else { return }
-        object.hasEnded = true
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
-        expiries.dropEnded(live: publications.count + subscriptions.count)
+        expiries.cancel(.subscription(object))
         record("subscription ended", by: subscription.manager, ["object": "\(object.path)"])
         if beaconsRunning.remove(subscription.id) != nil {
             beacons.remove(object)
@@ -624,8 +622,26 @@ final class NearbyService {
 
     // MARK: Expiry
 
-    private func scheduleExpiry(of entry: ExpiryQueue.Entry, at microseconds: UInt64) {
-        expiries.add(entry, expiresAt: microseconds)
+    /// A publication or subscription with a TTL, in the expiry queue by its
+    /// identity: it is taken out when it ends, and renewed (a static
+    /// publication's) by scheduling it again once popped.
+    enum Expiring: Hashable {
+        case publication(PublicationObject)
+        case subscription(SubscriptionObject)
+
+        private var identity: ObjectIdentifier {
+            switch self {
+            case .publication(let object): ObjectIdentifier(object)
+            case .subscription(let object): ObjectIdentifier(object)
+            }
+        }
+
+        static func == (lhs: Expiring, rhs: Expiring) -> Bool { lhs.identity == rhs.identity }
+        func hash(into hasher: inout Hasher) { hasher.combine(identity) }
+    }
+
+    private func scheduleExpiry(of entry: Expiring, at microseconds: UInt64) {
+        expiries.schedule(entry, at: microseconds)
         if microseconds < expiryTimerDeadline { armExpiryTimer(for: microseconds) }
     }
 
@@ -652,7 +668,7 @@ final class NearbyService {
                 remove(object)
             }
         }
-        if let next = expiries.nextExpiry { armExpiryTimer(for: next) }
+        if let next = expiries.nextDeadline { armExpiryTimer(for: next) }
     }
 
     // MARK: Static publications

@@ -11,8 +11,6 @@ final class PublicationObject: LiveObject {
     let path: ObjectPath
     unowned let service: NearbyService
     var exported: ExportedObject?
-    /// Set when it is removed: the expiry queue skips it from then on.
-    var hasEnded = false
 
     var entry: Publication { publication }
 

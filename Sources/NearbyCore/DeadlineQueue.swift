@@ -1,7 +1,10 @@
 import HeapModule
 
 /// Keys due at a time, earliest first (swift-collections' `Heap`), so a sweep
-/// touches only what is due instead of everything held.
+/// touches only what is due instead of everything held: the server's matcher
+/// (edges, tokens, publications and subscriptions that expire) and the
+/// daemon's publications and subscriptions with a TTL keep their deadlines
+/// here.
 ///
 /// A key is entered at most once per earliest deadline: scheduling it later
 /// than it already is does nothing. The owner checks each key it pops against
@@ -10,7 +13,7 @@ import HeapModule
 /// refreshed many times. A cancelled key, or one moved earlier, leaves a stale
 /// entry behind; the heap is rebuilt without them once they outnumber the live
 /// ones, so it stays within twice the keys scheduled.
-struct DeadlineQueue<Key: Hashable> {
+public struct DeadlineQueue<Key: Hashable> {
     private struct Entry: Comparable {
         let deadline: UInt64
         let key: Key
@@ -21,12 +24,19 @@ struct DeadlineQueue<Key: Hashable> {
     private var heap = Heap<Entry>()
     private var scheduled: [Key: UInt64] = [:]
 
-    var isEmpty: Bool { heap.isEmpty }
+    public init() {}
+
+    public var isEmpty: Bool { heap.isEmpty }
 
     /// Entries held, stale ones included: what the queue costs in memory.
-    var count: Int { heap.count }
+    public var count: Int { heap.count }
 
-    mutating func schedule(_ key: Key, at deadline: UInt64) {
+    /// The earliest deadline held; possibly of a key cancelled since, which
+    /// ``popDue(now:)`` then skips: a timer armed for it fires early, not late.
+    public var nextDeadline: UInt64? { heap.min?.deadline }
+
+    /// Gives `key` the deadline `deadline`, unless it already has an earlier one.
+    public mutating func schedule(_ key: Key, at deadline: UInt64) {
         if let earlier = scheduled[key], earlier <= deadline { return }
         scheduled[key] = deadline
         heap.insert(Entry(deadline: deadline, key: key))
@@ -34,13 +44,13 @@ struct DeadlineQueue<Key: Hashable> {
     }
 
     /// Forgets `key`'s deadline, if it has one: it is not handed out.
-    mutating func cancel(_ key: Key) {
+    public mutating func cancel(_ key: Key) {
         guard scheduled.removeValue(forKey: key) != nil else { return }
         compactIfMostlyStale()
     }
 
     /// Removes and returns every key whose deadline is at or before `now`.
-    mutating func popDue(now: UInt64) -> [Key] {
+    public mutating func popDue(now: UInt64) -> [Key] {
         var due: [Key] = []
         while let first = heap.min, first.deadline <= now {
             _ = heap.removeMin()

@@ -1,5 +1,4 @@
 import NearbyCore
-@testable import NearbyServer
 import Testing
 
 @Suite struct DeadlineQueueTests {
