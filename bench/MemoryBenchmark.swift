@@ -7,7 +7,8 @@ import TestSupport
 enum MemoryBenchmark {
     static func run(locations: Locations, publications count: Int) async throws {
         let cluster = try await Cluster(options: Cluster.Options(
-            extraConfiguration: "[limits]\nmax-objects-per-manager = \(count)\n",
+            // One manager holds them all: its user's limit (1,024 by default, and the manager's at most that) raised with it.
+            extraConfiguration: "[limits]\nmax-objects-per-user = \(count)\nmax-objects-per-manager = \(count)\n",
             serverConfiguration: "[limits]\nmax-publications-per-device = \(count)\n", daemonLogLevel: "info"))
         let key = try await cluster.createProject("memory")
         let device = try await cluster.addDevice("A", at: (0, 0))
