@@ -43,7 +43,7 @@ import TestSupport
             try await subscription.wait(.lost, "chirp", within: 20)
             // Back, nearer than before: found again, at the new distance.
             try await cluster.move("A", to: (0.3, 0))
-            let again = try await subscription.events.nth(2, within: 20, "found again") { $0.kind == .found && $0.text == "chirp" }
+            let again = try await subscription.events.nth(2, within: 30, "found again") { $0.kind == .found && $0.text == "chirp" }
             #expect((again.info?.distanceMeters ?? 1) < 0.85, "heard from 0.3 m: \(String(describing: again.info))")
             #expect(subscription.kinds == ["found audio/chat 'chirp'", "lost audio/chat 'chirp'", "found audio/chat 'chirp'"])
             withExtendedLifetime(publication) {}
