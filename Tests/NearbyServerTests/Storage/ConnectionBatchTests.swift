@@ -99,6 +99,54 @@ extension StorageTests {
             }
         }
 
+        /// A batch's claim takes the project's receipts first and its upstream
+        /// messages in the places left; renewals and releases name both.
+        @Test(arguments: Engine.allCases)
+        func aClaimTakesReceiptsFirstAndMessagesInThePlacesLeft(engine: Engine) async throws {
+            try await withStorage(engine) { storage in
+                try await createProject(storage, "alpha")
+                try await createDevice(storage, "d1", of: "alpha")
+                for id in ["m1", "m2"] {
+                    #expect(try await storage.acceptUpstream(C.upstream(id, expiresAtMs: startMs + 1000), limit: 10) == .kept)
+                }
+                for id in ["r1", "r2"] {
+                    _ = try await storage.addReceipt(StoredReceipt(project: "alpha", messageId: id, payload: "{}"), limit: 10)
+                }
+                func claim(_ replica: String, atMs: UInt64, limit: Int) async throws -> (receipts: [StoredReceipt], upstream: [StoredUpstream]) {
+                    let results = try await storage.write([
+                        .claim(project: "alpha", replica: replica, nowMs: atMs, untilMs: atMs + 100, graceMs: 0, limit: limit),
+                    ])
+                    guard case .claimed(let receipts, let upstream) = try results[0].get() else { throw GroupCommitMismatch() }
+                    return (receipts, upstream)
+                }
+                func ids(_ claimed: (receipts: [StoredReceipt], upstream: [StoredUpstream])) -> [String] {
+                    claimed.receipts.map(\.messageId) + claimed.upstream.map(\.messageId)
+                }
+                // A receipt fills the one place.
+                #expect(ids(try await claim("A", atMs: startMs, limit: 1)) == ["r1"])
+                // Three places: the receipt left, then the messages.
+                let b = try await claim("B", atMs: startMs, limit: 3)
+                #expect(ids(b) == ["r2", "m1", "m2"])
+                // B keeps m1 and gives up the rest at once.
+                try await storage.renewClaims(replica: "B", upstream: [b.upstream[0].position], receipts: [], untilMs: startMs + 300)
+                let c = try await claim("C", atMs: startMs + 1, limit: 10)
+                #expect(ids(c) == ["r2", "m2"])
+                // C releases its receipt only.
+                try await storage.releaseClaims(replica: "C", upstream: [], receipts: [c.receipts[0].position])
+                let d = try await claim("D", atMs: startMs + 2, limit: 10)
+                #expect(ids(d) == ["r2"])
+                // D renews its receipt; A's and C's claims lapse, B's renewed one holds.
+                try await storage.renewClaims(replica: "D", upstream: [], receipts: [d.receipts[0].position], untilMs: startMs + 500,
+                                              releasingOthers: false)
+                let e = ids(try await claim("E", atMs: startMs + 150, limit: 10))
+                #expect(e == ["r1", "m2"])
+                #expect(ids(try await claim("F", atMs: startMs + 240, limit: 10)).isEmpty)
+                // B's lapses at 300, E's at 250; D's renewed receipt holds.
+                let g = ids(try await claim("G", atMs: startMs + 300, limit: 10))
+                #expect(g == ["r1", "m1", "m2"])
+            }
+        }
+
         @Test(arguments: Engine.allCases)
         func aClaimSeesTheRestOfItsBatch(engine: Engine) async throws {
             try await withStorage(engine) { storage in
