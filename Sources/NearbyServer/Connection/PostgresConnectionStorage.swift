@@ -114,19 +114,12 @@ extension PostgresStorage {
         for try await (position, project, device, app, messageId, data, receivedAt, expiresAt, verdict, verdictDescription)
             in try await connection.query(query, logger: logger)
             .decode((Int64, String, String, String, String, String, Int64, Int64, String?, String?).self) {
-            messages.append(try Self.upstream(position, project, device, app, messageId, data, receivedAt, expiresAt, verdict,
-                                              verdictDescription))
+            messages.append(StoredUpstream(position: position, project: project, device: device, app: app, messageId: messageId,
+                                           data: try StoredColumns.dictionary(data), receivedAtMs: milliseconds(receivedAt),
+                                           expiresAtMs: milliseconds(expiresAt),
+                                           verdict: StoredColumns.verdict(code: verdict, description: verdictDescription)))
         }
         return messages
-    }
-
-    /// The message of a row of ``upstreamColumns``.
-    private static func upstream(_ position: Int64, _ project: String, _ device: String, _ app: String, _ messageId: String,
-                                 _ data: String, _ receivedAt: Int64, _ expiresAt: Int64, _ verdict: String?,
-                                 _ verdictDescription: String?) throws -> StoredUpstream {
-        StoredUpstream(position: position, project: project, device: device, app: app, messageId: messageId,
-                       data: try StoredColumns.dictionary(data), receivedAtMs: milliseconds(receivedAt), expiresAtMs: milliseconds(expiresAt),
-                       verdict: StoredColumns.verdict(code: verdict, description: verdictDescription))
     }
 
     // MARK: Downstream
@@ -246,80 +239,35 @@ extension PostgresStorage {
 
     // MARK: Claims
 
-    /// Claims up to `limit` of the project's receipts and then, in the places
-    /// left, its upstream messages, as ``claimReceipts(project:replica:nowMs:untilMs:limit:)``
-    /// and ``claimUpstream(project:replica:nowMs:untilMs:graceMs:limit:)`` would one
-    /// after the other, in one statement: a batch's round trips to the
-    /// database, not its rows, are what a group commit waits for.
-    private func claim(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64, limit: Int,
-                       on connection: PostgresConnection) async throws -> (receipts: [StoredReceipt], upstream: [StoredUpstream]) {
-        let now = Int64(clamping: nowMs)
-        let until = Int64(clamping: untilMs)
-        let grace = Int64(clamping: graceMs)
-        // The upstream claim's LIMIT counts the receipts claimed, so it runs
-        // after them; SKIP LOCKED as in the two claims alone. ANY(ARRAY(…)):
-        // with IN, a LIMIT that is not a constant made PostgreSQL scan the
-        // whole table for the rows to update.
-        let rows = try await connection.query("""
-            WITH claimedReceipt AS (
-                UPDATE receipt SET claimedBy = \(replica), claimedUntilMs = \(until) WHERE position IN (
-                    SELECT position FROM receipt WHERE project = \(project) AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
-                    ORDER BY position LIMIT \(limit) FOR UPDATE SKIP LOCKED)
-                RETURNING position, project, messageId, payload),
-            claimedUpstream AS (
-                UPDATE upstream SET claimedBy = \(replica), claimedUntilMs = \(until) WHERE position = ANY(ARRAY(
-                    SELECT position FROM upstream
-                    WHERE project = \(project) AND verdict IS NULL AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
-                      AND (expiresAtMs > \(now) OR (expiresAtMs <= receivedAtMs AND receivedAtMs + \(grace) > \(now)))
-                    ORDER BY position LIMIT \(limit) - (SELECT COUNT(*) FROM claimedReceipt) FOR UPDATE SKIP LOCKED))
-                RETURNING \(unescaped: Self.upstreamColumns))
-            SELECT TRUE, position, project, NULL, NULL, messageId, payload, NULL, NULL, NULL, NULL FROM claimedReceipt
-            UNION ALL
-            SELECT FALSE, \(unescaped: Self.upstreamColumns) FROM claimedUpstream
-            """, logger: logger)
-            .decode((Bool, Int64, String, String?, String?, String, String, Int64?, Int64?, String?, String?).self)
-        var receipts: [StoredReceipt] = []
-        var upstream: [StoredUpstream] = []
-        for try await (isReceipt, position, project, device, app, messageId, payloadOrData, receivedAt, expiresAt, verdict,
-                       verdictDescription) in rows {
-            if isReceipt {
-                receipts.append(StoredReceipt(position: position, project: project, messageId: messageId, payload: payloadOrData))
-            } else if let device, let app, let receivedAt, let expiresAt {
-                upstream.append(try Self.upstream(position, project, device, app, messageId, payloadOrData, receivedAt, expiresAt,
-                                                  verdict, verdictDescription))
-            } else {
-                throw GroupCommitMismatch()
-            }
-        }
-        // RETURNING has no ORDER BY.
-        return (receipts.sorted { $0.position < $1.position }, upstream.sorted { $0.position < $1.position })
-    }
-
-    /// Extends the replica's claims on the messages and receipts it holds
-    /// and, when `releasingOthers`, releases its claims on any other: one
-    /// statement for both tables (the rows it changes in each are disjoint).
     private func renewClaims(replica: String, upstream: [Int64], receipts: [Int64], untilMs: UInt64, releasingOthers: Bool,
                              on connection: PostgresConnection) async throws {
         let until = Int64(clamping: untilMs)
         try await execute("""
-            WITH renewedUpstream AS (
-                UPDATE upstream SET claimedBy = CASE WHEN position = ANY(\(upstream)) THEN claimedBy END,
-                    claimedUntilMs = CASE WHEN position = ANY(\(upstream)) THEN \(until) END
-                WHERE claimedBy = \(replica) AND (position = ANY(\(upstream)) OR \(releasingOthers))
-                RETURNING 1)
-            UPDATE receipt SET claimedBy = CASE WHEN position = ANY(\(receipts)) THEN claimedBy END,
-                claimedUntilMs = CASE WHEN position = ANY(\(receipts)) THEN \(until) END
-            WHERE claimedBy = \(replica) AND (position = ANY(\(receipts)) OR \(releasingOthers))
+            UPDATE upstream SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(upstream))
+            """, on: connection)
+        try await execute("""
+            UPDATE receipt SET claimedUntilMs = \(until) WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
+            """, on: connection)
+        guard releasingOthers else { return }
+        try await execute("""
+            UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(upstream))
+            """, on: connection)
+        try await execute("""
+            UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND NOT position = ANY(\(receipts))
             """, on: connection)
     }
 
     private func releaseClaims(replica: String, upstream: [Int64], receipts: [Int64], on connection: PostgresConnection) async throws {
-        try await execute("""
-            WITH releasedUpstream AS (
+        if !upstream.isEmpty {
+            try await execute("""
                 UPDATE upstream SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND position = ANY(\(upstream))
-                RETURNING 1)
-            UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
-            """, on: connection)
+                """, on: connection)
+        }
+        if !receipts.isEmpty {
+            try await execute("""
+                UPDATE receipt SET claimedBy = NULL, claimedUntilMs = NULL WHERE claimedBy = \(replica) AND position = ANY(\(receipts))
+                """, on: connection)
+        }
     }
 
     public func releaseAllClaims() async throws {
@@ -390,17 +338,21 @@ extension PostgresStorage {
                                   releasingOthers: releasingOthers, on: connection)
             return .success(.released)
         case .claim(let project, let replica, let nowMs, let untilMs, let graceMs, let limit):
-            let (receipts, upstream) = try await claim(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs,
-                                                       graceMs: graceMs, limit: limit, on: connection)
+            let receipts = try await claimReceipts(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, limit: limit,
+                                                   on: connection)
+            let upstream = receipts.count < limit
+                ? try await claimUpstream(project: project, replica: replica, nowMs: nowMs, untilMs: untilMs, graceMs: graceMs,
+                                          limit: limit - receipts.count, on: connection)
+                : []
             return .success(.claimed(receipts: receipts, upstream: upstream))
         }
     }
 
-    /// Keeps devices' upstream messages, in order, in three statements
+    /// Keeps devices' upstream messages, in order, in four statements
     /// however many: the devices' rows locked (in order of id, so that two
     /// replicas' batches cannot deadlock; a repeat sent to two replicas at
     /// once is then kept once, and each device's count holds until commit),
-    /// repeats looked up and counts taken, and the new ones inserted.
+    /// repeats looked up, counts taken, and the new ones inserted.
     private func acceptUpstream(_ accepts: [(index: Int, message: StoredUpstream, limit: Int)],
                                 on connection: PostgresConnection) async throws -> [(Int, Result<UpstreamAcceptance, any Error>)] {
         guard !accepts.isEmpty else { return [] }
@@ -412,28 +364,19 @@ extension PostgresStorage {
             existing.insert(device)
         }
         struct Key: Hashable { let device, app, messageId: String }
-        // The repeats and the counts in one statement (after the locks, so
-        // that both see what another replica committed before them).
         var known: [Key: StoredUpstream] = [:]
-        var kept: [String: Int] = [:]
-        for try await (position, project, device, app, messageId, data, receivedAt, expiresAt, verdict, verdictDescription, count)
-            in try await connection.query("""
-            SELECT \(unescaped: Self.upstreamColumns), NULL FROM upstream WHERE (device, app, messageId) IN (
+        for message in try await upstream("""
+            SELECT \(unescaped: Self.upstreamColumns) FROM upstream WHERE (device, app, messageId) IN (
                 SELECT * FROM unnest(\(accepts.map(\.message.device))::text[], \(accepts.map(\.message.app))::text[],
                                      \(accepts.map(\.message.messageId))::text[]))
-            UNION ALL
-            SELECT NULL, NULL, device, NULL, NULL, NULL, NULL, NULL, NULL, NULL, COUNT(*) FROM upstream
-            WHERE device = ANY(\(devices)) GROUP BY device
-            """, logger: logger)
-            .decode((Int64?, String?, String, String?, String?, String?, Int64?, Int64?, String?, String?, Int64?).self) {
-            if let count {
-                kept[device] = Int(count)
-            } else if let position, let project, let app, let messageId, let data, let receivedAt, let expiresAt {
-                known[Key(device: device, app: app, messageId: messageId)] =
-                    try Self.upstream(position, project, device, app, messageId, data, receivedAt, expiresAt, verdict, verdictDescription)
-            } else {
-                throw GroupCommitMismatch()
-            }
+            """, on: connection) {
+            known[Key(device: message.device, app: message.app, messageId: message.messageId)] = message
+        }
+        var kept: [String: Int] = [:]
+        for try await (device, count) in try await connection.query("""
+            SELECT device, COUNT(*) FROM upstream WHERE device = ANY(\(devices)) GROUP BY device
+            """, logger: logger).decode((String, Int64).self) {
+            kept[device] = Int(count)
         }
         var results: [(Int, Result<UpstreamAcceptance, any Error>)] = []
         // The new messages; a repeat of one of them within the batch is answered with it once inserted.
@@ -499,46 +442,50 @@ extension PostgresStorage {
         let atMs: UInt64
     }
 
-    /// Settles pending messages in one statement however many: the k-th
-    /// settlement of one id in a batch takes the k-th oldest pending message
-    /// of that id, as one after the other would. Of two replicas settling
-    /// one message at once, the second waits for the first's row lock, finds
-    /// it settled (READ COMMITTED checks the row again) and settles nothing.
+    /// Settles pending messages in two statements however many: each
+    /// settlement's message found (the k-th settlement of one id in a batch
+    /// takes the k-th oldest pending message of that id, as one after the
+    /// other would), then all settled. Of two replicas settling one message
+    /// at once, the second waits for the first's row lock, finds it settled
+    /// (READ COMMITTED checks the row again) and settles nothing.
     private func settleUpstream(_ settlements: [Settlement], on connection: PostgresConnection) async throws -> [(Int, StoredUpstream?)] {
         guard !settlements.isEmpty else { return [] }
         struct Key: Hashable { let project, device, messageId: String }
-        var taken: [Key: Int64] = [:]
-        let occurrences = settlements.map { settlement in
+        var candidates: [Key: [Int64]] = [:]
+        for try await (position, project, device, messageId) in try await connection.query("""
+            SELECT position, project, device, messageId FROM upstream
+            WHERE verdict IS NULL AND (project, device, messageId) IN (
+                SELECT * FROM unnest(\(settlements.map(\.project))::text[], \(settlements.map(\.device))::text[],
+                                     \(settlements.map(\.messageId))::text[]))
+            ORDER BY position
+            """, logger: logger).decode((Int64, String, String, String).self) {
+            candidates[Key(project: project, device: device, messageId: messageId), default: []].append(position)
+        }
+        var taken: [Key: Int] = [:]
+        var chosen: [(settlement: Settlement, position: Int64?)] = []
+        for settlement in settlements {
             let key = Key(project: settlement.project, device: settlement.device, messageId: settlement.messageId)
-            defer { taken[key, default: 0] += 1 }
-            return taken[key, default: 0]
+            let occurrence = taken[key, default: 0]
+            taken[key] = occurrence + 1
+            let positions = candidates[key] ?? []
+            chosen.append((settlement, occurrence < positions.count ? positions[occurrence] : nil))
         }
-        let columns = settlements.map { StoredColumns.columns(of: $0.verdict) }
-        // LATERAL: each settlement finds its message by the pending index, and
-        // the update joins on the position it found.
-        var settled: [Int: StoredUpstream] = [:]
-        for try await (ordinal, position, project, device, app, messageId, data, receivedAt, expiresAt, verdict, verdictDescription)
-            in try await connection.query("""
-            UPDATE upstream SET verdict = chosen.code,
-                verdictDescription = CASE WHEN chosen.described THEN chosen.description END, settledAtMs = chosen.atMs
-            FROM (
-                SELECT new.*, pending.position FROM unnest(
-                    \(settlements.map(\.project))::text[], \(settlements.map(\.device))::text[],
-                    \(settlements.map(\.messageId))::text[], \(occurrences)::bigint[], \(columns.map(\.code))::text[],
-                    \(columns.map { $0.description ?? "" })::text[], \(columns.map { $0.description != nil })::boolean[],
-                    \(settlements.map { Int64(clamping: $0.atMs) })::bigint[]
-                ) WITH ORDINALITY AS new (project, device, messageId, occurrence, code, description, described, atMs, ordinal)
-                CROSS JOIN LATERAL (
-                    SELECT position FROM upstream
-                    WHERE device = new.device AND messageId = new.messageId AND project = new.project AND verdict IS NULL
-                    ORDER BY position OFFSET new.occurrence LIMIT 1) AS pending
-            ) AS chosen
-            WHERE upstream.position = chosen.position AND upstream.verdict IS NULL
-            RETURNING chosen.ordinal, \(unescaped: Self.qualifiedUpstreamColumns)
-            """, logger: logger).decode((Int64, Int64, String, String, String, String, String, Int64, Int64, String?, String?).self) {
-            settled[Int(ordinal) - 1] = try Self.upstream(position, project, device, app, messageId, data, receivedAt, expiresAt, verdict,
-                                                          verdictDescription)
+        let updates = chosen.compactMap { choice in choice.position.map { ($0, choice.settlement) } }
+        var settled: [Int64: StoredUpstream] = [:]
+        if !updates.isEmpty {
+            let columns = updates.map { StoredColumns.columns(of: $0.1.verdict) }
+            for message in try await upstream("""
+                UPDATE upstream SET verdict = new.code,
+                    verdictDescription = CASE WHEN new.described THEN new.description END, settledAtMs = new.atMs
+                FROM unnest(\(updates.map(\.0))::bigint[], \(columns.map(\.code))::text[], \(columns.map { $0.description ?? "" })::text[],
+                            \(columns.map { $0.description != nil })::boolean[], \(updates.map { Int64(clamping: $0.1.atMs) })::bigint[])
+                    AS new (position, code, description, described, atMs)
+                WHERE upstream.position = new.position AND upstream.verdict IS NULL
+                RETURNING \(unescaped: Self.qualifiedUpstreamColumns)
+                """, on: connection) {
+                settled[message.position] = message
+            }
         }
-        return settlements.enumerated().map { offset, settlement in (settlement.index, settled[offset]) }
+        return chosen.map { ($0.settlement.index, $0.position.flatMap { settled[$0] }) }
     }
 }
