@@ -1,30 +1,136 @@
 import DBus
+import Foundation
 import NearbyBusContract
+import Synchronization
 
 /// An object the daemon made for this client under a manager: it holds the
 /// manager and ends the daemon's object (with `endMethod`) when the last Swift
-/// reference to it goes.
+/// reference to it goes. When nearbyd restarts, its manager makes it again
+/// (``revive()``) on the new nearbyd, under a new path.
 final class DaemonObject: Sendable {
-    let path: ObjectPath
     let manager: MessageManager
     let interface: String
     let endMethod: String
     /// The app's permission dialog given for it, exported while it lives.
     let dialog: DaemonCallee<[String]>?
+    /// Makes the object on nearbyd with its strategy (the TTL left, after a
+    /// restart), routes its signals to its handler (through ``track(_:)``)
+    /// and returns its path.
+    private let create: @Sendable (Strategy?) async throws -> ObjectPath
+    private let strategy: Strategy?
+    private let madeAt = ContinuousClock.now
+    private let state: Mutex<State>
+    private let handler: @Sendable (ObjectEvent) -> Void
     private var bus: NearbyBus { manager.bus }
 
-    init(path: ObjectPath, manager: MessageManager, interface: String, endMethod: String, dialog: DaemonCallee<[String]>?) {
-        self.path = path
+    private struct State {
+        var path: ObjectPath
+        /// Unpublished, unsubscribed or expired: not made again.
+        var ended = false
+        /// The messages found and not lost since, reported lost when nearbyd goes.
+        var found: [(message: Message, info: MessageInfo)] = []
+    }
+
+    /// The daemon's object for it now.
+    var path: ObjectPath { state.withLock { $0.path } }
+
+    /// Makes the object with `create` (given the strategy, and the route for
+    /// its signals) and registers it with `manager` to be made again after a
+    /// restart; `handler` gets its signals.
+    static func make(manager: MessageManager, interface: String, endMethod: String, dialog: DaemonCallee<[String]>?,
+                     strategy: Strategy?, handler: @escaping @Sendable (ObjectEvent) -> Void,
+                     create: @escaping @Sendable (Strategy?, _ route: @escaping @Sendable (ObjectEvent) -> Void) async throws -> ObjectPath)
+        async throws -> DaemonObject {
+        // The route only reaches the object through this box, which the
+        // route's closure (kept by the bus) must not keep alive.
+        let box = WeakBox<DaemonObject>()
+        let route: @Sendable (ObjectEvent) -> Void = { event in
+            box.object?.track(event)
+            handler(event)
+        }
+        let path = try await create(strategy, route)
+        let object = DaemonObject(path: path, manager: manager, interface: interface, endMethod: endMethod, dialog: dialog,
+                                  strategy: strategy, handler: handler) { strategy in try await create(strategy, route) }
+        box.object = object
+        await manager.adopt(object)
+        return object
+    }
+
+    private init(path: ObjectPath, manager: MessageManager, interface: String, endMethod: String, dialog: DaemonCallee<[String]>?,
+                 strategy: Strategy?, handler: @escaping @Sendable (ObjectEvent) -> Void,
+                 create: @escaping @Sendable (Strategy?) async throws -> ObjectPath) {
+        state = Mutex(State(path: path))
         self.manager = manager
         self.interface = interface
         self.endMethod = endMethod
         self.dialog = dialog
+        self.strategy = strategy
+        self.handler = handler
+        self.create = create
     }
 
     deinit {
+        let path = self.path
         bus.unroute(path)
         bus.sendAndForget(path, interface, endMethod)
         if let dialog { Task { @BusActor in dialog.unexport() } }
+    }
+
+    private func track(_ event: ObjectEvent) {
+        state.withLock { state in
+            switch event {
+            case .found(let message, let info): state.found.append((message, info))
+            case .lost(let message, let info):
+                if let index = state.found.firstIndex(where: { $0.message == message && $0.info.beacon?.id == info.beacon?.id }) {
+                    state.found.remove(at: index)
+                }
+            case .expired: state.ended = true
+            default: break
+            }
+        }
+    }
+
+    /// nearbyd went: what was found is lost, and the status says why nothing runs.
+    func daemonLeft() {
+        let found = state.withLock { state in
+            defer { state.found = [] }
+            return state.ended ? [] : state.found
+        }
+        for (message, info) in found { handler(.lost(message, info)) }
+        handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
+    }
+
+    static let waitingReason = "nearbyd stopped; waiting for it to start again"
+
+    /// Makes the object again on a nearbyd that started anew, with the TTL
+    /// left; one whose TTL ran out meanwhile expires instead. A failure is
+    /// reported through the status (`inactive` and why).
+    func revive() async {
+        guard !state.withLock({ $0.ended }) else { return }
+        var strategy = self.strategy
+        if let ttl = strategy?.ttlSeconds {
+            let left = Double(ttl) - (ContinuousClock.now - madeAt) / .seconds(1)
+            guard left > 0 else {
+                state.withLock { $0.ended = true }
+                handler(.expired)
+                return
+            }
+            strategy?.ttlSeconds = UInt32(left.rounded(.up))
+        }
+        do {
+            let path = try await create(strategy)
+            state.withLock { $0.path = path }
+        } catch {
+            couldNotRevive(error)
+        }
+    }
+
+    /// The object, or its manager, could not be made again: the status says why.
+    func couldNotRevive(_ error: any Error) {
+        handler(.propertiesChanged([
+            "Status": .string("inactive"),
+            "StatusReason": .string("nearbyd restarted and could not make it again: \(error)"),
+        ]))
     }
 
     var status: String {
@@ -37,26 +143,42 @@ final class DaemonObject: Sendable {
 
     func end() async throws {
         try await bus.call(path, interface, endMethod)
+        state.withLock { $0.ended = true }
+    }
+}
+
+/// A weak reference that can be shared with closures made before the object.
+final class WeakBox<Object: AnyObject & Sendable>: Sendable {
+    private let reference = Mutex<Weak>(Weak())
+
+    private struct Weak {
+        weak var object: Object?
+    }
+
+    var object: Object? {
+        get { reference.withLock { $0.object } }
+        set { reference.withLock { $0.object = newValue } }
     }
 }
 
 /// A live publication; unpublished when released or deallocated
-/// (GNSPublication). It keeps its manager alive.
+/// (GNSPublication). It keeps its manager alive. When nearbyd restarts it is
+/// published again (see ``MessageManager``).
 public final class Publication: Sendable {
-    private let object: DaemonObject
-    /// The daemon's object for it.
+    let object: DaemonObject
+    /// The daemon's object for it now (a new one after nearbyd restarted).
     public var path: ObjectPath { object.path }
     /// The manager it was made from, kept alive by it.
     public var manager: MessageManager { object.manager }
 
-    init(path: ObjectPath, manager: MessageManager, dialog: DaemonCallee<[String]>?) {
-        object = DaemonObject(path: path, manager: manager, interface: NearbyBusContract.publication.name,
-                              endMethod: "Unpublish", dialog: dialog)
+    init(object: DaemonObject) {
+        self.object = object
     }
 
-    /// `starting` (waiting for the server or a medium), `active`, or
-    /// `inactive` (the app's permission was revoked, or its manager is in the
-    /// background and it may not run there).
+    /// `starting` (waiting for the server, a medium, or a nearbyd that
+    /// stopped to start again), `active`, or `inactive` (the app's permission
+    /// was revoked, or its manager is in the background and it may not run
+    /// there).
     public var status: String {
         get async throws { try await object.status }
     }
@@ -75,22 +197,24 @@ public final class Publication: Sendable {
 }
 
 /// A live subscription; its handlers are called until it is released or
-/// deallocated (GNSSubscription). It keeps its manager alive.
+/// deallocated (GNSSubscription). It keeps its manager alive. When nearbyd
+/// restarts, what it had found is reported lost and it subscribes again
+/// (see ``MessageManager``).
 public final class Subscription: Sendable {
-    private let object: DaemonObject
-    /// The daemon's object for it.
+    let object: DaemonObject
+    /// The daemon's object for it now (a new one after nearbyd restarted).
     public var path: ObjectPath { object.path }
     /// The manager it was made from, kept alive by it.
     public var manager: MessageManager { object.manager }
 
-    init(path: ObjectPath, manager: MessageManager, dialog: DaemonCallee<[String]>?) {
-        object = DaemonObject(path: path, manager: manager, interface: NearbyBusContract.subscription.name,
-                              endMethod: "Unsubscribe", dialog: dialog)
+    init(object: DaemonObject) {
+        self.object = object
     }
 
-    /// `starting` (waiting for the server or a medium), `active`, or
-    /// `inactive` (the app's permission was revoked, or its manager is in the
-    /// background and it may not run there).
+    /// `starting` (waiting for the server, a medium, or a nearbyd that
+    /// stopped to start again), `active`, or `inactive` (the app's permission
+    /// was revoked, or its manager is in the background and it may not run
+    /// there).
     public var status: String {
         get async throws { try await object.status }
     }

@@ -11,10 +11,40 @@ public typealias BusAddress = BusConnection.Address
 /// from it stay active while their Swift objects live (and keep the manager
 /// alive); the manager, and all it made, ends when it is released, or
 /// deallocated with the last of them.
+///
+/// An app never restarts because nearbyd did (as BlueZ's clients register
+/// again when bluetoothd restarts). When `org.nearbyd` loses its owner (the
+/// bus says so: no other program can fake it), every subscription reports
+/// the messages it had found as lost, and every publication and subscription
+/// reports the status `starting` with the reason ``waitingForDaemon``. When
+/// a nearbyd owns the name again, the manager is made again with what it was
+/// made with (and the background and direct channel the app set), then its
+/// live publications and subscriptions, in the order they were made, with
+/// the TTL they have left (one whose TTL ran out meanwhile expires); what
+/// is near is found again. Their `path`s change; the Swift objects stay.
+/// One that cannot be made again reports `inactive` and why.
 public final class MessageManager: Sendable {
-    /// The manager's D-Bus object.
-    public let path: ObjectPath
+    /// The manager's D-Bus object now (a new one after nearbyd restarted).
+    public var path: ObjectPath { livePath.withLock { $0 } }
+    private let livePath: Mutex<ObjectPath>
     let bus: NearbyBus
+    private let apiKey: String
+    private let params: [String: Variant]
+    private let router: @Sendable (ObjectEvent) -> Void
+    /// The background and direct channel the app asked for, set again on a restarted nearbyd.
+    private let wishes = Mutex<(background: Bool?, directChannel: Bool?)>((nil, nil))
+    /// Its publications and subscriptions, in the order they were made.
+    @BusActor private var objects: [WeakBox<DaemonObject>] = []
+    @BusActor private var daemonRestarts: OwnerObservation?
+    /// Counts nearbyd's owner changes: a revival a later change overtook stops.
+    @BusActor private var ownerChanges = 0
+    /// Whether the manager exists on the nearbyd that owns the name now.
+    @BusActor private var made = true
+    @BusActor private var released = false
+
+    /// The status reason of publications and subscriptions while nearbyd is
+    /// not running (their status is then `starting`).
+    public static let waitingForDaemon = DaemonObject.waitingReason
 
     /// What keeps Nearby from working for this manager now (the error state
     /// handlers of the iOS API). Each is false while all is well.
@@ -63,28 +93,93 @@ public final class MessageManager: Sendable {
         bus = try await NearbyBus.shared(address)
         var params = usageDescriptions.params
         if let appId { params["AppId"] = Variant(.string(appId)) }
-        let bus = self.bus
-        path = try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "CreateManager") { writer throws(DBusError) in
+        let state = Mutex(ErrorState())
+        let router: @Sendable (ObjectEvent) -> Void = { event in
+            switch event {
+            case .propertiesChanged(let changed):
+                if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
+                if let granted = changed["PermissionGranted"]?.bool { permissionChanged(granted) }
+                if let background = changed["Background"]?.bool { backgroundChanged(background) }
+                if let connected = changed["DirectChannelConnected"]?.bool { upstream.directChannelConnectedChanged(connected) }
+            case .sendSucceeded(let id): upstream.sendSucceeded(id)
+            case .sendFailed(let failure): upstream.sendFailed(failure)
+            case .messageReceived(let message): upstream.messageReceived(message)
+            default: break
+            }
+        }
+        livePath = Mutex(try await Self.create(on: bus, apiKey: apiKey, params: params, router: router))
+        self.apiKey = apiKey
+        self.params = params
+        self.router = router
+        await followDaemon()
+    }
+
+    /// Makes a manager on nearbyd and routes its signals to `router`.
+    @BusActor private static func create(on bus: NearbyBus, apiKey: String, params: [String: Variant],
+                                         router: @escaping @Sendable (ObjectEvent) -> Void) async throws -> ObjectPath {
+        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "CreateManager") { writer throws(DBusError) in
             try writer.append(apiKey)
             try writer.append(params)
         } decode: { reader throws(DBusError) in
             let path = try reader.read(ObjectPath.self)
             // Routed as the reply is read, before any later message: no change is missed.
-            let state = Mutex(ErrorState())
-            bus.route(path) { event in
-                switch event {
-                case .propertiesChanged(let changed):
-                    if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
-                    if let granted = changed["PermissionGranted"]?.bool { permissionChanged(granted) }
-                    if let background = changed["Background"]?.bool { backgroundChanged(background) }
-                    if let connected = changed["DirectChannelConnected"]?.bool { upstream.directChannelConnectedChanged(connected) }
-                case .sendSucceeded(let id): upstream.sendSucceeded(id)
-                case .sendFailed(let failure): upstream.sendFailed(failure)
-                case .messageReceived(let message): upstream.messageReceived(message)
-                default: break
-                }
-            }
+            bus.route(path, to: router)
             return path
+        }
+    }
+
+    // MARK: nearbyd restarting
+
+    @BusActor private func followDaemon() {
+        daemonRestarts = bus.nearbyd.onOwnerChange { [weak self] owner in self?.ownerChanged(to: owner) }
+    }
+
+    /// The publication or subscription `object`, made from this manager, to be made again after a restart.
+    @BusActor func adopt(_ object: DaemonObject) {
+        objects.removeAll { $0.object == nil }
+        let box = WeakBox<DaemonObject>()
+        box.object = object
+        objects.append(box)
+    }
+
+    @BusActor private var liveObjects: [DaemonObject] { objects.compactMap(\.object) }
+
+    @BusActor private func ownerChanged(to owner: String?) {
+        ownerChanges += 1
+        if made {
+            made = false
+            // The old nearbyd's paths may be the new one's for other objects.
+            bus.removeRoute(path)
+            for object in liveObjects {
+                bus.removeRoute(object.path)
+                object.daemonLeft()
+            }
+        }
+        guard owner != nil, !released else { return }
+        let change = ownerChanges
+        Task { await revive(after: change) }
+    }
+
+    /// Makes the manager, then its objects, again on the nearbyd of owner change `change`.
+    @BusActor private func revive(after change: Int) async {
+        guard change == ownerChanges, !released else { return }
+        do {
+            let path = try await Self.create(on: bus, apiKey: apiKey, params: params, router: router)
+            livePath.withLock { $0 = path }
+            let wishes = self.wishes.withLock { $0 }
+            if let background = wishes.background {
+                try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
+            }
+            if let wanted = wishes.directChannel { try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted)) }
+        } catch {
+            for object in liveObjects { object.couldNotRevive(error) }
+            return
+        }
+        guard change == ownerChanges else { return }
+        made = true
+        for object in liveObjects {
+            guard change == ownerChanges else { return }
+            await object.revive()
         }
     }
 
@@ -120,30 +215,37 @@ public final class MessageManager: Sendable {
                             permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Publication {
         var params: [String: Variant] = [:]
         if !message.namespace.isEmpty { params["Namespace"] = Variant(.string(message.namespace)) }
-        if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
         let dialog = try await Self.export(permissionRequest, on: bus)
         if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
         let content = [UInt8](message.content)
         let bus = self.bus
+        let interface = NearbyBusContract.manager.name
         do {
-            let objectPath = try await bus.call(path, NearbyBusContract.manager.name, "Publish") { writer throws(DBusError) in
-                try writer.append(content)
-                try writer.append(message.type)
-                try writer.append(params)
-            } decode: { reader throws(DBusError) in
-                let objectPath = try reader.read(ObjectPath.self)
-                bus.route(objectPath) { event in
-                    switch event {
-                    case .expired: expired()
-                    case .propertiesChanged(let changed):
-                        if let status = changed["Status"]?.string { statusChanged(status) }
-                        if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
-                    default: break
-                    }
+            let object = try await DaemonObject.make(
+                manager: self, interface: NearbyBusContract.publication.name, endMethod: "Unpublish", dialog: dialog, strategy: strategy
+            ) { event in
+                switch event {
+                case .expired: expired()
+                case .propertiesChanged(let changed):
+                    if let status = changed["Status"]?.string { statusChanged(status) }
+                    if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
+                default: break
                 }
-                return objectPath
+            } create: { [params] strategy, route in
+                var params = params
+                if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
+                return try await bus.call(self.path, interface, "Publish") { writer throws(DBusError) in
+                    try writer.append(content)
+                    try writer.append(message.type)
+                    try writer.append(params)
+                } decode: { reader throws(DBusError) in
+                    let objectPath = try reader.read(ObjectPath.self)
+                    // Routed as the reply is read, before any later message: no signal is missed.
+                    bus.route(objectPath, to: route)
+                    return objectPath
+                }
             }
-            return Publication(path: objectPath, manager: self, dialog: dialog)
+            return Publication(object: object)
         } catch {
             await dialog?.unexport()
             throw error
@@ -171,34 +273,41 @@ public final class MessageManager: Sendable {
         var params: [String: Variant] = [:]
         if !namespace.isEmpty { params["Namespace"] = Variant(.string(namespace)) }
         if !type.isEmpty { params["Type"] = Variant(.string(type)) }
-        if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
         if deviceTypes != .nearby { params["DeviceTypes"] = Variant(.strings(deviceTypes.names)) }
         if let beaconStrategy { params["BeaconStrategy"] = Variant(beaconStrategy.dbusValue) }
         let dialog = try await Self.export(permissionRequest, on: bus)
         if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
         let bus = self.bus
+        let interface = NearbyBusContract.manager.name
         do {
-            let objectPath = try await bus.call(path, NearbyBusContract.manager.name, "Subscribe") { writer throws(DBusError) in
-                try writer.append(params)
-            } decode: { reader throws(DBusError) in
-                let objectPath = try reader.read(ObjectPath.self)
-                // Routed as the reply is read, before any later message: no signal is missed.
-                bus.route(objectPath) { event in
-                    switch event {
-                    case .found(let message, let info): messageFound(message, info)
-                    case .lost(let message, let info): messageLost(message, info)
-                    case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
-                    case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
-                    case .expired: expired()
-                    case .propertiesChanged(let changed):
-                        if let status = changed["Status"]?.string { statusChanged(status) }
-                        if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
-                    case .sendSucceeded, .sendFailed, .messageReceived: break
-                    }
+            let object = try await DaemonObject.make(
+                manager: self, interface: NearbyBusContract.subscription.name, endMethod: "Unsubscribe", dialog: dialog,
+                strategy: strategy
+            ) { event in
+                switch event {
+                case .found(let message, let info): messageFound(message, info)
+                case .lost(let message, let info): messageLost(message, info)
+                case .distanceChanged(let message, let meters, let accuracy): distanceChanged(message, meters, accuracy)
+                case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
+                case .expired: expired()
+                case .propertiesChanged(let changed):
+                    if let status = changed["Status"]?.string { statusChanged(status) }
+                    if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
+                case .sendSucceeded, .sendFailed, .messageReceived: break
                 }
-                return objectPath
+            } create: { [params] strategy, route in
+                var params = params
+                if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
+                return try await bus.call(self.path, interface, "Subscribe") { writer throws(DBusError) in
+                    try writer.append(params)
+                } decode: { reader throws(DBusError) in
+                    let objectPath = try reader.read(ObjectPath.self)
+                    // Routed as the reply is read, before any later message: no signal is missed.
+                    bus.route(objectPath, to: route)
+                    return objectPath
+                }
             }
-            return Subscription(path: objectPath, manager: self, dialog: dialog)
+            return Subscription(object: object)
         } catch {
             await dialog?.unexport()
             throw error
@@ -248,6 +357,7 @@ public final class MessageManager: Sendable {
     /// is back.
     public func setBackground(_ background: Bool) async throws {
         try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
+        wishes.withLock { $0.background = background }
     }
 
     // MARK: Upstream messages (org.nearbyd.Upstream1)
@@ -274,6 +384,7 @@ public final class MessageManager: Sendable {
     /// is not in the background.
     public func setDirectChannel(_ wanted: Bool) async throws {
         try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted))
+        wishes.withLock { $0.directChannel = wanted }
     }
 
     /// Whether the direct channel of this manager's API key is open now.
@@ -286,6 +397,12 @@ public final class MessageManager: Sendable {
     /// Ends the manager and everything it made now rather than at deallocation.
     public func release() async throws {
         try await bus.call(path, NearbyBusContract.manager.name, "Release")
+        await stopFollowingDaemon()
+    }
+
+    @BusActor private func stopFollowingDaemon() {
+        released = true
+        daemonRestarts = nil
     }
 }
 

@@ -135,8 +135,14 @@ final class NearbyBus: Sendable {
         routes[path] = handler
     }
 
+    /// Sends the signals of the object at `path` nowhere from now on.
+    @BusActor func removeRoute(_ path: ObjectPath) {
+        routes.removeValue(forKey: path)
+    }
+
+    /// ``removeRoute(_:)`` soon; for `deinit`.
     func unroute(_ path: ObjectPath) {
-        Task { @BusActor in routes.removeValue(forKey: path) }
+        Task { @BusActor in removeRoute(path) }
     }
 
     /// The content, namespace and type every message signal starts with.

@@ -66,7 +66,8 @@ extension MessageManager {
     }
 
     func record(namespace: String = "", type: String = "", strategy: Strategy? = nil,
-                deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil) async throws -> RecordedSubscription {
+                deviceTypes: DeviceTypes = .nearby, beaconStrategy: BeaconStrategy? = nil,
+                statusChanged: @escaping @Sendable (String) -> Void = { _ in }) async throws -> RecordedSubscription {
         let events = Inbox<Event>()
         let subscription = try await subscription(
             namespace: namespace, type: type, strategy: strategy, deviceTypes: deviceTypes, beaconStrategy: beaconStrategy,
@@ -74,7 +75,7 @@ extension MessageManager {
             messageLost: { events.put(Event(kind: .lost, message: $0, info: $1)) },
             distanceChanged: { message, meters, _ in events.put(Event(kind: .distance, message: message, info: nil, value: meters)) },
             bleSignalChanged: { message, rssi, _ in events.put(Event(kind: .signal, message: message, info: nil, value: Double(rssi))) },
-            expired: { events.put(Event(kind: .expired, message: nil, info: nil)) })
+            expired: { events.put(Event(kind: .expired, message: nil, info: nil)) }, statusChanged: statusChanged)
         return RecordedSubscription(subscription: subscription, events: events)
     }
 }

@@ -216,9 +216,21 @@ public final class Cluster: Sendable {
     /// it again on the same bus, configuration and state directory.
     @discardableResult
     public func restartDaemon(_ name: String) async throws -> Device {
+        try await killDaemon(name)
+        return try await startDaemonAgain(name)
+    }
+
+    /// Kills a device's nearbyd outright (SIGKILL, as a crash would) and waits for it to exit.
+    public func killDaemon(_ name: String) async throws {
         guard let old = device(name) else { throw ChildProcessError(message: "no device \(name)") }
         old.daemon.signal(SIGKILL)
         _ = try await old.daemon.waitForExit()
+    }
+
+    /// Starts a killed device's nearbyd again on the same bus, configuration and state directory.
+    @discardableResult
+    public func startDaemonAgain(_ name: String) async throws -> Device {
+        guard let old = device(name) else { throw ChildProcessError(message: "no device \(name)") }
         let device = Device(name: name, bus: old.bus,
                             daemon: try await startDaemon(name, bus: old.bus, configuration: directory.file("\(name).conf")))
         devices.withLock { $0[name] = device }
