@@ -43,7 +43,7 @@ public struct Daemon: Service {
         // before the daemon says it is ready, as its default action is to end it.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let uniqueName = await service.connection.uniqueName
-        logger.info("nearbyd \(NearbyService.version) ready", metadata: ["bus": "\(configuration.bus)", "name": "\(uniqueName)"])
+        logger.info("nearbyd \(DaemonService.version) ready", metadata: ["bus": "\(configuration.bus)", "name": "\(uniqueName)"])
         FileHandle.standardOutput.write(Data("nearbyd: ready on \(configuration.bus) as \(uniqueName)\n".utf8))
         let status = "serving \(Self.busName) on the \(configuration.bus)"
         ServiceNotifier.ready(status: status)
@@ -106,7 +106,7 @@ public struct Daemon: Service {
     }
 
     @BusActor
-    private func start(onBusLost: @escaping @Sendable () -> Void) throws -> NearbyService {
+    private func start(onBusLost: @escaping @Sendable () -> Void) throws -> DaemonService {
         let connection = try BusConnection(configuration.bus)
         connection.onDisconnect {
             logger.error("the connection to the bus was lost")
@@ -125,7 +125,7 @@ public struct Daemon: Service {
         } catch {
             throw DaemonError.serverTLS(error.message)
         }
-        let service = NearbyService(configuration: configuration, connection: connection, backends: makeBackends(),
+        let service = DaemonService(configuration: configuration, connection: connection, backends: makeBackends(),
                                     serverTLS: serverTLS, outbox: outbox, sessions: loginSessions(clients: connection), logger: logger)
         try service.start()
         return service

@@ -47,10 +47,10 @@ import Testing
 
     @Test func theSystemsAppWinsOverWhatTheCallerSays() throws {
         let maps = RealApp(id: "org.gnome.Maps", kind: .flatpak)
-        #expect(try NearbyService.appId(requested: nil, real: maps, uid: 1000, apiKey: "k") == "org.gnome.Maps")
-        #expect(try NearbyService.appId(requested: "org.gnome.Maps", real: maps, uid: 1000, apiKey: "k") == "org.gnome.Maps")
-        #expect(throws: NearbyError.self) { try NearbyService.appId(requested: "org.example.Bank", real: maps, uid: 1000, apiKey: "k") }
-        #expect(try NearbyService.appId(requested: "org.example.Bank", real: nil, uid: 1000, apiKey: "k") == "org.example.Bank")
-        #expect(try NearbyService.appId(requested: nil, real: nil, uid: 1000, apiKey: "k").hasPrefix("uid1000-"))
+        #expect(try DaemonService.appId(requested: nil, real: maps, uid: 1000, apiKey: "k") == "org.gnome.Maps")
+        #expect(try DaemonService.appId(requested: "org.gnome.Maps", real: maps, uid: 1000, apiKey: "k") == "org.gnome.Maps")
+        #expect(throws: NearbyError.self) { try DaemonService.appId(requested: "org.example.Bank", real: maps, uid: 1000, apiKey: "k") }
+        #expect(try DaemonService.appId(requested: "org.example.Bank", real: nil, uid: 1000, apiKey: "k") == "org.example.Bank")
+        #expect(try DaemonService.appId(requested: nil, real: nil, uid: 1000, apiKey: "k").hasPrefix("uid1000-"))
     }
 }

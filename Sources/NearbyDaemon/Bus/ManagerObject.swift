@@ -9,7 +9,7 @@ final class ManagerObject {
 
     let manager: Manager
     let path: ObjectPath
-    unowned let service: NearbyService
+    unowned let service: DaemonService
     var exported: ExportedObject?
 
     /// How many live publications and subscriptions of this manager use each medium.
@@ -25,16 +25,16 @@ final class ManagerObject {
     /// the manager is in the background while either holds.
     var backgroundRequested = false
     var sessionAway = false
-    /// Kept by ``NearbyService/setBackground(_:requested:sessionAway:)``.
+    /// Kept by ``DaemonService/setBackground(_:requested:sessionAway:)``.
     var background = false
     /// `DirectChannel` of `org.nearbyd.Upstream1`: the app wants its API key's direct channel.
     var directChannel = false
-    /// Kept up to date by ``NearbyService`` from the mediums' conditions.
+    /// Kept up to date by ``DaemonService`` from the mediums' conditions.
     var microphonePermissionError = false
     var bluetoothPermissionError = false
     var bluetoothPowerError = false
 
-    init(manager: Manager, path: ObjectPath, service: NearbyService, exempt: Bool = false) {
+    init(manager: Manager, path: ObjectPath, service: DaemonService, exempt: Bool = false) {
         self.manager = manager
         self.path = path
         self.service = service

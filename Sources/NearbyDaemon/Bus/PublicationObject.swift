@@ -9,12 +9,12 @@ final class PublicationObject: LiveObject {
 
     let publication: Publication
     let path: ObjectPath
-    unowned let service: NearbyService
+    unowned let service: DaemonService
     var exported: ExportedObject?
 
     var entry: Publication { publication }
 
-    init(publication: Publication, path: ObjectPath, service: NearbyService) {
+    init(publication: Publication, path: ObjectPath, service: DaemonService) {
         self.publication = publication
         self.path = path
         self.service = service

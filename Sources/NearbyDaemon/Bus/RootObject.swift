@@ -8,10 +8,10 @@ final class RootObject {
     nonisolated static let path = ObjectPath(stringLiteral: NearbyBusContract.rootPath)
     nonisolated static let interfaceName = NearbyBusContract.nearby.name
 
-    unowned let service: NearbyService
+    unowned let service: DaemonService
     var exported: ExportedObject?
 
-    init(service: NearbyService) {
+    init(service: DaemonService) {
         self.service = service
     }
 

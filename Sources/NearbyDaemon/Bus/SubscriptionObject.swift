@@ -9,12 +9,12 @@ final class SubscriptionObject: LiveObject {
 
     let subscription: Subscription
     let path: ObjectPath
-    unowned let service: NearbyService
+    unowned let service: DaemonService
     var exported: ExportedObject?
 
     var entry: Subscription { subscription }
 
-    init(subscription: Subscription, path: ObjectPath, service: NearbyService) {
+    init(subscription: Subscription, path: ObjectPath, service: DaemonService) {
         self.subscription = subscription
         self.path = path
         self.service = service

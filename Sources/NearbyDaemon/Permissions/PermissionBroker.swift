@@ -96,7 +96,7 @@ final class PermissionBroker {
     /// written. Should the write fail, it is undone (and logged).
     func record(_ key: PermissionKey, granted: Bool, by source: DecisionSource) throws(NearbyError) {
         let before = isGranted(key)
-        let previous = try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: NearbyService.nowMicroseconds),
+        let previous = try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: DaemonService.nowMicroseconds),
                                         for: key)
         if unwritten[key] == nil { unwritten[key] = .some(previous) }
         logger.notice("permission \(granted ? "granted" : "denied")",

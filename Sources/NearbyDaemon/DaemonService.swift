@@ -15,7 +15,7 @@ import Upstream
 /// answered without a hop; the network and the mediums run elsewhere and report
 /// back in order.
 @BusActor
-final class NearbyService {
+final class DaemonService {
     /// The daemon's release.
     nonisolated static let version = "0.1.0"
 
