@@ -37,8 +37,10 @@ extension PostgresStorage {
 
     // MARK: Upstream
 
-    private typealias Statements = PostgresUpstreamStatements
-    private static let upstreamColumns = Statements.upstreamColumns
+    private static let upstreamColumns =
+        "position, project, device, app, messageId, data, receivedAtMs, expiresAtMs, verdict, verdictDescription"
+    /// ``upstreamColumns`` where another table's columns have the same names.
+    private static let qualifiedUpstreamColumns = upstreamColumns.split(separator: ", ").map { "upstream.\($0)" }.joined(separator: ", ")
 
     public func pendingUpstream(project: String, after position: Int64, limit: Int) async throws -> [StoredUpstream] {
         try await read { connection in
@@ -59,14 +61,17 @@ extension PostgresStorage {
 
     private func claimUpstream(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, graceMs: UInt64,
                                limit: Int, on connection: PostgresConnection) async throws -> [StoredUpstream] {
-        var claimed: [StoredUpstream] = []
-        for try await row in try await connection.execute(
-            Statements.ClaimUpstream(replica: replica, untilMs: Int64(clamping: untilMs), project: project, nowMs: Int64(clamping: nowMs),
-                                     graceMs: Int64(clamping: graceMs), limit: Int64(limit)), logger: logger) {
-            claimed.append(try Statements.upstream(row))
-        }
-        // RETURNING has no ORDER BY.
-        return claimed.sorted { $0.position < $1.position }
+        let now = Int64(clamping: nowMs)
+        let grace = Int64(clamping: graceMs)
+        // SKIP LOCKED: replicas claiming at once each take other rows, none waits.
+        return try await upstream("""
+            UPDATE upstream SET claimedBy = \(replica), claimedUntilMs = \(Int64(clamping: untilMs)) WHERE position IN (
+                SELECT position FROM upstream
+                WHERE project = \(project) AND verdict IS NULL AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
+                  AND (expiresAtMs > \(now) OR (expiresAtMs <= receivedAtMs AND receivedAtMs + \(grace) > \(now)))
+                ORDER BY position LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+            RETURNING \(unescaped: Self.upstreamColumns)
+            """, on: connection).sorted { $0.position < $1.position }
     }
 
     public func settleExpiredUpstream(nowMs: UInt64, graceMs: UInt64, limit: Int,
@@ -106,8 +111,13 @@ extension PostgresStorage {
     /// The messages a query of ``upstreamColumns`` finds.
     private func upstream(_ query: PostgresQuery, on connection: PostgresConnection) async throws -> [StoredUpstream] {
         var messages: [StoredUpstream] = []
-        for try await row in try await connection.query(query, logger: logger).decode(Statements.UpstreamRow.self) {
-            messages.append(try Statements.upstream(row))
+        for try await (position, project, device, app, messageId, data, receivedAt, expiresAt, verdict, verdictDescription)
+            in try await connection.query(query, logger: logger)
+            .decode((Int64, String, String, String, String, String, Int64, Int64, String?, String?).self) {
+            messages.append(StoredUpstream(position: position, project: project, device: device, app: app, messageId: messageId,
+                                           data: try StoredColumns.dictionary(data), receivedAtMs: milliseconds(receivedAt),
+                                           expiresAtMs: milliseconds(expiresAt),
+                                           verdict: StoredColumns.verdict(code: verdict, description: verdictDescription)))
         }
         return messages
     }
@@ -213,10 +223,14 @@ extension PostgresStorage {
 
     private func claimReceipts(project: String, replica: String, nowMs: UInt64, untilMs: UInt64, limit: Int,
                                on connection: PostgresConnection) async throws -> [StoredReceipt] {
+        let now = Int64(clamping: nowMs)
         var receipts: [StoredReceipt] = []
-        for try await (position, project, messageId, payload) in try await connection.execute(
-            Statements.ClaimReceipts(replica: replica, untilMs: Int64(clamping: untilMs), project: project, nowMs: Int64(clamping: nowMs),
-                                     limit: Int64(limit)), logger: logger) {
+        for try await (position, project, messageId, payload) in try await connection.query("""
+            UPDATE receipt SET claimedBy = \(replica), claimedUntilMs = \(Int64(clamping: untilMs)) WHERE position IN (
+                SELECT position FROM receipt WHERE project = \(project) AND (claimedBy IS NULL OR claimedUntilMs <= \(now))
+                ORDER BY position LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+            RETURNING position, project, messageId, payload
+            """, logger: logger).decode((Int64, String, String, String).self) {
             receipts.append(StoredReceipt(position: position, project: project, messageId: messageId, payload: payload))
         }
         // RETURNING has no ORDER BY.
@@ -344,19 +358,24 @@ extension PostgresStorage {
         guard !accepts.isEmpty else { return [] }
         let devices = Array(Set(accepts.map(\.message.device))).sorted()
         var existing: Set<String> = []
-        for try await device in try await connection.execute(Statements.LockDevices(devices: devices), logger: logger) {
+        for try await device in try await connection.query("""
+            SELECT id FROM device WHERE id = ANY(\(devices)) ORDER BY id FOR NO KEY UPDATE
+            """, logger: logger).decode(String.self) {
             existing.insert(device)
         }
         struct Key: Hashable { let device, app, messageId: String }
         var known: [Key: StoredUpstream] = [:]
-        for try await row in try await connection.execute(
-            Statements.KnownUpstream(devices: accepts.map(\.message.device), apps: accepts.map(\.message.app),
-                                     messageIds: accepts.map(\.message.messageId)), logger: logger) {
-            let message = try Statements.upstream(row)
+        for message in try await upstream("""
+            SELECT \(unescaped: Self.upstreamColumns) FROM upstream WHERE (device, app, messageId) IN (
+                SELECT * FROM unnest(\(accepts.map(\.message.device))::text[], \(accepts.map(\.message.app))::text[],
+                                     \(accepts.map(\.message.messageId))::text[]))
+            """, on: connection) {
             known[Key(device: message.device, app: message.app, messageId: message.messageId)] = message
         }
         var kept: [String: Int] = [:]
-        for try await (device, count) in try await connection.execute(Statements.KeptCounts(devices: devices), logger: logger) {
+        for try await (device, count) in try await connection.query("""
+            SELECT device, COUNT(*) FROM upstream WHERE device = ANY(\(devices)) GROUP BY device
+            """, logger: logger).decode((String, Int64).self) {
             kept[device] = Int(count)
         }
         var results: [(Int, Result<UpstreamAcceptance, any Error>)] = []
@@ -385,9 +404,20 @@ extension PostgresStorage {
         }
         guard !inserts.isEmpty else { return results }
         let data = try inserts.map { try StoredColumns.json($0.data) }
+        // WITH ORDINALITY … ORDER BY: positions in the order the messages came.
+        let inserted = try await connection.query("""
+            INSERT INTO upstream (project, device, app, messageId, data, receivedAtMs, expiresAtMs)
+            SELECT project, device, app, messageId, data, receivedAtMs, expiresAtMs
+            FROM unnest(\(inserts.map(\.project))::text[], \(inserts.map(\.device))::text[], \(inserts.map(\.app))::text[],
+                        \(inserts.map(\.messageId))::text[], \(data)::text[],
+                        \(inserts.map { Int64(clamping: $0.receivedAtMs) })::bigint[],
+                        \(inserts.map { Int64(clamping: $0.expiresAtMs) })::bigint[])
+                WITH ORDINALITY AS new (project, device, app, messageId, data, receivedAtMs, expiresAtMs, ordinal)
+            ORDER BY ordinal
+            RETURNING position, device, app, messageId
+            """, logger: logger).decode((Int64, String, String, String).self)
         var positions: [Key: Int64] = [:]
-        for try await (position, device, app, messageId)
-            in try await connection.execute(Statements.InsertUpstream(messages: inserts, data: data), logger: logger) {
+        for try await (position, device, app, messageId) in inserted {
             positions[Key(device: device, app: app, messageId: messageId)] = position
         }
         for message in inserts {
@@ -422,9 +452,13 @@ extension PostgresStorage {
         guard !settlements.isEmpty else { return [] }
         struct Key: Hashable { let project, device, messageId: String }
         var candidates: [Key: [Int64]] = [:]
-        for try await (position, project, device, messageId) in try await connection.execute(
-            Statements.PendingUpstream(projects: settlements.map(\.project), devices: settlements.map(\.device),
-                                       messageIds: settlements.map(\.messageId)), logger: logger) {
+        for try await (position, project, device, messageId) in try await connection.query("""
+            SELECT position, project, device, messageId FROM upstream
+            WHERE verdict IS NULL AND (project, device, messageId) IN (
+                SELECT * FROM unnest(\(settlements.map(\.project))::text[], \(settlements.map(\.device))::text[],
+                                     \(settlements.map(\.messageId))::text[]))
+            ORDER BY position
+            """, logger: logger).decode((Int64, String, String, String).self) {
             candidates[Key(project: project, device: device, messageId: messageId), default: []].append(position)
         }
         var taken: [Key: Int] = [:]
@@ -440,10 +474,15 @@ extension PostgresStorage {
         var settled: [Int64: StoredUpstream] = [:]
         if !updates.isEmpty {
             let columns = updates.map { StoredColumns.columns(of: $0.1.verdict) }
-            for try await row in try await connection.execute(
-                Statements.SettleUpstream(positions: updates.map(\.0), codes: columns.map(\.code), descriptions: columns.map(\.description),
-                                          atMs: updates.map { Int64(clamping: $0.1.atMs) }), logger: logger) {
-                let message = try Statements.upstream(row)
+            for message in try await upstream("""
+                UPDATE upstream SET verdict = new.code,
+                    verdictDescription = CASE WHEN new.described THEN new.description END, settledAtMs = new.atMs
+                FROM unnest(\(updates.map(\.0))::bigint[], \(columns.map(\.code))::text[], \(columns.map { $0.description ?? "" })::text[],
+                            \(columns.map { $0.description != nil })::boolean[], \(updates.map { Int64(clamping: $0.1.atMs) })::bigint[])
+                    AS new (position, code, description, described, atMs)
+                WHERE upstream.position = new.position AND upstream.verdict IS NULL
+                RETURNING \(unescaped: Self.qualifiedUpstreamColumns)
+                """, on: connection) {
                 settled[message.position] = message
             }
         }
