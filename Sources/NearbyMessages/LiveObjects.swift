@@ -1,5 +1,4 @@
 import DBus
-import Foundation
 import NearbyBusContract
 import Synchronization
 
@@ -25,14 +24,29 @@ final class DaemonObject: Sendable {
 
     private struct State {
         var path: ObjectPath
+        /// Whether ``path`` is the object on the nearbyd that owns the name
+        /// now. Until it is made again a stale path is never used: the new
+        /// nearbyd may have given it to another object.
+        var current = true
         /// Unpublished, unsubscribed or expired: not made again.
         var ended = false
         /// The messages found and not lost since, reported lost when nearbyd goes.
         var found: [(message: Message, info: MessageInfo)] = []
     }
 
-    /// The daemon's object for it now.
+    /// The daemon's object for it now (the last one while it is being made again).
     var path: ObjectPath { state.withLock { $0.path } }
+
+    /// ``path`` while it is current; else nearbyd restarted and the object is
+    /// not made again yet.
+    private var currentPath: ObjectPath {
+        get throws(NearbyMessagesError) {
+            guard let path = state.withLock({ $0.current ? $0.path : nil }) else {
+                throw NearbyMessagesError(kind: .daemonUnavailable, message: Self.waitingReason)
+            }
+            return path
+        }
+    }
 
     /// Makes the object with `create` (given the strategy, and the route for
     /// its signals) and registers it with `manager` to be made again after a
@@ -70,9 +84,10 @@ final class DaemonObject: Sendable {
     }
 
     deinit {
-        let path = self.path
-        bus.unroute(path)
-        bus.sendAndForget(path, interface, endMethod)
+        if let path = try? currentPath {
+            bus.unroute(path)
+            bus.sendAndForget(path, interface, endMethod)
+        }
         if let dialog { Task { @BusActor in dialog.unexport() } }
     }
 
@@ -90,14 +105,21 @@ final class DaemonObject: Sendable {
         }
     }
 
-    /// nearbyd went: what was found is lost, and the status says why nothing runs.
-    func daemonLeft() {
-        let found = state.withLock { state in
-            defer { state.found = [] }
-            return state.ended ? [] : state.found
+    /// nearbyd went: what was found is lost, and the status says why nothing
+    /// runs. Returns the path its signals came to.
+    func daemonLeft() -> ObjectPath {
+        let (path, found) = state.withLock { state in
+            defer {
+                state.found = []
+                state.current = false
+            }
+            return (state.path, state.ended ? [] : state.found)
         }
         for (message, info) in found { handler(.lost(message, info)) }
-        handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
+        if !state.withLock({ $0.ended }) {
+            handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
+        }
+        return path
     }
 
     static let waitingReason = "nearbyd stopped; waiting for it to start again"
@@ -119,7 +141,10 @@ final class DaemonObject: Sendable {
         }
         do {
             let path = try await create(strategy)
-            state.withLock { $0.path = path }
+            state.withLock { state in
+                state.path = path
+                state.current = true
+            }
         } catch {
             couldNotRevive(error)
         }
@@ -134,14 +159,19 @@ final class DaemonObject: Sendable {
     }
 
     var status: String {
-        get async throws { try await bus.property(path, interface, "Status").string ?? "" }
+        get async throws { try await bus.property(currentPath, interface, "Status").string ?? "" }
     }
 
     var statusReason: String {
-        get async throws { try await bus.property(path, interface, "StatusReason").string ?? "" }
+        get async throws { try await bus.property(currentPath, interface, "StatusReason").string ?? "" }
     }
 
+    /// Ends the object; while nearbyd restarts, that is not to make it again.
     func end() async throws {
+        guard let path = try? currentPath else {
+            state.withLock { $0.ended = true }
+            return
+        }
         try await bus.call(path, interface, endMethod)
         state.withLock { $0.ended = true }
     }

@@ -24,9 +24,13 @@ public typealias BusAddress = BusConnection.Address
 /// is near is found again. Their `path`s change; the Swift objects stay.
 /// One that cannot be made again reports `inactive` and why.
 public final class MessageManager: Sendable {
-    /// The manager's D-Bus object now (a new one after nearbyd restarted).
-    public var path: ObjectPath { livePath.withLock { $0 } }
-    private let livePath: Mutex<ObjectPath>
+    /// The manager's D-Bus object now (a new one after nearbyd restarted; the
+    /// last one while it is being made again).
+    public var path: ObjectPath { live.withLock { $0.path } }
+    /// The path, and whether it is the manager on the nearbyd that owns the
+    /// name now. A stale path is never called: a new nearbyd may have given
+    /// it to another manager of this process.
+    private let live: Mutex<(path: ObjectPath, current: Bool)>
     let bus: NearbyBus
     private let apiKey: String
     private let params: [String: Variant]
@@ -38,8 +42,6 @@ public final class MessageManager: Sendable {
     @BusActor private var daemonRestarts: OwnerObservation?
     /// Counts nearbyd's owner changes: a revival a later change overtook stops.
     @BusActor private var ownerChanges = 0
-    /// Whether the manager exists on the nearbyd that owns the name now.
-    @BusActor private var made = true
     @BusActor private var released = false
 
     /// The status reason of publications and subscriptions while nearbyd is
@@ -107,7 +109,7 @@ public final class MessageManager: Sendable {
             default: break
             }
         }
-        livePath = Mutex(try await Self.create(on: bus, apiKey: apiKey, params: params, router: router))
+        live = Mutex((try await Self.create(on: bus, apiKey: apiKey, params: params, router: router), true))
         self.apiKey = apiKey
         self.params = params
         self.router = router
@@ -144,16 +146,27 @@ public final class MessageManager: Sendable {
 
     @BusActor private var liveObjects: [DaemonObject] { objects.compactMap(\.object) }
 
+    /// ``path`` while it is current; else nearbyd restarted and the manager
+    /// is not made again yet.
+    private var currentPath: ObjectPath {
+        get throws(NearbyMessagesError) {
+            guard let path = live.withLock({ $0.current ? $0.path : nil }) else {
+                throw NearbyMessagesError(kind: .daemonUnavailable, message: Self.waitingForDaemon)
+            }
+            return path
+        }
+    }
+
     @BusActor private func ownerChanged(to owner: String?) {
         ownerChanges += 1
-        if made {
-            made = false
+        let wasCurrent = live.withLock { live in
+            defer { live.current = false }
+            return live.current
+        }
+        if wasCurrent {
             // The old nearbyd's paths may be the new one's for other objects.
             bus.removeRoute(path)
-            for object in liveObjects {
-                bus.removeRoute(object.path)
-                object.daemonLeft()
-            }
+            for object in liveObjects { bus.removeRoute(object.daemonLeft()) }
         }
         guard owner != nil, !released else { return }
         let change = ownerChanges
@@ -165,7 +178,7 @@ public final class MessageManager: Sendable {
         guard change == ownerChanges, !released else { return }
         do {
             let path = try await Self.create(on: bus, apiKey: apiKey, params: params, router: router)
-            livePath.withLock { $0 = path }
+            live.withLock { $0 = (path, true) }
             let wishes = self.wishes.withLock { $0 }
             if let background = wishes.background {
                 try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
@@ -176,7 +189,6 @@ public final class MessageManager: Sendable {
             return
         }
         guard change == ownerChanges else { return }
-        made = true
         for object in liveObjects {
             guard change == ownerChanges else { return }
             await object.revive()
@@ -187,12 +199,13 @@ public final class MessageManager: Sendable {
     public var errorState: ErrorState {
         get async throws {
             var state = ErrorState()
-            _ = state.apply(try await bus.properties(path, NearbyBusContract.manager.name))
+            _ = state.apply(try await bus.properties(currentPath, NearbyBusContract.manager.name))
             return state
         }
     }
 
     deinit {
+        guard let path = try? currentPath else { return }
         bus.unroute(path)
         bus.sendAndForget(path, NearbyBusContract.manager.name, "Release")
     }
@@ -234,7 +247,7 @@ public final class MessageManager: Sendable {
             } create: { [params] strategy, route in
                 var params = params
                 if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
-                return try await bus.call(self.path, interface, "Publish") { writer throws(DBusError) in
+                return try await bus.call(self.currentPath, interface, "Publish") { writer throws(DBusError) in
                     try writer.append(content)
                     try writer.append(message.type)
                     try writer.append(params)
@@ -298,7 +311,7 @@ public final class MessageManager: Sendable {
             } create: { [params] strategy, route in
                 var params = params
                 if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
-                return try await bus.call(self.path, interface, "Subscribe") { writer throws(DBusError) in
+                return try await bus.call(self.currentPath, interface, "Subscribe") { writer throws(DBusError) in
                     try writer.append(params)
                 } decode: { reader throws(DBusError) in
                     let objectPath = try reader.read(ObjectPath.self)
@@ -333,7 +346,7 @@ public final class MessageManager: Sendable {
     /// Whether the user allows this app (the manager's `AppId`) to use Nearby
     /// (GNSPermission's `isGranted`): false while denied or undecided.
     public var permissionGranted: Bool {
-        get async throws { try await bus.property(path, NearbyBusContract.manager.name, "PermissionGranted").bool ?? false }
+        get async throws { try await bus.property(currentPath, NearbyBusContract.manager.name, "PermissionGranted").bool ?? false }
     }
 
     /// Grants or revokes Nearby for this app as the user's decision
@@ -342,13 +355,13 @@ public final class MessageManager: Sendable {
     /// (their status becomes `inactive`); granting resumes them. Every manager
     /// of the app hears it through `permissionChanged`.
     public func setPermissionGranted(_ granted: Bool) async throws {
-        try await bus.setProperty(path, NearbyBusContract.manager.name, "PermissionGranted", .bool(granted))
+        try await bus.setProperty(currentPath, NearbyBusContract.manager.name, "PermissionGranted", .bool(granted))
     }
 
     /// Whether the app is in the background now: said by ``setBackground(_:)``,
     /// or set by nearbyd while the user's login session is inactive or locked.
     public var background: Bool {
-        get async throws { try await bus.property(path, NearbyBusContract.manager.name, "Background").bool ?? false }
+        get async throws { try await bus.property(currentPath, NearbyBusContract.manager.name, "Background").bool ?? false }
     }
 
     /// Tells nearbyd the app is in the background (or back). Meanwhile only
@@ -356,7 +369,10 @@ public final class MessageManager: Sendable {
     /// `allowInBackground` run, on BLE alone; the others pause until the app
     /// is back.
     public func setBackground(_ background: Bool) async throws {
-        try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
+        // While nearbyd restarts, said once the manager is made again.
+        if let path = try? currentPath {
+            try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
+        }
         wishes.withLock { $0.background = background }
     }
 
@@ -371,7 +387,7 @@ public final class MessageManager: Sendable {
     /// It travels while the direct channel of the API key is open (see
     /// ``setDirectChannel(_:)``).
     public func sendUpstream(data: [String: String], to: String, messageID: String, ttlSeconds: Int64) async throws {
-        try await bus.call(path, Self.upstream, "SendMessage") { writer throws(DBusError) in
+        try await bus.call(currentPath, Self.upstream, "SendMessage") { writer throws(DBusError) in
             try writer.append(data)
             try writer.append(to)
             try writer.append(messageID)
@@ -383,20 +399,22 @@ public final class MessageManager: Sendable {
     /// nearbyd keeps it open while some manager of the API key asks for it and
     /// is not in the background.
     public func setDirectChannel(_ wanted: Bool) async throws {
-        try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted))
+        // While nearbyd restarts, said once the manager is made again.
+        if let path = try? currentPath { try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted)) }
         wishes.withLock { $0.directChannel = wanted }
     }
 
     /// Whether the direct channel of this manager's API key is open now.
     public var directChannelConnected: Bool {
-        get async throws { try await bus.property(path, Self.upstream, "DirectChannelConnected").bool ?? false }
+        get async throws { try await bus.property(currentPath, Self.upstream, "DirectChannelConnected").bool ?? false }
     }
 
     private static let upstream = NearbyBusContract.upstream.name
 
     /// Ends the manager and everything it made now rather than at deallocation.
     public func release() async throws {
-        try await bus.call(path, NearbyBusContract.manager.name, "Release")
+        // While nearbyd restarts, releasing is not making it again.
+        if let path = try? currentPath { try await bus.call(path, NearbyBusContract.manager.name, "Release") }
         await stopFollowingDaemon()
     }
 
