@@ -1,5 +1,3 @@
-import DBus
-
 /// How a connection to nearby-server is retried (`[server] reconnect-initial-delay`
 /// and `reconnect-max-delay`): shared by the link and the direct channel.
 struct Backoff: Sendable {
@@ -34,11 +32,13 @@ struct Backoff: Sendable {
     /// doubling up to `maximum`. An attempt that got connected starts a new
     /// round, and the next failed round waits `initial` again. `settled` runs
     /// after every attempt, with whether the round failed with it.
-    @BusActor
-    func retry(over endpoints: ServerEndpoints,
-               _ attempt: @BusActor (ServerEndpoints.Endpoint) async -> Attempt,
-               settled: @BusActor (_ roundFailed: Bool) async -> Void = { _ in },
-               pause: @BusActor (Duration) async -> Void = { try? await Task.sleep(for: $0) }) async {
+    ///
+    /// It runs, and calls its closures, in its caller's isolation (the link's
+    /// and the direct channel's, the bus actor); it needs none of its own.
+    func retry(isolation: isolated (any Actor)? = #isolation, over endpoints: ServerEndpoints,
+               _ attempt: (ServerEndpoints.Endpoint) async -> Attempt,
+               settled: (_ roundFailed: Bool) async -> Void = { _ in },
+               pause: (Duration) async -> Void = { try? await Task.sleep(for: $0) }) async {
         var delay = initial
         var tried: Set<Int> = []
         while !Task.isCancelled {

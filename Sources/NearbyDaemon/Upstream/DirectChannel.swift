@@ -15,6 +15,11 @@ import ServerAPI
 /// opens or closes, ``onEvent`` what the server writes while it is open; both
 /// run on the bus actor, in order. Nothing of a connection that was closed is
 /// heard after ``onOpenChanged(false)``.
+///
+/// It lives on the bus actor, with the ``UpstreamService`` it serves: whether
+/// it is wanted follows D-Bus property writes, and what it hears becomes
+/// D-Bus signals and property changes, each in order with the calls, and
+/// without a hop. The connection itself (``Connect``) runs off the actor.
 @BusActor
 final class DirectChannel {
     /// Makes one connection to `server` and serves it until it ends: calls
