@@ -116,18 +116,18 @@ public final class Publication: RegisteredObject {
     public let id: String
     public let message: Message
     public let strategy: Strategy
-    /// Wall-clock expiry in microseconds since the epoch.
-    public var expiresAt: UInt64
+    /// Wall-clock expiry in milliseconds since the epoch.
+    public var expiresAtMs: UInt64
     public var status: ObjectStatus = .starting
     public var statusReason = ""
 
-    init(number: UInt64, manager: Manager, id: String, message: Message, strategy: Strategy, expiresAt: UInt64) {
+    init(number: UInt64, manager: Manager, id: String, message: Message, strategy: Strategy, expiresAtMs: UInt64) {
         self.number = number
         self.manager = manager
         self.id = id
         self.message = message
         self.strategy = strategy
-        self.expiresAt = expiresAt
+        self.expiresAtMs = expiresAtMs
     }
 }
 
@@ -139,21 +139,21 @@ public final class Subscription: RegisteredObject {
     public let filter: MessageFilter
     public let strategy: Strategy
     public let deviceTypes: DeviceTypes
-    /// Wall-clock expiry in microseconds since the epoch; 0 = never.
-    public let expiresAt: UInt64
+    /// Wall-clock expiry in milliseconds since the epoch; 0 = never.
+    public let expiresAtMs: UInt64
     public var status: ObjectStatus = .starting
     public var statusReason = ""
     public var found = FoundTracker()
 
     init(number: UInt64, manager: Manager, id: String, filter: MessageFilter, strategy: Strategy,
-         deviceTypes: DeviceTypes, expiresAt: UInt64) {
+         deviceTypes: DeviceTypes, expiresAtMs: UInt64) {
         self.number = number
         self.manager = manager
         self.id = id
         self.filter = filter
         self.strategy = strategy
         self.deviceTypes = deviceTypes
-        self.expiresAt = expiresAt
+        self.expiresAtMs = expiresAtMs
     }
 }
 
@@ -254,10 +254,10 @@ public final class Registry {
     }
 
     public func addPublication(to manager: Manager, message: Message, strategy: Strategy,
-                               expiresAt: UInt64) throws(NearbyError) -> Publication {
+                               expiresAtMs: UInt64) throws(NearbyError) -> Publication {
         try checkRoom(in: manager)
         let publication = Publication(number: manager.nextObject, manager: manager, id: newID(),
-                                      message: message, strategy: strategy, expiresAt: expiresAt)
+                                      message: message, strategy: strategy, expiresAtMs: expiresAtMs)
         manager.nextObject += 1
         manager.publications[publication.number] = publication
         counted(manager, 1)
@@ -265,10 +265,10 @@ public final class Registry {
     }
 
     public func addSubscription(to manager: Manager, filter: MessageFilter, strategy: Strategy,
-                                deviceTypes: DeviceTypes = DeviceTypes(), expiresAt: UInt64) throws(NearbyError) -> Subscription {
+                                deviceTypes: DeviceTypes = DeviceTypes(), expiresAtMs: UInt64) throws(NearbyError) -> Subscription {
         try checkRoom(in: manager)
         let subscription = Subscription(number: manager.nextObject, manager: manager, id: newID(),
-                                        filter: filter, strategy: strategy, deviceTypes: deviceTypes, expiresAt: expiresAt)
+                                        filter: filter, strategy: strategy, deviceTypes: deviceTypes, expiresAtMs: expiresAtMs)
         manager.nextObject += 1
         manager.subscriptions[subscription.number] = subscription
         counted(manager, 1)

@@ -22,7 +22,8 @@ final class DaemonService {
     var version: String { Self.version }
     let configuration: DaemonConfiguration
     /// Wall-clock time for what is kept with a time (registrations, upstream
-    /// messages, tokens): one clock for the service and its parts.
+    /// messages, tokens, permission decisions) and what expires (TTLs): one
+    /// clock for the service and its parts.
     private let clock: any WallClock
     let connection: BusConnection
     let logger: Logger
@@ -73,7 +74,7 @@ final class DaemonService {
     private var sightingsTimer: BusTimer?
     private var registrationsTimer: BusTimer?
     private var shrinkTimers: [Medium: BusTimer] = [:]
-    /// Publications and subscriptions by expiry (µs since the epoch), with one
+    /// Publications and subscriptions by expiry (ms since the epoch), with one
     /// timer for the earliest: cheaper than a timer per object.
     private var expiries = DeadlineQueue<Expiring>()
     private var expiryTimer: BusTimer?
@@ -98,7 +99,7 @@ final class DaemonService {
         defaultStrategies = defaults
         self.connection = connection
         self.logger = logger
-        permissions = PermissionBroker(configuration: configuration, connection: connection, logger: logger)
+        permissions = PermissionBroker(configuration: configuration, connection: connection, clock: clock, logger: logger)
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
         registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
         let endpoints = ServerEndpoints(clients: configuration.serverURLs.map {
@@ -420,15 +421,15 @@ final class DaemonService {
 
     @discardableResult
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> PublicationObject {
-        let expiresAt = Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
+        let expiresAtMs = clock.nowMs + UInt64(strategy.ttlSeconds) * 1000
         let publication = try registry.addPublication(to: owner.manager, message: message, strategy: strategy,
-                                                      expiresAt: expiresAt)
+                                                      expiresAtMs: expiresAtMs)
         let path = owner.path.child("publication\(publication.number)")
         let object = PublicationObject(publication: publication, path: path, service: self)
         object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
-        scheduleExpiry(of: .publication(object), at: owner.exempt ? expiresAt - Self.renewalMargin : expiresAt)
+        scheduleExpiry(of: .publication(object), at: owner.exempt ? expiresAtMs - Self.renewalMarginMs : expiresAtMs)
         reconcile(object, owner: owner)
         record("published", by: owner.manager, ["object": "\(path)", "type": "\(message.type)",
                                                 "medium": "\(Self.names(strategy.mediums))"])
@@ -440,15 +441,15 @@ final class DaemonService {
         if deviceTypes.beacons != nil, !enabledMediums.contains(.ble) {
             throw .notSupported("beacon subscriptions need BLE, which this daemon's configuration disables")
         }
-        let expiresAt = strategy.ttlSeconds == 0 ? 0 : Self.nowMicroseconds + UInt64(strategy.ttlSeconds) * 1_000_000
+        let expiresAtMs = strategy.ttlSeconds == 0 ? 0 : clock.nowMs + UInt64(strategy.ttlSeconds) * 1000
         let subscription = try registry.addSubscription(to: owner.manager, filter: filter, strategy: strategy,
-                                                        deviceTypes: deviceTypes, expiresAt: expiresAt)
+                                                        deviceTypes: deviceTypes, expiresAtMs: expiresAtMs)
         let path = owner.path.child("subscription\(subscription.number)")
         let object = SubscriptionObject(subscription: subscription, path: path, service: self)
         object.exported = try exportOwned([SubscriptionObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
-        if expiresAt > 0 { scheduleExpiry(of: .subscription(object), at: expiresAt) }
+        if expiresAtMs > 0 { scheduleExpiry(of: .subscription(object), at: expiresAtMs) }
         reconcile(object, owner: owner)
         record("subscribed", by: owner.manager, ["object": "\(path)", "type": "\(filter.type)",
                                                  "medium": "\(Self.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
@@ -640,23 +641,23 @@ final class DaemonService {
         func hash(into hasher: inout Hasher) { hasher.combine(identity) }
     }
 
-    private func scheduleExpiry(of entry: Expiring, at microseconds: UInt64) {
-        expiries.schedule(entry, at: microseconds)
-        if microseconds < expiryTimerDeadline { armExpiryTimer(for: microseconds) }
+    private func scheduleExpiry(of entry: Expiring, at ms: UInt64) {
+        expiries.schedule(entry, at: ms)
+        if ms < expiryTimerDeadline { armExpiryTimer(for: ms) }
     }
 
-    private func armExpiryTimer(for microseconds: UInt64) {
+    private func armExpiryTimer(for ms: UInt64) {
         expiryTimer?.cancel()
-        expiryTimerDeadline = microseconds
-        let delay = Int64(clamping: microseconds) - Int64(clamping: Self.nowMicroseconds)
-        expiryTimer = BusTimer(after: .microseconds(delay)) { [weak self] in self?.expireDue() }
+        expiryTimerDeadline = ms
+        let delay = Int64(clamping: ms) - Int64(clamping: clock.nowMs)
+        expiryTimer = BusTimer(after: .milliseconds(delay)) { [weak self] in self?.expireDue() }
     }
 
     /// Ends what is due (`Expired` first), then waits for the next deadline.
     private func expireDue() {
         expiryTimer = nil
         expiryTimerDeadline = .max
-        for entry in expiries.popDue(now: Self.nowMicroseconds) {
+        for entry in expiries.popDue(now: clock.nowMs) {
             switch entry {
             case .publication(let object) where managers[ObjectIdentifier(object.publication.manager)]?.exempt == true:
                 renew(object)
@@ -675,7 +676,7 @@ final class DaemonService {
 
     /// How long before its expiry a static publication is renewed: the server
     /// holds a publication a day at most.
-    private static let renewalMargin: UInt64 = 3_600 * 1_000_000
+    private static let renewalMarginMs: UInt64 = 3_600 * 1000
 
     /// Publishes the files of `[publications] directory` as the daemon's own
     /// client, one manager per API key and AppId; a bad file is logged and
@@ -748,8 +749,8 @@ final class DaemonService {
     /// A static publication's day is nearly over: the server is given another.
     private func renew(_ object: PublicationObject) {
         let publication = object.publication
-        publication.expiresAt = Self.nowMicroseconds + UInt64(publication.strategy.ttlSeconds) * 1_000_000
-        scheduleExpiry(of: .publication(object), at: publication.expiresAt - Self.renewalMargin)
+        publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
+        scheduleExpiry(of: .publication(object), at: publication.expiresAtMs - Self.renewalMarginMs)
         if running[publication.id] != nil { links[publication.manager.account]?.link.send(.publish(publication)) }
     }
 
@@ -1152,8 +1153,6 @@ final class DaemonService {
     }
 
     // MARK: Helpers
-
-    static var nowMicroseconds: UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
 
     /// A duration from the configuration, for people: `30 s`.
     private static func seconds(_ value: Double) -> String {

@@ -13,14 +13,14 @@ import Testing
         #expect(throws: NearbyError.self) { try registry.addClient(busName: ":1.2", uid: 1000) }
         let manager = try registry.addManager(to: client, apiKey: "k", appId: "a", debugLogging: false)
         #expect(throws: NearbyError.self) { try registry.addManager(to: client, apiKey: "k", appId: "a", debugLogging: false) }
-        _ = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
-        let subscription = try registry.addSubscription(to: manager, filter: MessageFilter(), strategy: Strategy(), expiresAt: 0)
+        _ = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1)
+        let subscription = try registry.addSubscription(to: manager, filter: MessageFilter(), strategy: Strategy(), expiresAtMs: 0)
         #expect(throws: NearbyError.limitExceeded("a manager may have at most 2 publications and subscriptions ([limits] max-objects-per-manager)")) {
-            try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
+            try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1)
         }
         #expect(registry.remove(subscription))
         #expect(!registry.remove(subscription))
-        _ = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
+        _ = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1)
     }
 
     @Test func eachUserHasItsOwnShareBeforeTheDaemonsLimit() throws {
@@ -53,17 +53,17 @@ import Testing
         let stranger = try registry.addManager(to: other, apiKey: "k9", appId: "a", debugLogging: false)
 
         // Objects over all of a user's managers, then the daemon's.
-        for _ in 0..<3 { _ = try registry.addPublication(to: a, message: message, strategy: Strategy(), expiresAt: 1) }
-        let last = try registry.addSubscription(to: b, filter: MessageFilter(), strategy: Strategy(), expiresAt: 0)
-        limit("max-objects-per-user") { _ = try registry.addPublication(to: b, message: message, strategy: Strategy(), expiresAt: 1) }
-        _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1)
-        _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1)
-        limit("max-objects)") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1) }
+        for _ in 0..<3 { _ = try registry.addPublication(to: a, message: message, strategy: Strategy(), expiresAtMs: 1) }
+        let last = try registry.addSubscription(to: b, filter: MessageFilter(), strategy: Strategy(), expiresAtMs: 0)
+        limit("max-objects-per-user") { _ = try registry.addPublication(to: b, message: message, strategy: Strategy(), expiresAtMs: 1) }
+        _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAtMs: 1)
+        _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAtMs: 1)
+        limit("max-objects)") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAtMs: 1) }
         #expect(registry.objectCount == 6)
 
         // What goes gives its share back: an object, a manager with its objects, a client with its managers.
         registry.remove(last)
-        _ = try registry.addPublication(to: b, message: message, strategy: Strategy(), expiresAt: 1)
+        _ = try registry.addPublication(to: b, message: message, strategy: Strategy(), expiresAtMs: 1)
         registry.removeManager(a)
         #expect(registry.objectCount == 3)
         _ = try registry.addManager(to: first, apiKey: "k1", appId: "c", debugLogging: false)
@@ -72,8 +72,8 @@ import Testing
         _ = try registry.addManager(to: first, apiKey: "k3", appId: "d", debugLogging: false)
         limit("max-api-keys-per-user") { _ = try registry.addManager(to: first, apiKey: "k4", appId: "e", debugLogging: false) }
         _ = try registry.addClient(busName: ":1.6", uid: 1000)
-        for _ in 0..<2 { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1) }
-        limit("max-objects-per-user") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAt: 1) }
+        for _ in 0..<2 { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAtMs: 1) }
+        limit("max-objects-per-user") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAtMs: 1) }
     }
 
     @Test func numbersAndIdsAreNeverReused() throws {
@@ -83,9 +83,9 @@ import Testing
         let second = try registry.addClient(busName: ":1.1", uid: 0)
         #expect(second.number == first.number + 1)
         let manager = try registry.addManager(to: second, apiKey: "k", appId: "a", debugLogging: false)
-        let publication = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
+        let publication = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1)
         registry.remove(publication)
-        let next = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAt: 1)
+        let next = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1)
         #expect(next.number == publication.number + 1)
         #expect(next.id != publication.id && next.id.hasPrefix("run-"))
     }

@@ -106,7 +106,7 @@ import TestSupport
 
     func publication(_ text: String, of manager: Manager) throws -> Publication {
         try registry.addPublication(to: manager, message: Message(namespace: "", type: "greeting", content: Array(text.utf8)),
-                                    strategy: Strategy(mediums: [.ble]), expiresAt: Self.nowMicroseconds + 3_600_000_000)
+                                    strategy: Strategy(mediums: [.ble]), expiresAtMs: Self.nowMilliseconds + 3_600_000)
     }
 
     /// A on the first replica publishes, B on the second finds it; the first
@@ -126,7 +126,7 @@ import TestSupport
             let subscriber = try manager(uid: 1002, apiKey: apiKey)
             let hello = try publication("hello", of: publisher)
             let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
-                                                            strategy: Strategy(mediums: [.ble]), expiresAt: 0)
+                                                            strategy: Strategy(mediums: [.ble]), expiresAtMs: 0)
             let (helloID, subscriptionID) = (hello.id, subscription.id)
 
             // Two daemons, each with both URLs, each starting on another replica.
@@ -343,7 +343,6 @@ import TestSupport
     }
 
     static var nowMilliseconds: UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
-    static var nowMicroseconds: UInt64 { nowMilliseconds * 1000 }
 }
 
 extension LinkEvent {

@@ -30,7 +30,8 @@ final class PublicationObject: LiveObject {
             Property("StatusReason", "s") { object, _ in .string(object.publication.statusReason) },
             Property("Namespace", "s") { object, _ in .string(object.service.resolvedNamespace(of: object)) },
             Property("Type", "s", emitsChange: false) { object, _ in .string(object.publication.message.type) },
-            Property("ExpiresAt", "t", emitsChange: false) { object, _ in .uint64(object.publication.expiresAt) },
+            // The API's unit is the microsecond (doc/dbus-api.md).
+            Property("ExpiresAt", "t", emitsChange: false) { object, _ in .uint64(object.publication.expiresAtMs * 1000) },
         ],
         signals: [SignalDescription("Expired")]
     )

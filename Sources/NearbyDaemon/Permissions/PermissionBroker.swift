@@ -56,13 +56,16 @@ final class PermissionBroker {
     private var agentsRegistered: UInt64 = 0
     /// Questions on their way: later requests for the same app wait for the same answer.
     private var asking: [PermissionKey: Task<Void, any Error>] = [:]
+    /// When decisions are made.
+    private let clock: any WallClock
     /// Called after a decision changes, so the app's managers hear of it.
     var decisionChanged: (PermissionKey) -> Void = { _ in }
 
-    init(configuration: DaemonConfiguration, connection: BusConnection, logger: Logger) {
+    init(configuration: DaemonConfiguration, connection: BusConnection, clock: any WallClock, logger: Logger) {
         store = PermissionStore(stateDirectory: configuration.stateDirectory, maxDecisionsPerUser: configuration.maxDecisionsPerUser,
                                 maxDecisions: configuration.maxDecisions, logger: logger)
         self.connection = connection
+        self.clock = clock
         policy = configuration.permissionPolicy
         timeout = .milliseconds(Int64(configuration.permissionTimeout * 1000))
         self.logger = logger
@@ -96,7 +99,8 @@ final class PermissionBroker {
     /// written. Should the write fail, it is undone (and logged).
     func record(_ key: PermissionKey, granted: Bool, by source: DecisionSource) throws(NearbyError) {
         let before = isGranted(key)
-        let previous = try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: DaemonService.nowMicroseconds),
+        // The store's unit, and `DecidedAt`'s, is the microsecond.
+        let previous = try store.record(PermissionDecision(granted: granted, decidedBy: source, decidedAt: clock.nowMs * 1000),
                                         for: key)
         if unwritten[key] == nil { unwritten[key] = .some(previous) }
         logger.notice("permission \(granted ? "granted" : "denied")",

@@ -563,13 +563,13 @@ final class ServerLink {
         let message = publication.message
         return PublicationSpec(namespace: message.namespace, type: message.type, content: Data(message.content),
                                mediums: publication.strategy.mediums.sorted(), mode: publication.strategy.mode,
-                               expiresAtMs: publication.expiresAt / 1000, distance: wire(publication.strategy.distance))
+                               expiresAtMs: publication.expiresAtMs, distance: wire(publication.strategy.distance))
     }
 
     private static func spec(of subscription: Subscription) -> SubscriptionSpec {
         SubscriptionSpec(namespace: subscription.filter.namespace, type: subscription.filter.type,
                          mediums: subscription.strategy.mediums.sorted(), mode: subscription.strategy.mode,
-                         expiresAtMs: subscription.expiresAt / 1000, distance: wire(subscription.strategy.distance))
+                         expiresAtMs: subscription.expiresAtMs, distance: wire(subscription.strategy.distance))
     }
 
     /// The default distance is left out, as servers before earshot expect.
