@@ -231,8 +231,6 @@ public final class MessageManager: Sendable {
         let dialog = try await Self.export(permissionRequest, on: bus)
         if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
         let content = [UInt8](message.content)
-        let bus = self.bus
-        let interface = NearbyBusContract.manager.name
         do {
             let object = try await DaemonObject.make(
                 manager: self, interface: NearbyBusContract.publication.name, endMethod: "Unpublish", dialog: dialog, strategy: strategy
@@ -245,17 +243,9 @@ public final class MessageManager: Sendable {
                 default: break
                 }
             } create: { [params] strategy, route in
-                var params = params
-                if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
-                return try await bus.call(self.currentPath, interface, "Publish") { writer throws(DBusError) in
+                try await self.make("Publish", params: params, strategy: strategy, route: route) { writer throws(DBusError) in
                     try writer.append(content)
                     try writer.append(message.type)
-                    try writer.append(params)
-                } decode: { reader throws(DBusError) in
-                    let objectPath = try reader.read(ObjectPath.self)
-                    // Routed as the reply is read, before any later message: no signal is missed.
-                    bus.route(objectPath, to: route)
-                    return objectPath
                 }
             }
             return Publication(object: object)
@@ -290,8 +280,6 @@ public final class MessageManager: Sendable {
         if let beaconStrategy { params["BeaconStrategy"] = Variant(beaconStrategy.dbusValue) }
         let dialog = try await Self.export(permissionRequest, on: bus)
         if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
-        let bus = self.bus
-        let interface = NearbyBusContract.manager.name
         do {
             let object = try await DaemonObject.make(
                 manager: self, interface: NearbyBusContract.subscription.name, endMethod: "Unsubscribe", dialog: dialog,
@@ -309,21 +297,32 @@ public final class MessageManager: Sendable {
                 case .sendSucceeded, .sendFailed, .messageReceived: break
                 }
             } create: { [params] strategy, route in
-                var params = params
-                if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
-                return try await bus.call(self.currentPath, interface, "Subscribe") { writer throws(DBusError) in
-                    try writer.append(params)
-                } decode: { reader throws(DBusError) in
-                    let objectPath = try reader.read(ObjectPath.self)
-                    // Routed as the reply is read, before any later message: no signal is missed.
-                    bus.route(objectPath, to: route)
-                    return objectPath
-                }
+                try await self.make("Subscribe", params: params, strategy: strategy, route: route)
             }
             return Subscription(object: object)
         } catch {
             await dialog?.unexport()
             throw error
+        }
+    }
+
+    /// Calls `member` (Publish, Subscribe) of the manager to make an object:
+    /// `leading` writes the arguments before the options, `params` with
+    /// `strategy`'s. The object's signals go to `route` from the reply on.
+    private func make(_ member: String, params: [String: Variant], strategy: Strategy?,
+                      route: @escaping @Sendable (ObjectEvent) -> Void,
+                      leading: @escaping @Sendable @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) async throws -> ObjectPath {
+        var params = params
+        if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
+        let bus = self.bus
+        return try await bus.call(currentPath, NearbyBusContract.manager.name, member) { [params] writer throws(DBusError) in
+            try leading(writer)
+            try writer.append(params)
+        } decode: { reader throws(DBusError) in
+            let objectPath = try reader.read(ObjectPath.self)
+            // Routed as the reply is read, before any later message: no signal is missed.
+            bus.route(objectPath, to: route)
+            return objectPath
         }
     }
 
