@@ -56,11 +56,15 @@ public actor AudioMedium: MediumBackend {
     /// Each token's burst at the speaker's rate, made once.
     private var waveforms: [Token: (sampleRate: Int, samples: [Float])] = [:]
 
-    public init(device: any SoundDevice, settings: Settings = Settings(), logger: Logger) {
+    /// `clock` times the sightings.
+    public init(device: any SoundDevice, settings: Settings = Settings(), logger: Logger, clock: any WallClock = SystemWallClock()) {
         self.device = device
         self.settings = settings
         self.logger = logger
+        self.clock = clock
     }
+
+    private let clock: any WallClock
 
     public func broadcast(_ tokens: Set<Token>) async {
         self.tokens = tokens.sorted { $0.hex < $1.hex }
@@ -194,13 +198,13 @@ public actor AudioMedium: MediumBackend {
             failed(error, "opening the microphone")
             return
         }
-        let failure = await Self.demodulate(microphone, settings: settings, into: reports.sightingSink)
+        let failure = await Self.demodulate(microphone, settings: settings, clock: clock, into: reports.sightingSink)
         if let failure, !Task.isCancelled { failed(failure, "capturing") }
     }
 
     /// Runs the demodulator over what the microphone hears, off the actor:
     /// the signal processing must not hold up the daemon's requests.
-    private static func demodulate(_ microphone: any Microphone, settings: Settings,
+    private static func demodulate(_ microphone: any Microphone, settings: Settings, clock: any WallClock,
                                    into sightings: AsyncStream<Sighting>.Continuation) async -> SoundDeviceError? {
         var demodulator = TokenDemodulator(sampleRate: microphone.sampleRate, threshold: settings.threshold)
         for await block in microphone.blocks {
@@ -210,7 +214,7 @@ public actor AudioMedium: MediumBackend {
                 // both follow the same 20·log10(distance) law.
                 sightings.yield(Sighting(token: heard.token, medium: .audio, rssi: Int(heard.level.rounded()),
                                          txPower: Int(settings.referenceLevel.rounded()),
-                                         seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000)))
+                                         seenAtMilliseconds: clock.nowMs))
             }
         }
         let failure = microphone.failure

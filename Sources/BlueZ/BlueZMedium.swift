@@ -86,10 +86,13 @@ public final class BlueZMedium: BeaconScanner {
     private var retryTimer: BusTimer?
     private var retryDelay = Duration.milliseconds(250)
     private var warnedNoMonitor = false
+    private let clock: any WallClock
 
-    public init(settings: Settings, logger: Logger) {
+    /// `clock` times the sightings.
+    public init(settings: Settings, logger: Logger, clock: any WallClock = SystemWallClock()) {
         self.settings = settings
         self.logger = logger
+        self.clock = clock
     }
 
     public func broadcast(_ tokens: Set<Token>) async {
@@ -311,7 +314,7 @@ public final class BlueZMedium: BeaconScanner {
 
     private func sighting(_ token: Token, _ device: DeviceInfo) -> Sighting {
         Sighting(token: token, medium: .ble, rssi: device.rssi, txPower: device.referencePower(default: settings.txPower),
-                 seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000))
+                 seenAtMilliseconds: clock.nowMs)
     }
 
     private func forget(_ path: ObjectPath) {

@@ -355,7 +355,7 @@ final class HCISession {
     private func handle(_ event: HCIEvent) throws(HCIError) {
         switch event {
         case .advertisingReports(let reports):
-            let now = UInt64(Date().timeIntervalSince1970 * 1000)
+            let now = medium.clock.nowMs
             for report in reports {
                 if let sighting = HCIMedium.sighting(from: report, txPower: settings.txPower, seenAtMilliseconds: now) {
                     medium.reports.sightingSink.yield(sighting)

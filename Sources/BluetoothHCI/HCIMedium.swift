@@ -143,9 +143,14 @@ public final class HCIMedium: BeaconScanner {
         var scanMode: ScanMode = .off
     }
 
-    public init(settings: Settings) {
+    /// `clock` times the sightings.
+    public init(settings: Settings, clock: any WallClock = SystemWallClock()) {
         self.settings = settings
+        self.clock = clock
     }
+
+    /// What times the sightings.
+    let clock: any WallClock
 
     /// Broadcasts exactly `tokens` from now on; an empty set stops advertising.
     public func broadcast(_ tokens: Set<Token>) async {

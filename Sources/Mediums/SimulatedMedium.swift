@@ -41,11 +41,14 @@ public actor SimulatedMedium: BeaconScanner {
     private var advertised: Set<Token> = []
     private var scanRequested = false
     private var reconciling = false
+    private let clock: any WallClock
 
-    public init(medium: Medium, settings: Settings, logger: Logger) {
+    /// `clock` times the sightings.
+    public init(medium: Medium, settings: Settings, logger: Logger, clock: any WallClock = SystemWallClock()) {
         self.medium = medium
         self.settings = settings
         self.logger = logger
+        self.clock = clock
     }
 
     public func broadcast(_ tokens: Set<Token>) async {
@@ -145,6 +148,6 @@ public actor SimulatedMedium: BeaconScanner {
     private nonisolated func sighting(from heard: Heard) -> Sighting? {
         guard let token = Token(bytes: heard.payload) else { return nil }
         return Sighting(token: token, medium: medium, rssi: heard.rssi, txPower: heard.txPower,
-                        seenAtMilliseconds: UInt64(Date().timeIntervalSince1970 * 1000))
+                        seenAtMilliseconds: clock.nowMs)
     }
 }

@@ -125,8 +125,11 @@ public struct Daemon: Service {
         } catch {
             throw DaemonError.serverTLS(error.message)
         }
-        let service = DaemonService(configuration: configuration, connection: connection, backends: makeBackends(),
-                                    serverTLS: serverTLS, outbox: outbox, sessions: loginSessions(clients: connection), logger: logger)
+        // One clock for the service and the mediums' sightings.
+        let clock = SystemWallClock()
+        let service = DaemonService(configuration: configuration, connection: connection, backends: makeBackends(clock: clock),
+                                    serverTLS: serverTLS, outbox: outbox, sessions: loginSessions(clients: connection), clock: clock,
+                                    logger: logger)
         try service.start()
         return service
     }
@@ -146,12 +149,12 @@ public struct Daemon: Service {
     }
 
     @BusActor
-    private func makeBackends() -> [any MediumBackend] {
-        bleBackends() + audioBackends()
+    private func makeBackends(clock: any WallClock) -> [any MediumBackend] {
+        bleBackends(clock: clock) + audioBackends(clock: clock)
     }
 
     @BusActor
-    private func audioBackends() -> [any MediumBackend] {
+    private func audioBackends(clock: any WallClock) -> [any MediumBackend] {
         let device: any SoundDevice
         switch configuration.audio {
         case .alsa:
@@ -168,27 +171,27 @@ public struct Daemon: Service {
         let settings = AudioMedium.Settings(volume: configuration.audioVolume, referenceLevel: configuration.audioReferenceLevel,
                                             interval: .milliseconds(Int64(configuration.audioInterval * 1000)),
                                             threshold: configuration.audioThreshold)
-        return [AudioMedium(device: device, settings: settings, logger: logger)]
+        return [AudioMedium(device: device, settings: settings, logger: logger, clock: clock)]
     }
 
     @BusActor
-    private func bleBackends() -> [any MediumBackend] {
+    private func bleBackends(clock: any WallClock) -> [any MediumBackend] {
         switch configuration.ble {
         case .off, .alsa:
             return []
         case .sim:
             let settings = SimulatedMedium.Settings(socketPath: configuration.airSocket, device: configuration.simDevice,
                                                     position: configuration.simPosition, txPower: configuration.bleTxPower)
-            return [SimulatedMedium(medium: .ble, settings: settings, logger: logger)]
+            return [SimulatedMedium(medium: .ble, settings: settings, logger: logger, clock: clock)]
         case .bluez:
             let settings = BlueZMedium.Settings(bus: configuration.bluezBus, adapter: configuration.bleAdapter,
                                                 txPower: configuration.bleTxPower,
                                                 lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)))
-            return [BlueZMedium(settings: settings, logger: logger)]
+            return [BlueZMedium(settings: settings, logger: logger, clock: clock)]
         case .hci:
             let settings = HCIMedium.Settings(device: configuration.bleAdapter ?? "hci0", channel: configuration.hciChannel,
                                               txPower: configuration.bleTxPower, logger: logger)
-            return [HCIMedium(settings: settings)]
+            return [HCIMedium(settings: settings, clock: clock)]
         }
     }
 }

@@ -80,14 +80,16 @@ private final class LoopbackDevice: SoundDevice {
 @Suite struct AudioMediumTests {
     private let token = Token(hex: "00112233445566ff")!
 
-    private func start(_ device: LoopbackDevice) -> (AudioMedium, Task<Void, Never>) {
-        let medium = AudioMedium(device: device, settings: .init(interval: .milliseconds(500)), logger: Logger(label: "test"))
+    private func start(_ device: LoopbackDevice, clock: any WallClock = SystemWallClock()) -> (AudioMedium, Task<Void, Never>) {
+        let medium = AudioMedium(device: device, settings: .init(interval: .milliseconds(500)), logger: Logger(label: "test"),
+                                 clock: clock)
         return (medium, Task { await medium.run() })
     }
 
     @Test func whatItBroadcastsIsHeardWithItsLevelAsDistance() async throws {
         let device = LoopbackDevice()
-        let (medium, task) = start(device)
+        let clock = ManualWallClock(nowMs: 1_700_000_000_000)
+        let (medium, task) = start(device, clock: clock)
         defer { task.cancel() }
         var conditions = medium.conditionChanges.makeAsyncIterator()
         #expect(await conditions.next() == .ready)
@@ -99,6 +101,8 @@ private final class LoopbackDevice: SoundDevice {
         // Played at −6 dBFS and heard at a tenth (−20 dB): 10 m by the 20·log10(d) law.
         #expect(sighting.rssi == -26 && sighting.txPower == -6)
         #expect(abs(sighting.distanceMeters - 10) < 1.5)
+        // Timed by the medium's clock, the daemon's.
+        #expect(sighting.seenAtMilliseconds == 1_700_000_000_000)
     }
 
     @Test func theSpeakerAndMicrophoneAreOpenOnlyWhileNeeded() async throws {
