@@ -114,7 +114,7 @@ final class DaemonService {
         sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
                                     refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
                                     lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
-        beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: endpoints, logger: logger)
+        beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: endpoints, clock: clock, logger: logger)
         let backoff = Backoff(configuration)
         upstream = UpstreamService(outbox: outbox, clock: clock, logger: logger) { account in
             DirectChannel(account: account, connect: DirectChannel.connector(account: account, credentials: credentials, logger: logger),

@@ -320,7 +320,8 @@ import TestSupport
             // first, it moves on within the same question.
             let fresh = endpoints([Self.deadURLs[0], live.url])
             let beacon = try AdvertisedID(type: .eddystone, bytes: Array(repeating: 7, count: 16))
-            let attachments = try await fresh.attachments(apiKey: apiKey, namespacedType: "*", beacon: beacon, telemetry: nil)
+            let attachments = try await fresh.attachments(apiKey: apiKey, namespacedType: "*", beacon: beacon, telemetry: nil,
+                                                          observedAtMs: Self.nowMilliseconds)
             #expect(attachments.isEmpty)
             #expect(await fresh.current.client.baseURL == live.url)
         } catch {

@@ -13,9 +13,9 @@ protocol AttachmentSource: Sendable {
     /// The attachments of `beacon` that the project of `apiKey` may read under
     /// `namespacedType` (`*`, `ns/*` or `ns/type`); empty for a beacon that is
     /// not registered, inactive, or has none visible. Throws when the server
-    /// cannot answer.
+    /// cannot answer. `observedAtMs`: when the beacon was heard.
     func attachments(apiKey: String, namespacedType: String, beacon: AdvertisedID,
-                     telemetry: [UInt8]?) async throws -> [BeaconAttachment]
+                     telemetry: [UInt8]?, observedAtMs: UInt64) async throws -> [BeaconAttachment]
 }
 
 /// The server's answers, each kept for a while, and the questions on their way.

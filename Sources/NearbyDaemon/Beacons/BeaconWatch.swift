@@ -61,6 +61,8 @@ final class BeaconWatch {
 
     private let settings: Settings
     private let source: any AttachmentSource
+    /// When beacons are heard, for the server's observations.
+    private let clock: any WallClock
     private let logger: Logger
     private var tracker: BeaconTracker
     private var cache: AttachmentCache
@@ -68,9 +70,10 @@ final class BeaconWatch {
     private var tick: BusTimer?
     private var warnedFull = false
 
-    init(settings: Settings, source: any AttachmentSource, logger: Logger) {
+    init(settings: Settings, source: any AttachmentSource, clock: any WallClock, logger: Logger) {
         self.settings = settings
         self.source = source
+        self.clock = clock
         self.logger = logger
         tracker = BeaconTracker(lostTimeout: settings.lostTimeout)
         cache = AttachmentCache(ttl: settings.cacheTTL)
@@ -174,10 +177,12 @@ final class BeaconWatch {
 
     private func ask(_ key: AttachmentCache.Key, telemetry: [UInt8]?) {
         let source = source
+        // Asked as the beacon is heard: now is when it was observed.
+        let observedAtMs = clock.nowMs
         Task {
             do {
                 let attachments = try await source.attachments(apiKey: key.apiKey, namespacedType: key.namespacedType,
-                                                               beacon: key.beacon, telemetry: telemetry)
+                                                               beacon: key.beacon, telemetry: telemetry, observedAtMs: observedAtMs)
                 self.answered(key, attachments)
             } catch {
                 self.logger.info("cannot get the attachments of beacon \(key.beacon): \(error)")

@@ -7,9 +7,10 @@ import ServerAPI
 /// current URL (and the next ones, should its server fail).
 extension ServerEndpoints: AttachmentSource {
     func attachments(apiKey: String, namespacedType: String, beacon: AdvertisedID,
-                     telemetry: [UInt8]?) async throws -> [BeaconAttachment] {
+                     telemetry: [UInt8]?, observedAtMs: UInt64) async throws -> [BeaconAttachment] {
         try await request { client in
-            try await client.attachments(apiKey: apiKey, namespacedType: namespacedType, beacon: beacon, telemetry: telemetry)
+            try await client.attachments(apiKey: apiKey, namespacedType: namespacedType, beacon: beacon, telemetry: telemetry,
+                                         observedAtMs: observedAtMs)
         }
     }
 }
@@ -17,13 +18,13 @@ extension ServerEndpoints: AttachmentSource {
 extension ServerClient {
     /// One question to this URL's server.
     func attachments(apiKey: String, namespacedType: String, beacon: AdvertisedID,
-                     telemetry: [UInt8]?) async throws -> [BeaconAttachment] {
+                     telemetry: [UInt8]?, observedAtMs: UInt64) async throws -> [BeaconAttachment] {
         guard let type = AdvertisedIdType(rawValue: beacon.type.rawValue) else { return [] }
         let observed = AdvertisedIdJSON(type: type, id: Data(beacon.bytes))
-        // Asked as the beacon is heard: now is when it was observed.
+        let observedAt = Date(timeIntervalSince1970: Double(observedAtMs) / 1000)
         let request = GetForObservedRequest(
             observations: [.init(advertisedId: observed, telemetry: telemetry.map { Data($0) },
-                                 timestampMs: Date().formatted(.iso8601))],
+                                 timestampMs: observedAt.formatted(.iso8601))],
             namespacedTypes: [namespacedType])
         let response: GetForObservedResponse = try await call(.POST, BeaconAPIPath.getForObserved,
                                                               headers: [(apiKeyHeader, apiKey)], body: request)
