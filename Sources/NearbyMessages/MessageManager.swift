@@ -20,7 +20,8 @@ public typealias BusAddress = BusConnection.Address
 /// a nearbyd owns the name again, the manager is made again with what it was
 /// made with (and the background and direct channel the app set), then its
 /// live publications and subscriptions, in the order they were made, with
-/// the TTL they have left (one whose TTL ran out meanwhile expires); what
+/// the TTL they have left of the one the app gave (one whose TTL ran out
+/// meanwhile expires; one given none gets the daemon's default afresh); what
 /// is near is found again. Their `path`s change; the Swift objects stay.
 /// One that cannot be made again reports `inactive` and why.
 public final class MessageManager: Sendable {
