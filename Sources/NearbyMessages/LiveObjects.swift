@@ -13,14 +13,34 @@ final class DaemonObject: Sendable {
     /// The app's permission dialog given for it, exported while it lives.
     let dialog: DaemonCallee<[String]>?
     /// Makes the object on nearbyd with its strategy (the TTL left, after a
-    /// restart), routes its signals to its handler (through ``track(_:)``)
+    /// restart), routes its signals to its handler (through ``Shared/track(_:)``)
     /// and returns its path.
     private let create: @Sendable (Strategy?) async throws -> ObjectPath
     private let strategy: Strategy?
     private let madeAt = ContinuousClock.now
-    private let state: Mutex<State>
+    private let shared: Shared
     private let handler: @Sendable (ObjectEvent) -> Void
     private var bus: NearbyBus { manager.bus }
+
+    /// What the object's route and the object share: the route tracks what
+    /// it carries from the reply on, before the object exists.
+    private final class Shared: Sendable {
+        let state = Mutex(State(path: ObjectPath(stringLiteral: NearbyBusContract.rootPath)))
+
+        func track(_ event: ObjectEvent) {
+            state.withLock { state in
+                switch event {
+                case .found(let message, let info): state.found.append((message, info))
+                case .lost(let message, let info):
+                    if let index = state.found.firstIndex(where: { $0.message == message && $0.info.beacon?.id == info.beacon?.id }) {
+                        state.found.remove(at: index)
+                    }
+                case .expired: state.ended = true
+                default: break
+                }
+            }
+        }
+    }
 
     private struct State {
         var path: ObjectPath
@@ -35,13 +55,13 @@ final class DaemonObject: Sendable {
     }
 
     /// The daemon's object for it now (the last one while it is being made again).
-    var path: ObjectPath { state.withLock { $0.path } }
+    var path: ObjectPath { shared.state.withLock { $0.path } }
 
     /// ``path`` while it is current; else nearbyd restarted and the object is
     /// not made again yet.
     private var currentPath: ObjectPath {
         get throws(NearbyMessagesError) {
-            guard let path = state.withLock({ $0.current ? $0.path : nil }) else {
+            guard let path = shared.state.withLock({ $0.current ? $0.path : nil }) else {
                 throw NearbyMessagesError(kind: .daemonUnavailable, message: Self.waitingReason)
             }
             return path
@@ -55,25 +75,25 @@ final class DaemonObject: Sendable {
                      strategy: Strategy?, handler: @escaping @Sendable (ObjectEvent) -> Void,
                      create: @escaping @Sendable (Strategy?, _ route: @escaping @Sendable (ObjectEvent) -> Void) async throws -> ObjectPath)
         async throws -> DaemonObject {
-        // The route only reaches the object through this box, which the
-        // route's closure (kept by the bus) must not keep alive.
-        let box = WeakBox<DaemonObject>()
+        // The route keeps what it shares with the object, not the object:
+        // the bus keeps the route.
+        let shared = Shared()
         let route: @Sendable (ObjectEvent) -> Void = { event in
-            box.object?.track(event)
+            shared.track(event)
             handler(event)
         }
         let path = try await create(strategy, route)
-        let object = DaemonObject(path: path, manager: manager, interface: interface, endMethod: endMethod, dialog: dialog,
+        shared.state.withLock { $0.path = path }
+        let object = DaemonObject(shared: shared, manager: manager, interface: interface, endMethod: endMethod, dialog: dialog,
                                   strategy: strategy, handler: handler) { strategy in try await create(strategy, route) }
-        box.object = object
         await manager.adopt(object)
         return object
     }
 
-    private init(path: ObjectPath, manager: MessageManager, interface: String, endMethod: String, dialog: DaemonCallee<[String]>?,
+    private init(shared: Shared, manager: MessageManager, interface: String, endMethod: String, dialog: DaemonCallee<[String]>?,
                  strategy: Strategy?, handler: @escaping @Sendable (ObjectEvent) -> Void,
                  create: @escaping @Sendable (Strategy?) async throws -> ObjectPath) {
-        state = Mutex(State(path: path))
+        self.shared = shared
         self.manager = manager
         self.interface = interface
         self.endMethod = endMethod
@@ -91,24 +111,10 @@ final class DaemonObject: Sendable {
         if let dialog { Task { @BusActor in dialog.unexport() } }
     }
 
-    private func track(_ event: ObjectEvent) {
-        state.withLock { state in
-            switch event {
-            case .found(let message, let info): state.found.append((message, info))
-            case .lost(let message, let info):
-                if let index = state.found.firstIndex(where: { $0.message == message && $0.info.beacon?.id == info.beacon?.id }) {
-                    state.found.remove(at: index)
-                }
-            case .expired: state.ended = true
-            default: break
-            }
-        }
-    }
-
     /// nearbyd went: what was found is lost, and the status says why nothing
     /// runs. Returns the path its signals came to.
     func daemonLeft() -> ObjectPath {
-        let (path, found) = state.withLock { state in
+        let (path, found) = shared.state.withLock { state in
             defer {
                 state.found = []
                 state.current = false
@@ -116,7 +122,7 @@ final class DaemonObject: Sendable {
             return (state.path, state.ended ? [] : state.found)
         }
         for (message, info) in found { handler(.lost(message, info)) }
-        if !state.withLock({ $0.ended }) {
+        if !shared.state.withLock({ $0.ended }) {
             handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
         }
         return path
@@ -128,12 +134,12 @@ final class DaemonObject: Sendable {
     /// left; one whose TTL ran out meanwhile expires instead. A failure is
     /// reported through the status (`inactive` and why).
     func revive() async {
-        guard !state.withLock({ $0.ended }) else { return }
+        guard !shared.state.withLock({ $0.ended }) else { return }
         var strategy = self.strategy
         if let ttl = strategy?.ttlSeconds {
             let left = Double(ttl) - (ContinuousClock.now - madeAt) / .seconds(1)
             guard left > 0 else {
-                state.withLock { $0.ended = true }
+                shared.state.withLock { $0.ended = true }
                 handler(.expired)
                 return
             }
@@ -141,7 +147,7 @@ final class DaemonObject: Sendable {
         }
         do {
             let path = try await create(strategy)
-            state.withLock { state in
+            shared.state.withLock { state in
                 state.path = path
                 state.current = true
             }
@@ -169,15 +175,15 @@ final class DaemonObject: Sendable {
     /// Ends the object; while nearbyd restarts, that is not to make it again.
     func end() async throws {
         guard let path = try? currentPath else {
-            state.withLock { $0.ended = true }
+            shared.state.withLock { $0.ended = true }
             return
         }
         try await bus.call(path, interface, endMethod)
-        state.withLock { $0.ended = true }
+        shared.state.withLock { $0.ended = true }
     }
 }
 
-/// A weak reference that can be shared with closures made before the object.
+/// A weak reference kept in a list (``MessageManager``'s objects).
 final class WeakBox<Object: AnyObject & Sendable>: Sendable {
     private let reference = Mutex<Weak>(Weak())
 
