@@ -114,17 +114,16 @@ final class DaemonObject: Sendable {
     /// nearbyd went: what was found is lost, and the status says why nothing
     /// runs. Returns the path its signals came to.
     func daemonLeft() -> ObjectPath {
-        let (path, found) = shared.state.withLock { state in
+        let (path, found, ended) = shared.state.withLock { state in
             defer {
                 state.found = []
                 state.current = false
             }
-            return (state.path, state.ended ? [] : state.found)
+            return (state.path, state.found, state.ended)
         }
+        guard !ended else { return path }
         for (message, info) in found { handler(.lost(message, info)) }
-        if !shared.state.withLock({ $0.ended }) {
-            handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
-        }
+        handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
         return path
     }
 
@@ -180,20 +179,6 @@ final class DaemonObject: Sendable {
         }
         try await bus.call(path, interface, endMethod)
         shared.state.withLock { $0.ended = true }
-    }
-}
-
-/// A weak reference kept in a list (``MessageManager``'s objects).
-final class WeakBox<Object: AnyObject & Sendable>: Sendable {
-    private let reference = Mutex<Weak>(Weak())
-
-    private struct Weak {
-        weak var object: Object?
-    }
-
-    var object: Object? {
-        get { reference.withLock { $0.object } }
-        set { reference.withLock { $0.object = newValue } }
     }
 }
 

@@ -39,7 +39,10 @@ public final class MessageManager: Sendable {
     /// The background and direct channel the app asked for, set again on a restarted nearbyd.
     private let wishes = Mutex<(background: Bool?, directChannel: Bool?)>((nil, nil))
     /// Its publications and subscriptions, in the order they were made.
-    @BusActor private var objects: [WeakBox<DaemonObject>] = []
+    @BusActor private var objects: [WeakObject] = []
+    private struct WeakObject {
+        weak var object: DaemonObject?
+    }
     @BusActor private var daemonRestarts: OwnerObservation?
     /// Counts nearbyd's owner changes: a revival a later change overtook stops.
     @BusActor private var ownerChanges = 0
@@ -140,9 +143,7 @@ public final class MessageManager: Sendable {
     /// The publication or subscription `object`, made from this manager, to be made again after a restart.
     @BusActor func adopt(_ object: DaemonObject) {
         objects.removeAll { $0.object == nil }
-        let box = WeakBox<DaemonObject>()
-        box.object = object
-        objects.append(box)
+        objects.append(WeakObject(object: object))
     }
 
     @BusActor private var liveObjects: [DaemonObject] { objects.compactMap(\.object) }
