@@ -54,6 +54,7 @@ let package = Package(
         .target(name: "NearbyBusContract"),
         .target(name: "NearbyCore", dependencies: ["NearbyBusContract", .product(name: "HeapModule", package: "swift-collections")]),
         // Strict reading of the TOML configuration files of nearbyd and nearby-server.
+        .target(name: "DaemonCore", dependencies: ["NearbyCore"]),
         .target(name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "ServerAPI", dependencies: ["NearbyCore"]),
         .target(
@@ -202,7 +203,7 @@ let package = Package(
         .target(
             name: "NearbyDaemon",
             dependencies: [
-                "Beacons", "DBus", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "Upstream", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
+                "Beacons", "DBus", "DaemonCore", "NearbyCore", "ServerAPI", "Mediums", "BlueZ", "Upstream", "BluetoothHCI", "AudioMedium", "AudioModem", "ALSA",
                 "SystemdService", "ConfigFile", "CMalloc", "NearbyBusContract",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -298,6 +299,7 @@ let package = Package(
             exclude: ["python"]
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
+        .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyCore"]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore", "NearbyBusContract"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),

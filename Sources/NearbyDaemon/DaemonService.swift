@@ -1,4 +1,5 @@
 import Crypto
+import DaemonCore
 import DBus
 import Foundation
 import Logging
@@ -56,12 +57,11 @@ final class DaemonService {
     /// The published ones by file, with what the file said.
     private var staticSources: [String: (source: StaticPublication, object: PublicationObject)] = [:]
     private var staticOwners: [StaticOwner: ManagerObject] = [:]
-    /// The publications and subscriptions that run now (their link and the
-    /// mediums count them), by id: true in the foreground, false in the
-    /// background (BLE only). The others wait for permission or the foreground.
-    private var running: [String: Bool] = [:]
-    /// The beacon subscriptions that run now.
-    private var beaconsRunning: Set<String> = []
+    /// The publications and subscriptions that run now, and where: what the
+    /// links and the mediums are asked for, and the managers' error
+    /// properties, are derived from it. The others wait for permission or the
+    /// foreground.
+    private var runs = RunTable()
     private var sightings: SightingTracker
     private let beacons: BeaconWatch
     /// Upstream messages: `org.nearbyd.Upstream1` of every manager.
@@ -216,7 +216,7 @@ final class DaemonService {
             registry.removeManager(manager)
         }
         managers[ObjectIdentifier(manager)] = object
-        link(for: manager.account).managers += 1
+        _ = link(for: manager.account)
         refreshErrors(of: object)
         upstream.managerCreated(object)
         await followSession(of: busName, for: object)
@@ -333,9 +333,9 @@ final class DaemonService {
         object.exported?.unregister()
         managers.removeValue(forKey: ObjectIdentifier(object.manager))
         if object.directChannel { upstream.managersChanged(object.manager.account) }
-        guard let state = links[object.manager.account] else { return }
-        state.managers -= 1
-        if state.managers == 0 { retire(state) }
+        let account = object.manager.account
+        guard let state = links[account], !managers.values.contains(where: { $0.manager.account == account }) else { return }
+        retire(state)
     }
 
     // MARK: Permissions
@@ -488,20 +488,21 @@ final class DaemonService {
         }
     }
 
-    /// How an object of `owner` should run: nil waiting, true in the
-    /// foreground, false in the background (BLE only).
-    private func runMode(allowInBackground: Bool, owner: ManagerObject) -> Bool? {
+    /// Where an object of `owner` runs: nil while it waits.
+    private func placement(allowInBackground: Bool, owner: ManagerObject) -> Placement? {
         guard isPermitted(owner) else { return nil }
-        guard owner.background else { return true }
-        return allowInBackground ? false : nil
+        guard owner.background else { return .foreground }
+        return allowInBackground ? .background : nil
     }
 
     private func reconcile(_ object: PublicationObject, owner: ManagerObject) {
         let publication = object.publication
         let state = link(for: publication.manager.account)
-        let mode = runMode(allowInBackground: publication.strategy.allowInBackground, owner: owner)
-        if move(publication.id, publication.strategy, to: mode, in: state, owner: owner) {
-            if mode != nil {
+        let placement = placement(allowInBackground: publication.strategy.allowInBackground, owner: owner)
+        let ran = runs.nearby(publication.id) != nil
+        place(publication, nearby: placement, beacons: false)
+        if ran != (placement != nil) {
+            if placement != nil {
                 state.link.send(.publish(publication))
             } else {
                 state.registered.remove(publication.id)
@@ -514,30 +515,32 @@ final class DaemonService {
 
     private func reconcile(_ object: SubscriptionObject, owner: ManagerObject) {
         let subscription = object.subscription
+        let before = runs[subscription.id]
+        let nearby = subscription.deviceTypes.nearby
+            ? placement(allowInBackground: subscription.strategy.allowInBackground, owner: owner) : nil
+        let beaconsRun = subscription.deviceTypes.beacons.map {
+            placement(allowInBackground: $0.allowInBackground, owner: owner) != nil
+        } ?? false
         var stopped = false
-        if subscription.deviceTypes.nearby {
-            let state = link(for: subscription.manager.account)
-            let mode = runMode(allowInBackground: subscription.strategy.allowInBackground, owner: owner)
-            if move(subscription.id, subscription.strategy, to: mode, in: state, owner: owner) {
-                if running[subscription.id] != nil {
-                    state.link.send(.subscribe(subscription))
-                } else {
-                    state.registered.remove(subscription.id)
-                    state.link.send(.unsubscribe(subscription.id))
-                    _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
-                    stopped = true
-                }
+        // The watch first: the mediums' wish that follows asks it how to listen.
+        if let strategy = subscription.deviceTypes.beacons, beaconsRun != (before?.beacons ?? false) {
+            if beaconsRun {
+                beacons.add(object, strategy: strategy)
+            } else {
+                beacons.remove(object)
+                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !BeaconWatch.isBeaconSource($0) })
+                stopped = true
             }
         }
-        if let strategy = subscription.deviceTypes.beacons {
-            let runs = runMode(allowInBackground: strategy.allowInBackground, owner: owner) != nil
-            if runs, beaconsRunning.insert(subscription.id).inserted {
-                beacons.add(object, strategy: strategy)
-                countedBeaconUser(by: 1, owner: owner)
-            } else if !runs, beaconsRunning.remove(subscription.id) != nil {
-                beacons.remove(object)
-                countedBeaconUser(by: -1, owner: owner)
-                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !BeaconWatch.isBeaconSource($0) })
+        place(subscription, nearby: nearby, beacons: beaconsRun)
+        if subscription.deviceTypes.nearby, (nearby != nil) != (before?.nearby != nil) {
+            let state = link(for: subscription.manager.account)
+            if nearby != nil {
+                state.link.send(.subscribe(subscription))
+            } else {
+                state.registered.remove(subscription.id)
+                state.link.send(.unsubscribe(subscription.id))
+                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
                 stopped = true
             }
         }
@@ -545,25 +548,25 @@ final class DaemonService {
         refreshStatus(of: object)
     }
 
-    /// Moves an object's use of the mediums from how it runs now to `mode`.
-    /// Says whether it started or stopped (a move between foreground and
-    /// background changes only the mediums).
-    private func move(_ id: String, _ strategy: Strategy, to mode: Bool?, in state: LinkState, owner: ManagerObject) -> Bool {
-        let current = running[id]
-        guard current != mode else { return false }
-        running[id] = mode
-        switch (current, mode) {
-        case (let foreground?, let target?):
-            if foreground != target, state.move(strategy, toForeground: target) { updateMediums() }
-            return false
-        case (let foreground?, nil):
-            counted(strategy, by: -1, in: state, owner: owner, foreground: foreground)
-        case (nil, let foreground?):
-            counted(strategy, by: 1, in: state, owner: owner, foreground: foreground)
-        case (nil, nil):
-            return false
+    /// Records where an object runs now (nil and false: it waits), and
+    /// brings the mediums, the links' listening and the managers' error
+    /// properties in line with what that changed.
+    private func place(_ object: some RegisteredObject, nearby: Placement?, beacons: Bool) {
+        let run = Run(account: object.manager.account, manager: ObjectIdentifier(object.manager), strategy: object.strategy,
+                      nearby: nearby, beacons: beacons)
+        let change = runs.set(object.id, to: run)
+        for (account, mediums) in change.startedListening {
+            if let state = links[account] { startListening(state, on: mediums) }
         }
-        return true
+        if change.mediumsChanged { updateMediums() }
+        for manager in change.managers {
+            if let owner = managers[manager] { refreshErrors(of: owner) }
+        }
+    }
+
+    /// The object's run ends (it ended, or its manager went).
+    private func unplace(_ object: some RegisteredObject) {
+        place(object, nearby: nil, beacons: false)
     }
 
     func unpublish(_ object: PublicationObject) {
@@ -588,11 +591,8 @@ final class DaemonService {
         publications.removeValue(forKey: publication.id)
         expiries.cancel(.publication(object))
         record("publication ended", by: publication.manager, ["object": "\(object.path)"])
+        unplace(publication)
         if let state = links[publication.manager.account] {
-            if let foreground = running.removeValue(forKey: publication.id) {
-                counted(publication.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(publication.manager)],
-                        foreground: foreground)
-            }
             state.registered.remove(publication.id)
             state.refused[publication.id] = nil
             state.link.send(.unpublish(publication.id))
@@ -606,15 +606,9 @@ final class DaemonService {
         subscriptions.removeValue(forKey: subscription.id)
         expiries.cancel(.subscription(object))
         record("subscription ended", by: subscription.manager, ["object": "\(object.path)"])
-        if beaconsRunning.remove(subscription.id) != nil {
-            beacons.remove(object)
-            countedBeaconUser(by: -1, owner: managers[ObjectIdentifier(subscription.manager)])
-        }
+        if runs.beaconsRun(subscription.id) { beacons.remove(object) }
+        unplace(subscription)
         if subscription.deviceTypes.nearby, let state = links[subscription.manager.account] {
-            if let foreground = running.removeValue(forKey: subscription.id) {
-                counted(subscription.strategy, by: -1, in: state, owner: managers[ObjectIdentifier(subscription.manager)],
-                        foreground: foreground)
-            }
             state.registered.remove(subscription.id)
             state.refused[subscription.id] = nil
             state.link.send(.unsubscribe(subscription.id))
@@ -741,7 +735,7 @@ final class DaemonService {
         let object = ManagerObject(manager: manager, path: .nearbyd(client: client.number, manager: manager.number),
                                    service: self, exempt: true)
         managers[ObjectIdentifier(manager)] = object
-        link(for: manager.account).managers += 1
+        _ = link(for: manager.account)
         staticOwners[owner] = object
         return object
     }
@@ -751,7 +745,7 @@ final class DaemonService {
         let publication = object.publication
         publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
         scheduleExpiry(of: .publication(object), at: publication.expiresAtMs - Self.renewalMarginMs)
-        if running[publication.id] != nil { links[publication.manager.account]?.link.send(.publish(publication)) }
+        if runs.nearby(publication.id) != nil { links[publication.manager.account]?.link.send(.publish(publication)) }
     }
 
     // MARK: Server links
@@ -899,7 +893,7 @@ final class DaemonService {
 
     private func found(_ match: Match, from state: LinkState) {
         // A waiting subscription hears nothing, even what the server sent before it heard of the wait.
-        guard let object = subscription(match.subscription, of: state), running[match.subscription] != nil else { return }
+        guard let object = subscription(match.subscription, of: state), runs.nearby(match.subscription) != nil else { return }
         let message = Message(namespace: match.namespace, type: match.type, content: Array(match.content))
         let info = SightingInfo(medium: match.medium, rssi: match.rssi, distanceMeters: match.distance)
         if object.subscription.found.add(source: match.source, message: message, info: info) {
@@ -951,14 +945,14 @@ final class DaemonService {
 
     private func refreshStatus(of object: PublicationObject, _ state: LinkState) {
         let publication = object.publication
-        guard running[publication.id] != nil else {
+        guard runs.nearby(publication.id) != nil else {
             return set(.inactive, waitingReason(publication.manager), of: object)
         }
         let (status, reason) = self.status(publication.id, publication.strategy, state)
         set(status, reason, of: object)
     }
 
-    /// Why a manager's objects wait (`inactive`): what ``runMode(allowInBackground:owner:)`` decided, in words.
+    /// Why a manager's objects wait (`inactive`): what ``placement(allowInBackground:owner:)`` decided, in words.
     private func waitingReason(_ manager: Manager) -> String {
         guard let owner = managers[ObjectIdentifier(manager)], !isPermitted(owner) else {
             return "its manager is in the background, and it has no AllowInBackground"
@@ -970,8 +964,8 @@ final class DaemonService {
     /// BLE does, nearby devices as for publications.
     private func refreshStatus(of object: SubscriptionObject) {
         let subscription = object.subscription
-        let nearbyRuns = running[subscription.id] != nil
-        let beaconsRun = beaconsRunning.contains(subscription.id)
+        let nearbyRuns = runs.nearby(subscription.id) != nil
+        let beaconsRun = runs.beaconsRun(subscription.id)
         guard nearbyRuns || beaconsRun else { return set(.inactive, waitingReason(subscription.manager), of: object) }
         var status = ObjectStatus.active
         var reason = ""
@@ -1018,7 +1012,8 @@ final class DaemonService {
     /// off or absent, or because the system refuses the daemon.
     /// MicrophonePermissionError: the same for audio refused.
     private func refreshErrors(of object: ManagerObject) {
-        let needsBLE = object.mediumUsers[.ble, default: 0] > 0 && enabledMediums.contains(.ble)
+        let inUse = runs.mediums(usedBy: ObjectIdentifier(object.manager))
+        let needsBLE = inUse.contains(.ble) && enabledMediums.contains(.ble)
         let condition = mediumConditions[.ble] ?? .unavailable
         var changed: [String] = []
         let powerError = needsBLE && condition == .unavailable
@@ -1031,7 +1026,7 @@ final class DaemonService {
             object.bluetoothPermissionError = permissionError
             changed.append("BluetoothPermissionError")
         }
-        let microphoneError = object.mediumUsers[.audio, default: 0] > 0 && enabledMediums.contains(.audio)
+        let microphoneError = inUse.contains(.audio) && enabledMediums.contains(.audio)
             && mediumConditions[.audio] == .refused
         if microphoneError != object.microphonePermissionError {
             object.microphonePermissionError = microphoneError
@@ -1086,7 +1081,7 @@ final class DaemonService {
             wish.scanMode = beacons.scanMode { [managers] manager in managers[ObjectIdentifier(manager)]?.background ?? false }
         }
         for state in links.values {
-            let usage = state.usage[medium] ?? LinkState.Usage()
+            let usage = runs.usage(of: state.link.account, on: medium)
             if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
             if usage.fullScanning > 0 {
                 wish.scanMode = .full
@@ -1103,36 +1098,8 @@ final class DaemonService {
         mediumWishes[medium]?.yield(wish)
     }
 
-    /// Counts an object in (`delta` 1) or out (-1) of its link's and manager's
-    /// use of the mediums; the mediums and error properties are revisited only
-    /// when a count starts or stops being zero.
-    private func counted(_ strategy: Strategy, by delta: Int, in state: LinkState, owner: ManagerObject?, foreground: Bool) {
-        let change = state.use(strategy, by: delta, inForeground: foreground)
-        startListening(state, on: change.startedListening)
-        if change.changed { updateMediums() }
-        guard let owner else { return }
-        var startedOrStopped = false
-        for medium in strategy.mediums {
-            let users = owner.mediumUsers[medium, default: 0] + delta
-            owner.mediumUsers[medium] = users
-            startedOrStopped = startedOrStopped || users == 0 || (delta > 0 && users == delta)
-        }
-        if startedOrStopped { refreshErrors(of: owner) }
-    }
-
-    /// Counts a beacon subscription in or out: it listens on BLE (for the
-    /// medium wish and its manager's Bluetooth error properties) but has no
-    /// part in its link's token traffic.
-    private func countedBeaconUser(by delta: Int, owner: ManagerObject?) {
-        updateMediums()
-        guard let owner else { return }
-        let users = owner.mediumUsers[.ble, default: 0] + delta
-        owner.mediumUsers[.ble] = users
-        if users == 0 || (delta > 0 && users == delta) { refreshErrors(of: owner) }
-    }
-
     /// A link that starts listening on mediums is told what is already heard there.
-    private func startListening(_ state: LinkState, on mediums: [Medium]) {
+    private func startListening(_ state: LinkState, on mediums: Set<Medium>) {
         guard !mediums.isEmpty else { return }
         let heard = sightings.current.filter { mediums.contains($0.medium) }
         if !heard.isEmpty { state.link.send(.seen(heard)) }
@@ -1141,7 +1108,7 @@ final class DaemonService {
     private func heard(_ sighting: Sighting) {
         guard !ownTokens.contains(sighting.token),
               let report = sightings.heard(sighting, at: .now) else { return }
-        for state in links.values where state.scans(sighting.medium) {
+        for state in links.values where runs.scans(state.link.account, on: sighting.medium) {
             state.link.send(.seen([report]))
         }
     }
@@ -1197,18 +1164,8 @@ struct MediumWish: Equatable, Sendable {
 /// The daemon's view of one ServerLink.
 @BusActor
 final class LinkState {
-    /// How many live objects broadcast and listen on a medium.
-    struct Usage {
-        var broadcasting = 0
-        var scanning = 0
-        /// The scanning objects of managers in the foreground: while there are
-        /// none, the medium listens with low power.
-        var fullScanning = 0
-    }
-
     let link: ServerLink
     let task: Task<Void, Never>
-    var managers = 0
     var connected = false
     /// The URL of the server the link is connected to, or was last.
     var server: String?
@@ -1219,7 +1176,6 @@ final class LinkState {
     var namespace: String?
     var token: Token?
     var registered: Set<String> = []
-    var usage: [Medium: Usage] = [:]
     /// While a snapshot arrives in pages: the sources each subscription has
     /// been told of since it began.
     var snapshotSources: [String: Set<String>]?
@@ -1227,57 +1183,6 @@ final class LinkState {
     init(link: ServerLink, task: Task<Void, Never>) {
         self.link = link
         self.task = task
-    }
-
-    func scans(_ medium: Medium) -> Bool {
-        (usage[medium]?.scanning ?? 0) > 0
-    }
-
-    /// Counts an object's strategy in (`delta` 1) or out (-1). Says whether any
-    /// count started or stopped being zero, and on which mediums the link
-    /// starts listening.
-    func use(_ strategy: Strategy, by delta: Int, inForeground: Bool) -> (changed: Bool, startedListening: [Medium]) {
-        var changed = false
-        var started: [Medium] = []
-        // Audio never runs for a manager in the background.
-        for medium in strategy.mediums where inForeground || medium != .audio {
-            let before = usage[medium] ?? Usage()
-            var after = before
-            if strategy.mode.broadcasts { after.broadcasting += delta }
-            if strategy.mode.scans {
-                after.scanning += delta
-                if inForeground { after.fullScanning += delta }
-            }
-            usage[medium] = after
-            changed = changed || Self.crossesZero(before, after)
-            if before.scanning == 0, after.scanning > 0 { started.append(medium) }
-        }
-        return (changed, started)
-    }
-
-    /// Moves an object's strategy between the background (low-power listening
-    /// on BLE, nothing on audio) and the foreground. Says whether any count
-    /// started or stopped being zero.
-    func move(_ strategy: Strategy, toForeground: Bool) -> Bool {
-        var changed = false
-        let delta = toForeground ? 1 : -1
-        for medium in strategy.mediums {
-            let before = usage[medium] ?? Usage()
-            var after = before
-            if medium == .audio {
-                if strategy.mode.broadcasts { after.broadcasting += delta }
-                if strategy.mode.scans { after.scanning += delta }
-            }
-            if strategy.mode.scans { after.fullScanning += delta }
-            usage[medium] = after
-            changed = changed || Self.crossesZero(before, after)
-        }
-        return changed
-    }
-
-    private static func crossesZero(_ before: Usage, _ after: Usage) -> Bool {
-        (before.broadcasting > 0) != (after.broadcasting > 0) || (before.scanning > 0) != (after.scanning > 0)
-            || (before.fullScanning > 0) != (after.fullScanning > 0)
     }
 }
 

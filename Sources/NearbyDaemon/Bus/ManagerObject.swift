@@ -12,9 +12,6 @@ final class ManagerObject {
     unowned let service: DaemonService
     var exported: ExportedObject?
 
-    /// How many live publications and subscriptions of this manager use each medium.
-    var mediumUsers: [Medium: Int] = [:]
-
     /// Whose permission decision the manager follows.
     let permissionKey: PermissionKey
     /// The daemon's own manager (static publications): needs no permission and is never in the background.

@@ -1,0 +1,202 @@
+import NearbyCore
+
+/// Where a publication's or subscription's nearby part runs.
+public enum Placement: Sendable, Hashable {
+    /// On every medium of its strategy; a scanning one listens fully.
+    case foreground
+    /// On BLE alone, listening with low power: audio never runs for a
+    /// manager in the background.
+    case background
+}
+
+/// How one publication or subscription runs now: what the daemon asks of the
+/// mediums and the server link on its behalf.
+public struct Run: Sendable, Hashable {
+    /// Whose registration its traffic goes through (its server link).
+    public var account: Account
+    /// Its manager, by identity: the manager's error properties follow the
+    /// mediums its objects use.
+    public var manager: ObjectIdentifier
+    public var strategy: Strategy
+    /// Its nearby part (tokens through the server link): nil while it waits.
+    public var nearby: Placement?
+    /// Its beacon part (a subscription's `BeaconStrategy`) runs: it listens on BLE.
+    public var beacons: Bool
+
+    public init(account: Account, manager: ObjectIdentifier, strategy: Strategy, nearby: Placement?, beacons: Bool = false) {
+        self.account = account
+        self.manager = manager
+        self.strategy = strategy
+        self.nearby = nearby
+        self.beacons = beacons
+    }
+
+    /// Neither part runs: the object waits (for permission, or the foreground).
+    public var waits: Bool { nearby == nil && !beacons }
+}
+
+/// How much of a server link's traffic on one medium the running objects ask for.
+public struct LinkUsage: Sendable, Hashable {
+    /// Objects that make the device heard: the link's token is broadcast.
+    public var broadcasting = 0
+    /// Objects that listen: what the medium hears is reported to the link.
+    public var scanning = 0
+    /// The listening objects in the foreground: while there are none the
+    /// medium listens with low power.
+    public var fullScanning = 0
+
+    public init(broadcasting: Int = 0, scanning: Int = 0, fullScanning: Int = 0) {
+        self.broadcasting = broadcasting
+        self.scanning = scanning
+        self.fullScanning = fullScanning
+    }
+
+    /// What the medium is asked to do for the link: the figures above, each
+    /// only as "none" or "some".
+    var wish: Wish { Wish(broadcasts: broadcasting > 0, scans: scanning > 0, scansFully: fullScanning > 0) }
+
+    struct Wish: Equatable {
+        var broadcasts: Bool
+        var scans: Bool
+        var scansFully: Bool
+    }
+}
+
+/// What a change to the table changed for the daemon's other parts.
+public struct RunChange: Sendable, Equatable {
+    /// Some link's wish of some medium changed, or a beacon part started or
+    /// stopped: the mediums are asked again.
+    public var mediumsChanged = false
+    /// The links that began to listen on mediums, which are told what those
+    /// mediums already hear.
+    public var startedListening: [Account: Set<Medium>] = [:]
+    /// The managers whose set of mediums in use changed (their error properties).
+    public var managers: Set<ObjectIdentifier> = []
+
+    public init() {}
+}
+
+/// What runs, and where: the one record of which publications and
+/// subscriptions use the mediums and the server links, by object id. Every
+/// figure the daemon asks for (a link's use of a medium, the mediums a
+/// manager's objects use) is derived from the runs held here; the totals are
+/// kept only as a cache that ``set(_:to:)`` alone changes, by taking out an
+/// object's old share and putting in its new one, so they cannot drift from
+/// the runs (``recomputed()`` is what the tests hold them to).
+public struct RunTable: Sendable {
+    public private(set) var runs: [String: Run] = [:]
+    private var linkUsage: [Account: [Medium: LinkUsage]] = [:]
+    private var managerMediums: [ObjectIdentifier: [Medium: Int]] = [:]
+
+    public init() {}
+
+    public subscript(id: String) -> Run? { runs[id] }
+
+    /// Its nearby part runs (through the server link), and where.
+    public func nearby(_ id: String) -> Placement? { runs[id]?.nearby }
+
+    /// Its beacon part runs.
+    public func beaconsRun(_ id: String) -> Bool { runs[id]?.beacons ?? false }
+
+    /// A link's use of a medium.
+    public func usage(of account: Account, on medium: Medium) -> LinkUsage {
+        linkUsage[account]?[medium] ?? LinkUsage()
+    }
+
+    /// Whether anything of the link listens on the medium: a sighting there is reported to it.
+    public func scans(_ account: Account, on medium: Medium) -> Bool {
+        usage(of: account, on: medium).scanning > 0
+    }
+
+    /// The mediums the manager's running objects use, whatever their placement.
+    public func mediums(usedBy manager: ObjectIdentifier) -> Set<Medium> {
+        Set(managerMediums[manager, default: [:]].keys)
+    }
+
+    /// The object now runs as `run` (nil or waiting: not at all), and what that changed.
+    @discardableResult
+    public mutating func set(_ id: String, to run: Run?) -> RunChange {
+        let new = run.flatMap { $0.waits ? nil : $0 }
+        let old = runs[id]
+        guard old != new else { return RunChange() }
+        var change = RunChange()
+        let links = Set([old?.account, new?.account].compactMap { $0 })
+        let managers = Set([old?.manager, new?.manager].compactMap { $0 })
+        let before = snapshot(links: links, managers: managers)
+        if let old { apply(old, sign: -1) }
+        runs[id] = new
+        if let new { apply(new, sign: 1) }
+        let after = snapshot(links: links, managers: managers)
+        for (key, wish) in after.links where before.links[key] != wish {
+            change.mediumsChanged = true
+            if wish.scans, before.links[key]?.scans != true {
+                change.startedListening[key.account, default: []].insert(key.medium)
+            }
+        }
+        if (old?.beacons ?? false) != (new?.beacons ?? false) { change.mediumsChanged = true }
+        for manager in managers where before.managers[manager] != after.managers[manager] {
+            change.managers.insert(manager)
+        }
+        return change
+    }
+
+    /// The totals as kept: a link's use of each medium it uses, and the
+    /// mediums each manager's objects use.
+    public struct Totals: Equatable, Sendable {
+        public var links: [Account: [Medium: LinkUsage]]
+        public var managers: [ObjectIdentifier: [Medium: Int]]
+    }
+
+    public var totals: Totals { Totals(links: linkUsage, managers: managerMediums) }
+
+    /// The totals worked out afresh from the runs: what ``totals`` must equal.
+    public func recomputed() -> Totals {
+        var table = RunTable()
+        for run in runs.values { table.apply(run, sign: 1) }
+        return table.totals
+    }
+
+    private struct LinkMedium: Hashable {
+        let account: Account
+        let medium: Medium
+    }
+
+    private func snapshot(links: Set<Account>, managers: Set<ObjectIdentifier>)
+        -> (links: [LinkMedium: LinkUsage.Wish], managers: [ObjectIdentifier: Set<Medium>]) {
+        var wishes: [LinkMedium: LinkUsage.Wish] = [:]
+        for account in links {
+            for medium in Medium.allCases {
+                wishes[LinkMedium(account: account, medium: medium)] = usage(of: account, on: medium).wish
+            }
+        }
+        return (wishes, Dictionary(uniqueKeysWithValues: managers.map { ($0, mediums(usedBy: $0)) }))
+    }
+
+    /// Adds (`sign` 1) or takes out (-1) one run's share of the totals; a
+    /// total that comes to nothing is dropped, so the totals hold only what is used.
+    private mutating func apply(_ run: Run, sign: Int) {
+        if let placement = run.nearby {
+            let foreground = placement == .foreground
+            let mode = run.strategy.mode
+            // Audio never runs for a manager in the background.
+            for medium in run.strategy.mediums where foreground || medium != .audio {
+                var usage = usage(of: run.account, on: medium)
+                if mode.broadcasts { usage.broadcasting += sign }
+                if mode.scans {
+                    usage.scanning += sign
+                    if foreground { usage.fullScanning += sign }
+                }
+                linkUsage[run.account, default: [:]][medium] = usage == LinkUsage() ? nil : usage
+            }
+            for medium in run.strategy.mediums { count(medium, of: run.manager, by: sign) }
+        }
+        if run.beacons { count(.ble, of: run.manager, by: sign) }
+        if linkUsage[run.account]?.isEmpty == true { linkUsage[run.account] = nil }
+    }
+
+    private mutating func count(_ medium: Medium, of manager: ObjectIdentifier, by sign: Int) {
+        let users = managerMediums[manager, default: [:]][medium, default: 0] + sign
+        managerMediums[manager, default: [:]][medium] = users == 0 ? nil : users
+        if managerMediums[manager]?.isEmpty == true { managerMediums[manager] = nil }
+    }
+}

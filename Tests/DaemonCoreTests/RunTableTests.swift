@@ -1,0 +1,113 @@
+import DaemonCore
+import NearbyCore
+import Testing
+
+/// What runs where, and what a change tells the daemon's other parts: the
+/// links' use of each medium, which links start listening, the managers
+/// whose mediums in use change.
+struct RunTableTests {
+    private let alice = Account(uid: 1000, apiKey: "key-a")
+    private let bob = Account(uid: 1001, apiKey: "key-b")
+    private final class ManagerID {}
+    private let manager1 = ObjectIdentifier(ManagerID())
+    private let manager2 = ObjectIdentifier(ManagerID())
+
+    private func run(_ account: Account, _ manager: ObjectIdentifier, _ mediums: Set<Medium>, _ mode: DiscoveryMode,
+                     _ nearby: Placement?, beacons: Bool = false) -> Run {
+        Run(account: account, manager: manager, strategy: Strategy(mediums: mediums, mode: mode), nearby: nearby, beacons: beacons)
+    }
+
+    @Test func aForegroundPublicationBroadcastsOnEachOfItsMediums() {
+        var table = RunTable()
+        let change = table.set("p1", to: run(alice, manager1, [.ble, .audio], .broadcast, .foreground))
+        #expect(change.mediumsChanged)
+        #expect(change.startedListening.isEmpty)
+        #expect(change.managers == [manager1])
+        #expect(table.usage(of: alice, on: .ble) == LinkUsage(broadcasting: 1))
+        #expect(table.usage(of: alice, on: .audio) == LinkUsage(broadcasting: 1))
+        #expect(table.mediums(usedBy: manager1) == [.ble, .audio])
+        #expect(table.nearby("p1") == .foreground)
+    }
+
+    @Test func theBackgroundKeepsBLEAloneAndListensWithLowPower() {
+        var table = RunTable()
+        table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .foreground))
+        #expect(table.usage(of: alice, on: .audio) == LinkUsage(scanning: 1, fullScanning: 1))
+        let change = table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .background))
+        #expect(change.mediumsChanged)
+        #expect(table.usage(of: alice, on: .ble) == LinkUsage(scanning: 1, fullScanning: 0))
+        #expect(table.usage(of: alice, on: .audio) == LinkUsage())
+        #expect(!table.scans(alice, on: .audio))
+        // The manager's objects still use both: its error properties do not move with the placement.
+        #expect(change.managers.isEmpty)
+        #expect(table.mediums(usedBy: manager1) == [.ble, .audio])
+    }
+
+    @Test func onlyTheFirstListenerStartsALinksListening() {
+        var table = RunTable()
+        let first = table.set("s1", to: run(alice, manager1, [.ble], .scan, .foreground))
+        #expect(first.startedListening == [alice: [.ble]])
+        let second = table.set("s2", to: run(alice, manager2, [.ble], .both, .foreground))
+        #expect(second.startedListening.isEmpty)
+        // The second also broadcasts, which the first did not: the wish changes.
+        #expect(second.mediumsChanged)
+        let other = table.set("s3", to: run(bob, manager2, [.ble], .scan, .foreground))
+        #expect(other.startedListening == [bob: [.ble]])
+        #expect(!table.set("s4", to: run(bob, manager2, [.ble], .scan, .foreground)).mediumsChanged)
+    }
+
+    @Test func aWaitingRunIsNoRun() {
+        var table = RunTable()
+        table.set("p1", to: run(alice, manager1, [.ble], .broadcast, .foreground))
+        let change = table.set("p1", to: run(alice, manager1, [.ble], .broadcast, nil))
+        #expect(table["p1"] == nil)
+        #expect(change.mediumsChanged)
+        #expect(change.managers == [manager1])
+        #expect(table.usage(of: alice, on: .ble) == LinkUsage())
+        #expect(table.mediums(usedBy: manager1).isEmpty)
+        #expect(table.totals.links.isEmpty && table.totals.managers.isEmpty)
+        #expect(table.set("p1", to: nil) == RunChange())
+    }
+
+    @Test func aBeaconPartListensOnBLEForItsManagerButNotForItsLink() {
+        var table = RunTable()
+        let change = table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, nil, beacons: true))
+        #expect(change.mediumsChanged)
+        #expect(change.startedListening.isEmpty)
+        #expect(table.mediums(usedBy: manager1) == [.ble])
+        #expect(table.usage(of: alice, on: .ble) == LinkUsage())
+        #expect(table.beaconsRun("s1"))
+        #expect(table.nearby("s1") == nil)
+        let stopped = table.set("s1", to: nil)
+        #expect(stopped.mediumsChanged)
+        #expect(stopped.managers == [manager1])
+    }
+
+    @Test func theTotalsAlwaysEqualWhatTheRunsSay() {
+        var random = SplitMix64(seed: 0x5eed_0018)
+        var table = RunTable()
+        let accounts = [alice, bob]
+        let managers = [manager1, manager2]
+        let mediumSets: [Set<Medium>] = [[.ble], [.audio], [.ble, .audio]]
+        let placements: [Placement?] = [nil, .foreground, .background]
+        for step in 0..<5_000 {
+            let id = "o\(random.next() % 40)"
+            let next: Run? = random.next() % 5 == 0 ? nil : run(
+                accounts[Int(random.next() % 2)], managers[Int(random.next() % 2)],
+                mediumSets[Int(random.next() % 3)], DiscoveryMode.allCases[Int(random.next() % 3)],
+                placements[Int(random.next() % 3)], beacons: random.next() % 4 == 0)
+            let before = table
+            let change = table.set(id, to: next)
+            #expect(table.totals == table.recomputed(), "step \(step)")
+            if before.totals == table.totals, before.beaconsRun(id) == table.beaconsRun(id) {
+                #expect(!change.mediumsChanged, "step \(step)")
+            }
+            for account in accounts {
+                for medium in Medium.allCases {
+                    let started = !before.scans(account, on: medium) && table.scans(account, on: medium)
+                    #expect((change.startedListening[account]?.contains(medium) ?? false) == started, "step \(step)")
+                }
+            }
+        }
+    }
+}
