@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "NearbyBusContract"),
         .target(name: "NearbyCore", dependencies: ["NearbyBusContract", .product(name: "HeapModule", package: "swift-collections")]),
         // Strict reading of the TOML configuration files of nearbyd and nearby-server.
-        .target(name: "DaemonCore", dependencies: ["NearbyCore"]),
+        .target(name: "DaemonCore", dependencies: ["NearbyCore", "ServerAPI"]),
         .target(name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "ServerAPI", dependencies: ["NearbyCore"]),
         .target(
@@ -299,7 +299,7 @@ let package = Package(
             exclude: ["python"]
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
-        .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyCore"]),
+        .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyCore", "ServerAPI"]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore", "NearbyBusContract"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
@@ -333,7 +333,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "NearbyDaemonTests", dependencies: [
-            "NearbyDaemon", "NearbyBusContract", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
+            "NearbyDaemon", "DaemonCore", "NearbyBusContract", "Beacons", "ConfigFile", "Mediums", "NearbyAir", "DBus", "ServerAPI", "TestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "NearbyCore", "ServerAPI", .product(name: "GRDB", package: "GRDB.swift")]),

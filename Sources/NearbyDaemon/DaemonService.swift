@@ -432,7 +432,7 @@ final class DaemonService {
         scheduleExpiry(of: .publication(object), at: owner.exempt ? expiresAtMs - Self.renewalMarginMs : expiresAtMs)
         reconcile(object, owner: owner)
         record("published", by: owner.manager, ["object": "\(path)", "type": "\(message.type)",
-                                                "medium": "\(Self.names(strategy.mediums))"])
+                                                "medium": "\(Medium.names(strategy.mediums))"])
         return object
     }
 
@@ -452,7 +452,7 @@ final class DaemonService {
         if expiresAtMs > 0 { scheduleExpiry(of: .subscription(object), at: expiresAtMs) }
         reconcile(object, owner: owner)
         record("subscribed", by: owner.manager, ["object": "\(path)", "type": "\(filter.type)",
-                                                 "medium": "\(Self.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
+                                                 "medium": "\(Medium.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
                                                  "beacons": "\(deviceTypes.beacons != nil)"])
         return path
     }
@@ -505,7 +505,7 @@ final class DaemonService {
             if placement != nil {
                 state.link.send(.publish(publication))
             } else {
-                state.registered.remove(publication.id)
+                state.view.stopped(publication.id)
                 state.link.send(.unpublish(publication.id))
                 record("publication waiting", by: publication.manager, ["object": "\(object.path)"])
             }
@@ -528,7 +528,7 @@ final class DaemonService {
                 beacons.add(object, strategy: strategy)
             } else {
                 beacons.remove(object)
-                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !BeaconWatch.isBeaconSource($0) })
+                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !FoundSource.isBeacon($0) })
                 stopped = true
             }
         }
@@ -538,9 +538,9 @@ final class DaemonService {
             if nearby != nil {
                 state.link.send(.subscribe(subscription))
             } else {
-                state.registered.remove(subscription.id)
+                state.view.stopped(subscription.id)
                 state.link.send(.unsubscribe(subscription.id))
-                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
+                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
                 stopped = true
             }
         }
@@ -581,7 +581,7 @@ final class DaemonService {
     func resolvedNamespace(of object: PublicationObject) -> String {
         let namespace = object.publication.message.namespace
         guard namespace.isEmpty else { return namespace }
-        return links[object.publication.manager.account]?.namespace ?? ""
+        return links[object.publication.manager.account]?.view.namespace ?? ""
     }
 
     private func remove(_ object: PublicationObject) {
@@ -593,8 +593,7 @@ final class DaemonService {
         record("publication ended", by: publication.manager, ["object": "\(object.path)"])
         unplace(publication)
         if let state = links[publication.manager.account] {
-            state.registered.remove(publication.id)
-            state.refused[publication.id] = nil
+            state.view.ended(publication.id)
             state.link.send(.unpublish(publication.id))
         }
     }
@@ -609,8 +608,7 @@ final class DaemonService {
         if runs.beaconsRun(subscription.id) { beacons.remove(object) }
         unplace(subscription)
         if subscription.deviceTypes.nearby, let state = links[subscription.manager.account] {
-            state.registered.remove(subscription.id)
-            state.refused[subscription.id] = nil
+            state.view.ended(subscription.id)
             state.link.send(.unsubscribe(subscription.id))
         }
     }
@@ -758,7 +756,7 @@ final class DaemonService {
     /// `idle` while no app uses it. A refused API key is not the server's
     /// state: the server answered.
     var serverStatus: String {
-        let servers = Set(links.values.filter(\.connected).compactMap(\.server))
+        let servers = Set(links.values.map(\.view).filter(\.connected).compactMap(\.server))
         if !servers.isEmpty {
             return "connected: " + endpoints.urls.filter { servers.contains($0) }.joined(separator: ", ")
         }
@@ -787,7 +785,8 @@ final class DaemonService {
         let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
                               refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), clock: clock, logger: logger)
-        let state = LinkState(link: link, task: Task { await link.run() })
+        let state = LinkState(link: link, task: Task { await link.run() },
+                              view: LinkView(refusedRetry: Self.seconds(configuration.refusedChangeRetry)))
         link.onEvent = { [weak self, weak state] event in
             guard let self, let state else { return }
             self.handle(event, from: state)
@@ -812,94 +811,47 @@ final class DaemonService {
     }
 
     private func handle(_ event: LinkEvent, from state: LinkState) {
-        switch event {
-        case .connected(let namespace, let registered, let server):
-            announcingServerStatus {
-                state.connected = true
-                state.server = server
-                serverUnreachable = nil
+        let account = state.link.account
+        let change = announcingServerStatus {
+            let change = state.view.apply(event, subscriptions: LinkSubscriptionsOf(account: account, objects: subscriptions,
+                                                                                   runs: runs))
+            switch change.reach {
+            case .reached: serverUnreachable = nil
+            case .unreachable(let why): serverUnreachable = why
+            case nil: break
             }
-            state.waiting = nil
-            let namespaceChanged = state.namespace != namespace
-            state.namespace = namespace
-            state.registered = registered
-            if namespaceChanged { announceResolvedNamespace(of: state) }
-            refreshStatuses(of: state)
-        case .disconnected:
-            announcingServerStatus { state.connected = false }
-            state.registered = []
-            // A snapshot cut short says nothing; the next connection asks for a new one.
-            state.snapshotSources = nil
-            refreshStatuses(of: state)
-        case .waiting(let reason, let reached):
-            state.waiting = reason
-            if !reached { announcingServerStatus { serverUnreachable = reason } }
-            refreshStatuses(of: state)
-        case .registered(let id):
-            state.registered.insert(id)
-            state.refused[id] = nil
+            return change
+        }
+        if change.namespaceChanged { announceResolvedNamespace(of: state) }
+        switch change.statuses {
+        case .none: break
+        case .all: refreshStatuses(of: state)
+        case .object(let id):
             if let object = publications[id] { refreshStatus(of: object, state) }
             if let object = subscriptions[id] { refreshStatus(of: object) }
-        case .refused(let id, let error, let retried):
-            state.refused[id] = retried
-                ? "nearby-server refused it (\(error)); offered again every \(Self.seconds(configuration.refusedChangeRetry))"
-                : "nearby-server refused it (\(error))"
-            if let object = publications[id] { refreshStatus(of: object, state) }
-            if let object = subscriptions[id] { refreshStatus(of: object) }
-        case .token(let token):
-            state.token = token
-            if let token {
+        }
+        if change.tokenChanged {
+            if let token = state.view.token {
                 ownTokens.append(token)
                 if ownTokens.count > 64 { ownTokens.removeFirst(ownTokens.count - 64) }
             }
             updateMediums()
-        case .stream(let event):
-            handle(event, from: state)
         }
+        for found in change.found { signal(found) }
     }
 
-    private func handle(_ event: StreamEvent, from state: LinkState) {
-        switch event {
-        case .found(let match):
-            state.snapshotSources?[match.subscription, default: []].insert(match.source)
-            found(match, from: state)
-        case .lost(let id, let source):
-            guard let object = subscription(id, of: state),
-                  let (message, info) = object.subscription.found.remove(source: source) else { return }
-            object.emitLost(message, info)
-            record("message lost", by: object.subscription.manager, ["object": "\(object.path)", "source": "\(source)"])
-        case .snapshot(let matches, let more):
-            // A snapshot comes a page at a time: what the pages list, and what
-            // is found meanwhile, is current; what was found before and is in
-            // neither is lost once the last page is in.
-            var sources = state.snapshotSources ?? [:]
-            for match in matches { sources[match.subscription, default: []].insert(match.source) }
-            if more {
-                state.snapshotSources = sources
-                for match in matches { found(match, from: state) }
-                return
-            }
-            state.snapshotSources = nil
-            for object in subscriptions.values where object.subscription.manager.account == state.link.account {
-                // Beacon sources are the watch's, not the server's.
-                let kept = (sources[object.subscription.id] ?? []).union(
-                    object.subscription.found.sourceIDs.filter(BeaconWatch.isBeaconSource))
-                let lost = object.subscription.found.keepOnly(kept)
-                for (message, info) in lost { object.emitLost(message, info) }
-            }
-            for match in matches { found(match, from: state) }
-        }
-    }
-
-    private func found(_ match: Match, from state: LinkState) {
-        // A waiting subscription hears nothing, even what the server sent before it heard of the wait.
-        guard let object = subscription(match.subscription, of: state), runs.nearby(match.subscription) != nil else { return }
-        let message = Message(namespace: match.namespace, type: match.type, content: Array(match.content))
-        let info = SightingInfo(medium: match.medium, rssi: match.rssi, distanceMeters: match.distance)
-        if object.subscription.found.add(source: match.source, message: message, info: info) {
+    private func signal(_ change: FoundChange) {
+        switch change {
+        case .found(let id, let source, let message, let info):
+            guard let object = subscriptions[id] else { return }
             object.emitFound(message, info)
             record("message found", by: object.subscription.manager,
-                   ["object": "\(object.path)", "source": "\(match.source)", "medium": "\(match.medium)"])
+                   ["object": "\(object.path)", "source": "\(source)", "medium": "\(info.medium)"])
+        case .lost(let id, let source, let message, let info):
+            guard let object = subscriptions[id] else { return }
+            object.emitLost(message, info)
+            record("message lost", by: object.subscription.manager,
+                   ["object": "\(object.path)", "source": "\(source ?? "(gone from the snapshot)")"])
         }
     }
 
@@ -916,12 +868,6 @@ final class DaemonService {
         metadata["manager"] = "\(ObjectPath.nearbyd(client: manager.client.number, manager: manager.number))"
         metadata["app"] = "\(manager.appId)"
         logger.log(level: level, message, metadata: metadata)
-    }
-
-    /// The subscription `id`, if it belongs to the link that names it.
-    private func subscription(_ id: String, of state: LinkState) -> SubscriptionObject? {
-        guard let object = subscriptions[id], object.subscription.manager.account == state.link.account else { return nil }
-        return object
     }
 
     // MARK: Status and errors
@@ -948,7 +894,8 @@ final class DaemonService {
         guard runs.nearby(publication.id) != nil else {
             return set(.inactive, waitingReason(publication.manager), of: object)
         }
-        let (status, reason) = self.status(publication.id, publication.strategy, state)
+        let (status, reason) = state.view.status(of: publication.id, mediums: publication.strategy.mediums,
+                                                 available: availableMediums)
         set(status, reason, of: object)
     }
 
@@ -971,7 +918,8 @@ final class DaemonService {
         var reason = ""
         if beaconsRun, !availableMediums.contains(.ble) { (status, reason) = (.starting, "BLE is not available now") }
         if nearbyRuns, let state = links[subscription.manager.account] {
-            let nearby = self.status(subscription.id, subscription.strategy, state)
+            let nearby = state.view.status(of: subscription.id, mediums: subscription.strategy.mediums,
+                                           available: availableMediums)
             if nearby.status == .starting { (status, reason) = nearby }
         }
         set(status, reason, of: object)
@@ -992,19 +940,6 @@ final class DaemonService {
         if changed.contains("Status"), managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
             try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
         }
-    }
-
-    /// Active once the server holds it and one of its mediums works; starting
-    /// until then, with the reason.
-    private func status(_ id: String, _ strategy: Strategy, _ state: LinkState) -> (status: ObjectStatus, reason: String) {
-        guard state.connected else { return (.starting, state.waiting ?? "connecting to nearby-server") }
-        guard state.registered.contains(id) else {
-            return (.starting, state.refused[id] ?? "being registered with nearby-server")
-        }
-        guard !strategy.mediums.isDisjoint(with: availableMediums) else {
-            return (.starting, "none of its mediums (\(Self.names(strategy.mediums))) is available now")
-        }
-        return (.active, "")
     }
 
     /// BluetoothPowerError and BluetoothPermissionError: BLE is configured, some
@@ -1082,7 +1017,7 @@ final class DaemonService {
         }
         for state in links.values {
             let usage = runs.usage(of: state.link.account, on: medium)
-            if usage.broadcasting > 0, let token = state.token { wish.tokens.insert(token) }
+            if usage.broadcasting > 0, let token = state.view.token { wish.tokens.insert(token) }
             if usage.fullScanning > 0 {
                 wish.scanMode = .full
             } else if usage.scanning > 0 {
@@ -1126,11 +1061,6 @@ final class DaemonService {
         value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
     }
 
-    /// Medium names for records: `ble,audio`.
-    private static func names(_ mediums: Set<Medium>) -> String {
-        mediums.map(\.rawValue).sorted().joined(separator: ",")
-    }
-
     /// Distinguishes this run's publication ids from an earlier run's.
     private static func instanceID() -> String {
         String(UInt64.random(in: 0...UInt64.max), radix: 36)
@@ -1155,6 +1085,26 @@ final class DaemonService {
     }
 }
 
+/// One link's subscriptions, for its stream: a link speaks of its own alone.
+/// Holds copies of the daemon's tables, which cost nothing until changed.
+@BusActor
+private struct LinkSubscriptionsOf: @BusActor LinkSubscriptions {
+    let account: Account
+    let objects: [String: SubscriptionObject]
+    let runs: RunTable
+
+    func subscription(_ id: String) -> Subscription? {
+        guard let object = objects[id], object.subscription.manager.account == account else { return nil }
+        return object.subscription
+    }
+
+    func all() -> [Subscription] {
+        objects.values.map(\.subscription).filter { $0.manager.account == account }
+    }
+
+    func runs(_ id: String) -> Bool { runs.nearby(id) != nil }
+}
+
 /// What one medium is asked to do.
 struct MediumWish: Equatable, Sendable {
     var tokens: Set<Token>
@@ -1166,23 +1116,12 @@ struct MediumWish: Equatable, Sendable {
 final class LinkState {
     let link: ServerLink
     let task: Task<Void, Never>
-    var connected = false
-    /// The URL of the server the link is connected to, or was last.
-    var server: String?
-    /// Why the link is not connected, as it last said.
-    var waiting: String?
-    /// Why the server refused an object, by id, until it holds it.
-    var refused: [String: String] = [:]
-    var namespace: String?
-    var token: Token?
-    var registered: Set<String> = []
-    /// While a snapshot arrives in pages: the sources each subscription has
-    /// been told of since it began.
-    var snapshotSources: [String: Set<String>]?
+    var view: LinkView
 
-    init(link: ServerLink, task: Task<Void, Never>) {
+    init(link: ServerLink, task: Task<Void, Never>, view: LinkView) {
         self.link = link
         self.task = task
+        self.view = view
     }
 }
 

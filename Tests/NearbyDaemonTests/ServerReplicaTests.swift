@@ -1,4 +1,5 @@
 import Beacons
+import DaemonCore
 import DBus
 import Foundation
 import Logging

@@ -1,4 +1,5 @@
 import Beacons
+import DaemonCore
 import DBus
 import Logging
 import Mediums
@@ -216,13 +217,11 @@ final class BeaconWatch {
 
     /// Found-message sources of beacons: `beacon:<id>|` and the message, so a
     /// message keeps its source whatever else the beacon's attachments do.
-    static func sourcePrefix(_ id: AdvertisedID) -> String { "beacon:\(id)|" }
+    static func sourcePrefix(_ id: AdvertisedID) -> String { FoundSource.beaconPrefix + "\(id)|" }
 
     static func source(_ id: AdvertisedID, _ message: Message) -> String {
         sourcePrefix(id) + "\(message.namespace)|\(message.type)|\(Hex.encode(message.content))"
     }
-
-    static func isBeaconSource(_ source: String) -> Bool { source.hasPrefix("beacon:") }
 
     // MARK: The clock
 

@@ -1,34 +1,10 @@
+import DaemonCore
 import DBus
 import DequeModule
 import Foundation
 import Logging
 import NearbyCore
 import ServerAPI
-
-/// What a ``ServerLink`` tells the daemon, in order.
-enum LinkEvent: Sendable {
-    /// In step with the server at `server` (one of `[server] url`):
-    /// `registered` are the publication and subscription ids it now holds;
-    /// `namespace` is the project's own.
-    case connected(namespace: String, registered: Set<String>, server: String)
-    /// The server cannot be reached; the link retries by itself.
-    case disconnected
-    /// Why the link is not connected, after each failed round of attempts
-    /// (one per URL of `[server] url`, ``Backoff``) whose reason differs from
-    /// the last one's; `reached` when the server answered (it
-    /// refused the API key), false when it could not be reached or its
-    /// certificate was not trusted.
-    case waiting(String, reached: Bool)
-    /// The server refused to hold this publication or subscription; it is
-    /// offered again after `[server] refused-change-retry` if `retried`.
-    case refused(String, APIError, retried: Bool)
-    /// One more publication or subscription is held by the server.
-    case registered(String)
-    /// The token to broadcast from now on (nil: none is valid).
-    case token(Token?)
-    /// Found, lost or a snapshot, from the stream.
-    case stream(StreamEvent)
-}
 
 /// Everything the daemon does with nearby-server for one ``Account`` (a user's
 /// registration under one API key): the device
