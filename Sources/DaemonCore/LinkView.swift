@@ -148,3 +148,16 @@ extension Medium {
         mediums.map(\.rawValue).sorted().joined(separator: ",")
     }
 }
+
+extension LinkView {
+    /// A subscription's status from its parts: its nearby part's (nil when
+    /// it has none, or it waits) and whether its beacon part runs, which is
+    /// active once BLE works. Active once each part that runs is.
+    public static func subscriptionStatus(nearby: (status: ObjectStatus, reason: String)?, beaconsRun: Bool,
+                                          available: Set<Medium>) -> (status: ObjectStatus, reason: String) {
+        var result = (status: ObjectStatus.active, reason: "")
+        if beaconsRun, !available.contains(.ble) { result = (.starting, "BLE is not available now") }
+        if let nearby, nearby.status == .starting { result = nearby }
+        return result
+    }
+}

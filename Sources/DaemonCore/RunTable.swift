@@ -200,3 +200,21 @@ public struct RunTable: Sendable {
         if managerMediums[manager]?.isEmpty == true { managerMediums[manager] = nil }
     }
 }
+
+extension Placement {
+    /// The one rule of whether and where an object runs: when its app is
+    /// permitted, and its manager is in the foreground or it has
+    /// `AllowInBackground` (then in the background). Nil: it waits.
+    public static func of(permitted: Bool, background: Bool, allowInBackground: Bool) -> Placement? {
+        guard permitted else { return nil }
+        guard background else { return .foreground }
+        return allowInBackground ? .background : nil
+    }
+
+    /// Why an object waits (`StatusReason` of `inactive`): what ``of(permitted:background:allowInBackground:)``
+    /// decided, in words.
+    public static func waitingReason(permitted: Bool) -> String {
+        permitted ? "its manager is in the background, and it has no AllowInBackground"
+            : "the app is not permitted to use Nearby (PermissionGranted)"
+    }
+}

@@ -488,11 +488,8 @@ final class DaemonService {
         }
     }
 
-    /// Where an object of `owner` runs: nil while it waits.
     private func placement(allowInBackground: Bool, owner: ManagerObject) -> Placement? {
-        guard isPermitted(owner) else { return nil }
-        guard owner.background else { return .foreground }
-        return allowInBackground ? .background : nil
+        Placement.of(permitted: isPermitted(owner), background: owner.background, allowInBackground: allowInBackground)
     }
 
     private func reconcile(_ object: PublicationObject, owner: ManagerObject) {
@@ -899,29 +896,20 @@ final class DaemonService {
         set(status, reason, of: object)
     }
 
-    /// Why a manager's objects wait (`inactive`): what ``placement(allowInBackground:owner:)`` decided, in words.
+    /// Why a manager's objects wait (`inactive`).
     private func waitingReason(_ manager: Manager) -> String {
-        guard let owner = managers[ObjectIdentifier(manager)], !isPermitted(owner) else {
-            return "its manager is in the background, and it has no AllowInBackground"
-        }
-        return "the app is not permitted to use Nearby (PermissionGranted)"
+        Placement.waitingReason(permitted: managers[ObjectIdentifier(manager)].map(isPermitted) ?? true)
     }
 
-    /// A subscription is active once each of its kinds works: beacons once
-    /// BLE does, nearby devices as for publications.
     private func refreshStatus(of object: SubscriptionObject) {
         let subscription = object.subscription
         let nearbyRuns = runs.nearby(subscription.id) != nil
         let beaconsRun = runs.beaconsRun(subscription.id)
         guard nearbyRuns || beaconsRun else { return set(.inactive, waitingReason(subscription.manager), of: object) }
-        var status = ObjectStatus.active
-        var reason = ""
-        if beaconsRun, !availableMediums.contains(.ble) { (status, reason) = (.starting, "BLE is not available now") }
-        if nearbyRuns, let state = links[subscription.manager.account] {
-            let nearby = state.view.status(of: subscription.id, mediums: subscription.strategy.mediums,
-                                           available: availableMediums)
-            if nearby.status == .starting { (status, reason) = nearby }
-        }
+        let nearby = nearbyRuns ? links[subscription.manager.account].map {
+            $0.view.status(of: subscription.id, mediums: subscription.strategy.mediums, available: availableMediums)
+        } : nil
+        let (status, reason) = LinkView.subscriptionStatus(nearby: nearby, beaconsRun: beaconsRun, available: availableMediums)
         set(status, reason, of: object)
     }
 
@@ -995,7 +983,7 @@ final class DaemonService {
                 shrinkTimers.removeValue(forKey: medium)?.cancel()
                 continue
             }
-            if wish.tokens.isSuperset(of: last.tokens), wish.scanMode >= last.scanMode {
+            if wish.covers(last) {
                 shrinkTimers.removeValue(forKey: medium)?.cancel()
                 apply(wish, to: medium)
             } else if shrinkTimers[medium] == nil {
@@ -1011,20 +999,9 @@ final class DaemonService {
     private static let shrinkGrace = Duration.milliseconds(500)
 
     private func currentWish(for medium: Medium) -> MediumWish {
-        var wish = MediumWish(tokens: [], scanMode: .off)
-        if medium == .ble {
-            wish.scanMode = beacons.scanMode { [managers] manager in managers[ObjectIdentifier(manager)]?.background ?? false }
-        }
-        for state in links.values {
-            let usage = runs.usage(of: state.link.account, on: medium)
-            if usage.broadcasting > 0, let token = state.view.token { wish.tokens.insert(token) }
-            if usage.fullScanning > 0 {
-                wish.scanMode = .full
-            } else if usage.scanning > 0 {
-                wish.scanMode = max(wish.scanMode, .lowPower)
-            }
-        }
-        return wish
+        let beaconScanMode = medium == .ble
+            ? beacons.scanMode { [managers] manager in managers[ObjectIdentifier(manager)]?.background ?? false } : .off
+        return MediumWish.of(medium, runs: runs, tokens: links.mapValues(\.view.token), beacons: beaconScanMode)
     }
 
     private func apply(_ wish: MediumWish, to medium: Medium) {
@@ -1103,12 +1080,6 @@ private struct LinkSubscriptionsOf: @BusActor LinkSubscriptions {
     }
 
     func runs(_ id: String) -> Bool { runs.nearby(id) != nil }
-}
-
-/// What one medium is asked to do.
-struct MediumWish: Equatable, Sendable {
-    var tokens: Set<Token>
-    var scanMode: ScanMode
 }
 
 /// The daemon's view of one ServerLink.

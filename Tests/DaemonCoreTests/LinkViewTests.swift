@@ -154,6 +154,17 @@ struct LinkViewTests {
         #expect(view.registered.isEmpty)
     }
 
+    @Test func aSubscriptionIsActiveOnceEachPartThatRunsIs() {
+        let active = (status: ObjectStatus.active, reason: "")
+        let registering = (status: ObjectStatus.starting, reason: "being registered with nearby-server")
+        #expect(LinkView.subscriptionStatus(nearby: active, beaconsRun: true, available: [.ble]) == active)
+        #expect(LinkView.subscriptionStatus(nearby: nil, beaconsRun: true, available: [.audio])
+            == (.starting, "BLE is not available now"))
+        #expect(LinkView.subscriptionStatus(nearby: registering, beaconsRun: true, available: []) == registering)
+        #expect(LinkView.subscriptionStatus(nearby: registering, beaconsRun: false, available: [.ble]) == registering)
+        #expect(LinkView.subscriptionStatus(nearby: active, beaconsRun: false, available: []) == active)
+    }
+
     @Test func aNewTokenIsBroadcastAndNoneStopsIt() {
         var view = LinkView(refusedRetry: "30 s")
         let token = Token(bytes: Array(repeating: 7, count: Token.byteCount))!

@@ -83,6 +83,16 @@ struct RunTableTests {
         #expect(stopped.managers == [manager1])
     }
 
+    @Test func anObjectRunsWhenPermittedAndInTheForegroundOrAllowedInTheBackground() {
+        #expect(Placement.of(permitted: true, background: false, allowInBackground: false) == .foreground)
+        #expect(Placement.of(permitted: true, background: false, allowInBackground: true) == .foreground)
+        #expect(Placement.of(permitted: true, background: true, allowInBackground: true) == .background)
+        #expect(Placement.of(permitted: true, background: true, allowInBackground: false) == nil)
+        #expect(Placement.of(permitted: false, background: false, allowInBackground: true) == nil)
+        #expect(Placement.waitingReason(permitted: false) == "the app is not permitted to use Nearby (PermissionGranted)")
+        #expect(Placement.waitingReason(permitted: true) == "its manager is in the background, and it has no AllowInBackground")
+    }
+
     @Test func theTotalsAlwaysEqualWhatTheRunsSay() {
         var random = SplitMix64(seed: 0x5eed_0018)
         var table = RunTable()
