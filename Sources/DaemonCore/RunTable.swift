@@ -62,6 +62,45 @@ public struct LinkUsage: Sendable, Hashable {
     }
 }
 
+/// How one part of an object (its nearby part, its beacon part) changed.
+public enum PartChange: Sendable, Equatable {
+    case unchanged
+    /// It runs now, and did not: the server link or the beacon watch takes it up.
+    case started
+    /// It waits now, or ended: the server link drops it, or the beacon watch,
+    /// and what it found through that part is forgotten.
+    case stopped
+}
+
+/// What one object is, as far as running it goes.
+public struct RunRequest: Sendable, Hashable {
+    public var account: Account
+    public var manager: ObjectIdentifier
+    public var strategy: Strategy
+    /// It has a nearby part (a publication; a subscription to nearby devices).
+    public var nearby: Bool
+    /// Its beacon part's `AllowInBackground`; nil: it has none.
+    public var beaconsAllowInBackground: Bool?
+
+    public init(account: Account, manager: ObjectIdentifier, strategy: Strategy, nearby: Bool = true,
+                beaconsAllowInBackground: Bool? = nil) {
+        self.account = account
+        self.manager = manager
+        self.strategy = strategy
+        self.nearby = nearby
+        self.beaconsAllowInBackground = beaconsAllowInBackground
+    }
+}
+
+/// What reconciling an object did: each part's change, and what the table's change means for the rest.
+public struct Transition: Sendable, Equatable {
+    public var nearby = PartChange.unchanged
+    public var beacons = PartChange.unchanged
+    public var change = RunChange()
+
+    public init() {}
+}
+
 /// What a change to the table changed for the daemon's other parts.
 public struct RunChange: Sendable, Equatable {
     /// Some link's wish of some medium changed, or a beacon part started or
@@ -138,6 +177,40 @@ public struct RunTable: Sendable {
             change.managers.insert(manager)
         }
         return change
+    }
+
+    /// Runs the object as its app's permission and its manager's background
+    /// say (``Placement/of(permitted:background:allowInBackground:)``, for
+    /// each part), and says what that started, stopped or moved.
+    @discardableResult
+    public mutating func reconcile(_ id: String, _ request: RunRequest, permitted: Bool, background: Bool) -> Transition {
+        let nearby = request.nearby ? Placement.of(permitted: permitted, background: background,
+                                                   allowInBackground: request.strategy.allowInBackground) : nil
+        let beacons = request.beaconsAllowInBackground.map {
+            Placement.of(permitted: permitted, background: background, allowInBackground: $0) != nil
+        } ?? false
+        return place(id, Run(account: request.account, manager: request.manager, strategy: request.strategy,
+                             nearby: nearby, beacons: beacons))
+    }
+
+    /// The object ended: nothing of it runs any more.
+    @discardableResult
+    public mutating func end(_ id: String) -> Transition {
+        place(id, nil)
+    }
+
+    private mutating func place(_ id: String, _ run: Run?) -> Transition {
+        let before = runs[id]
+        var transition = Transition()
+        transition.change = set(id, to: run)
+        let after = runs[id]
+        transition.nearby = Self.part(before?.nearby != nil, after?.nearby != nil)
+        transition.beacons = Self.part(before?.beacons ?? false, after?.beacons ?? false)
+        return transition
+    }
+
+    private static func part(_ ran: Bool, _ runs: Bool) -> PartChange {
+        ran == runs ? .unchanged : runs ? .started : .stopped
     }
 
     /// The totals as kept: a link's use of each medium it uses, and the

@@ -488,70 +488,60 @@ final class DaemonService {
         }
     }
 
-    private func placement(allowInBackground: Bool, owner: ManagerObject) -> Placement? {
-        Placement.of(permitted: isPermitted(owner), background: owner.background, allowInBackground: allowInBackground)
-    }
-
     private func reconcile(_ object: PublicationObject, owner: ManagerObject) {
         let publication = object.publication
         let state = link(for: publication.manager.account)
-        let placement = placement(allowInBackground: publication.strategy.allowInBackground, owner: owner)
-        let ran = runs.nearby(publication.id) != nil
-        place(publication, nearby: placement, beacons: false)
-        if ran != (placement != nil) {
-            if placement != nil {
-                state.link.send(.publish(publication))
-            } else {
-                state.view.stopped(publication.id)
-                state.link.send(.unpublish(publication.id))
-                record("publication waiting", by: publication.manager, ["object": "\(object.path)"])
-            }
+        let transition = runs.reconcile(publication.id, RunRequest(publication), permitted: isPermitted(owner),
+                                        background: owner.background)
+        apply(transition.change)
+        switch transition.nearby {
+        case .started:
+            state.link.send(.publish(publication))
+        case .stopped:
+            state.view.stopped(publication.id)
+            state.link.send(.unpublish(publication.id))
+            record("publication waiting", by: publication.manager, ["object": "\(object.path)"])
+        case .unchanged:
+            break
         }
         refreshStatus(of: object, state)
     }
 
     private func reconcile(_ object: SubscriptionObject, owner: ManagerObject) {
         let subscription = object.subscription
-        let before = runs[subscription.id]
-        let nearby = subscription.deviceTypes.nearby
-            ? placement(allowInBackground: subscription.strategy.allowInBackground, owner: owner) : nil
-        let beaconsRun = subscription.deviceTypes.beacons.map {
-            placement(allowInBackground: $0.allowInBackground, owner: owner) != nil
-        } ?? false
-        var stopped = false
-        // The watch first: the mediums' wish that follows asks it how to listen.
-        if let strategy = subscription.deviceTypes.beacons, beaconsRun != (before?.beacons ?? false) {
-            if beaconsRun {
-                beacons.add(object, strategy: strategy)
-            } else {
-                beacons.remove(object)
-                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !FoundSource.isBeacon($0) })
-                stopped = true
-            }
+        let transition = runs.reconcile(subscription.id, RunRequest(subscription), permitted: isPermitted(owner),
+                                        background: owner.background)
+        // The watch before the mediums: their wish asks it how to listen.
+        switch transition.beacons {
+        case .started:
+            if let strategy = subscription.deviceTypes.beacons { beacons.add(object, strategy: strategy) }
+        case .stopped:
+            beacons.remove(object)
+            _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !FoundSource.isBeacon($0) })
+        case .unchanged:
+            break
         }
-        place(subscription, nearby: nearby, beacons: beaconsRun)
-        if subscription.deviceTypes.nearby, (nearby != nil) != (before?.nearby != nil) {
+        apply(transition.change)
+        switch transition.nearby {
+        case .started:
+            link(for: subscription.manager.account).link.send(.subscribe(subscription))
+        case .stopped:
             let state = link(for: subscription.manager.account)
-            if nearby != nil {
-                state.link.send(.subscribe(subscription))
-            } else {
-                state.view.stopped(subscription.id)
-                state.link.send(.unsubscribe(subscription.id))
-                _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
-                stopped = true
-            }
+            state.view.stopped(subscription.id)
+            state.link.send(.unsubscribe(subscription.id))
+            _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
+        case .unchanged:
+            break
         }
-        if stopped { record("subscription waiting", by: subscription.manager, ["object": "\(object.path)"]) }
+        if transition.nearby == .stopped || transition.beacons == .stopped {
+            record("subscription waiting", by: subscription.manager, ["object": "\(object.path)"])
+        }
         refreshStatus(of: object)
     }
 
-    /// Records where an object runs now (nil and false: it waits), and
-    /// brings the mediums, the links' listening and the managers' error
-    /// properties in line with what that changed.
-    private func place(_ object: some RegisteredObject, nearby: Placement?, beacons: Bool) {
-        let run = Run(account: object.manager.account, manager: ObjectIdentifier(object.manager), strategy: object.strategy,
-                      nearby: nearby, beacons: beacons)
-        let change = runs.set(object.id, to: run)
+    /// Brings the mediums, the links' listening and the managers' error
+    /// properties in line with what a change of the runs changed.
+    private func apply(_ change: RunChange) {
         for (account, mediums) in change.startedListening {
             if let state = links[account] { startListening(state, on: mediums) }
         }
@@ -559,11 +549,6 @@ final class DaemonService {
         for manager in change.managers {
             if let owner = managers[manager] { refreshErrors(of: owner) }
         }
-    }
-
-    /// The object's run ends (it ended, or its manager went).
-    private func unplace(_ object: some RegisteredObject) {
-        place(object, nearby: nil, beacons: false)
     }
 
     func unpublish(_ object: PublicationObject) {
@@ -588,7 +573,7 @@ final class DaemonService {
         publications.removeValue(forKey: publication.id)
         expiries.cancel(.publication(object))
         record("publication ended", by: publication.manager, ["object": "\(object.path)"])
-        unplace(publication)
+        apply(runs.end(publication.id).change)
         if let state = links[publication.manager.account] {
             state.view.ended(publication.id)
             state.link.send(.unpublish(publication.id))
@@ -602,8 +587,9 @@ final class DaemonService {
         subscriptions.removeValue(forKey: subscription.id)
         expiries.cancel(.subscription(object))
         record("subscription ended", by: subscription.manager, ["object": "\(object.path)"])
-        if runs.beaconsRun(subscription.id) { beacons.remove(object) }
-        unplace(subscription)
+        let transition = runs.end(subscription.id)
+        if transition.beacons == .stopped { beacons.remove(object) }
+        apply(transition.change)
         if subscription.deviceTypes.nearby, let state = links[subscription.manager.account] {
             state.view.ended(subscription.id)
             state.link.send(.unsubscribe(subscription.id))
@@ -1059,6 +1045,19 @@ final class DaemonService {
     private nonisolated static func defaultAppId(uid: UInt32, apiKey: String) -> String {
         let digest = SHA256.hash(data: Data(apiKey.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
         return "uid\(uid)-\(digest)"
+    }
+}
+
+extension RunRequest {
+    init(_ publication: Publication) {
+        self.init(account: publication.manager.account, manager: ObjectIdentifier(publication.manager),
+                  strategy: publication.strategy)
+    }
+
+    init(_ subscription: Subscription) {
+        self.init(account: subscription.manager.account, manager: ObjectIdentifier(subscription.manager),
+                  strategy: subscription.strategy, nearby: subscription.deviceTypes.nearby,
+                  beaconsAllowInBackground: subscription.deviceTypes.beacons?.allowInBackground)
     }
 }
 

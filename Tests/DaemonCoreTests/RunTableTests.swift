@@ -93,6 +93,61 @@ struct RunTableTests {
         #expect(Placement.waitingReason(permitted: true) == "its manager is in the background, and it has no AllowInBackground")
     }
 
+    @Test func aRevokedPermissionStopsAPublicationAndAGrantResumesIt() {
+        var table = RunTable()
+        let publication = RunRequest(account: alice, manager: manager1, strategy: Strategy(mediums: [.ble], mode: .broadcast))
+        let started = table.reconcile("p1", publication, permitted: true, background: false)
+        #expect(started.nearby == .started)
+        #expect(started.change.mediumsChanged)
+        #expect(table.reconcile("p1", publication, permitted: true, background: false) == Transition())
+        let revoked = table.reconcile("p1", publication, permitted: false, background: false)
+        #expect(revoked.nearby == .stopped)
+        #expect(revoked.change.managers == [manager1])
+        #expect(table["p1"] == nil)
+        #expect(table.reconcile("p1", publication, permitted: true, background: false).nearby == .started)
+        #expect(table.end("p1").nearby == .stopped)
+        #expect(table.end("p1") == Transition())
+    }
+
+    @Test func theBackgroundMovesWhatMayRunThereAndStopsTheRest() {
+        var table = RunTable()
+        var strategy = Strategy(mediums: [.ble, .audio], mode: .scan)
+        strategy.allowInBackground = true
+        let allowed = RunRequest(account: alice, manager: manager1, strategy: strategy)
+        let other = RunRequest(account: alice, manager: manager1, strategy: Strategy(mediums: [.ble], mode: .broadcast))
+        table.reconcile("s1", allowed, permitted: true, background: false)
+        table.reconcile("p1", other, permitted: true, background: false)
+        let moved = table.reconcile("s1", allowed, permitted: true, background: true)
+        // Still running, now on BLE alone with low power: the link keeps it, the mediums hear of it.
+        #expect(moved.nearby == .unchanged)
+        #expect(moved.change.mediumsChanged)
+        #expect(table.nearby("s1") == .background)
+        #expect(table.usage(of: alice, on: .ble) == LinkUsage(broadcasting: 1, scanning: 1, fullScanning: 0))
+        #expect(table.reconcile("p1", other, permitted: true, background: true).nearby == .stopped)
+        #expect(table.reconcile("s1", allowed, permitted: true, background: false).nearby == .unchanged)
+        #expect(table.usage(of: alice, on: .audio) == LinkUsage(scanning: 1, fullScanning: 1))
+    }
+
+    @Test func aSubscriptionsBeaconPartFollowsItsOwnAllowInBackground() {
+        var table = RunTable()
+        // Nearby devices may not run in the background; beacons may.
+        let subscription = RunRequest(account: alice, manager: manager1, strategy: Strategy(mediums: [.ble], mode: .scan),
+                                      beaconsAllowInBackground: true)
+        let started = table.reconcile("s1", subscription, permitted: true, background: false)
+        #expect(started.nearby == .started)
+        #expect(started.beacons == .started)
+        let background = table.reconcile("s1", subscription, permitted: true, background: true)
+        #expect(background.nearby == .stopped)
+        #expect(background.beacons == .unchanged)
+        #expect(table.mediums(usedBy: manager1) == [.ble])
+        let beaconsOnly = RunRequest(account: alice, manager: manager1, strategy: Strategy(mediums: [.ble], mode: .scan),
+                                     nearby: false, beaconsAllowInBackground: false)
+        let other = table.reconcile("s2", beaconsOnly, permitted: true, background: false)
+        #expect(other.nearby == .unchanged)
+        #expect(other.beacons == .started)
+        #expect(table.end("s1").beacons == .stopped)
+    }
+
     @Test func theTotalsAlwaysEqualWhatTheRunsSay() {
         var random = SplitMix64(seed: 0x5eed_0018)
         var table = RunTable()
