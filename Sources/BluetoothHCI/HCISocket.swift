@@ -1,6 +1,7 @@
 import CBluetooth
 import Glibc
 import Mediums
+import NearbyCore
 
 /// What went wrong in the HCI backend, and at which step.
 enum HCIError: Error, CustomStringConvertible {

@@ -161,3 +161,17 @@ extension LinkView {
         return result
     }
 }
+
+extension LinkView {
+    /// `Nearby1.Server`, from every link: `connected: URL` while a link is in
+    /// step with the server at URL (`URL, URL`, in the order of `urls`, when
+    /// links use different ones); else `unreachable: WHY` after a round of
+    /// attempts that could not reach it, `connecting` before any round has
+    /// ended, and `idle` while there is no link.
+    public static func serverStatus(of links: [LinkView], urls: [String], unreachable: String?) -> String {
+        let servers = Set(links.filter(\.connected).compactMap(\.server))
+        if !servers.isEmpty { return "connected: " + urls.filter { servers.contains($0) }.joined(separator: ", ") }
+        if let unreachable { return "unreachable: \(unreachable)" }
+        return links.isEmpty ? "idle" : "connecting"
+    }
+}

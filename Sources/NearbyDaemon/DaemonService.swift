@@ -739,12 +739,7 @@ final class DaemonService {
     /// `idle` while no app uses it. A refused API key is not the server's
     /// state: the server answered.
     var serverStatus: String {
-        let servers = Set(links.values.map(\.view).filter(\.connected).compactMap(\.server))
-        if !servers.isEmpty {
-            return "connected: " + endpoints.urls.filter { servers.contains($0) }.joined(separator: ", ")
-        }
-        if let serverUnreachable { return "unreachable: \(serverUnreachable)" }
-        return links.isEmpty ? "idle" : "connecting"
+        LinkView.serverStatus(of: links.values.map(\.view), urls: endpoints.urls, unreachable: serverUnreachable)
     }
 
     /// Runs `change` and announces `Server` if it changed: around what can
@@ -916,29 +911,21 @@ final class DaemonService {
         }
     }
 
-    /// BluetoothPowerError and BluetoothPermissionError: BLE is configured, some
-    /// object of the manager needs it, and it cannot be used now because it is
-    /// off or absent, or because the system refuses the daemon.
-    /// MicrophonePermissionError: the same for audio refused.
+    /// The manager's error properties, as ``MediumErrors`` says, announced when they change.
     private func refreshErrors(of object: ManagerObject) {
-        let inUse = runs.mediums(usedBy: ObjectIdentifier(object.manager))
-        let needsBLE = inUse.contains(.ble) && enabledMediums.contains(.ble)
-        let condition = mediumConditions[.ble] ?? .unavailable
+        let errors = MediumErrors.of(inUse: runs.mediums(usedBy: ObjectIdentifier(object.manager)), enabled: enabledMediums,
+                                     conditions: mediumConditions)
         var changed: [String] = []
-        let powerError = needsBLE && condition == .unavailable
-        if powerError != object.bluetoothPowerError {
-            object.bluetoothPowerError = powerError
+        if errors.bluetoothPower != object.bluetoothPowerError {
+            object.bluetoothPowerError = errors.bluetoothPower
             changed.append("BluetoothPowerError")
         }
-        let permissionError = needsBLE && condition == .refused
-        if permissionError != object.bluetoothPermissionError {
-            object.bluetoothPermissionError = permissionError
+        if errors.bluetoothPermission != object.bluetoothPermissionError {
+            object.bluetoothPermissionError = errors.bluetoothPermission
             changed.append("BluetoothPermissionError")
         }
-        let microphoneError = inUse.contains(.audio) && enabledMediums.contains(.audio)
-            && mediumConditions[.audio] == .refused
-        if microphoneError != object.microphonePermissionError {
-            object.microphonePermissionError = microphoneError
+        if errors.microphonePermission != object.microphonePermissionError {
+            object.microphonePermissionError = errors.microphonePermission
             changed.append("MicrophonePermissionError")
         }
         if !changed.isEmpty { object.changed(changed) }
