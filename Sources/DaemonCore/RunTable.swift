@@ -214,16 +214,17 @@ public struct RunTable: Sendable {
     }
 
     /// The totals as kept: a link's use of each medium it uses, and the
-    /// mediums each manager's objects use.
-    public struct Totals: Equatable, Sendable {
+    /// mediums each manager's objects use. For the tests, which hold them to
+    /// ``recomputed()``.
+    @_spi(Testing) public struct Totals: Equatable, Sendable {
         public var links: [Account: [Medium: LinkUsage]]
         public var managers: [ObjectIdentifier: [Medium: Int]]
     }
 
-    public var totals: Totals { Totals(links: linkUsage, managers: managerMediums) }
+    @_spi(Testing) public var totals: Totals { Totals(links: linkUsage, managers: managerMediums) }
 
     /// The totals worked out afresh from the runs: what ``totals`` must equal.
-    public func recomputed() -> Totals {
+    @_spi(Testing) public func recomputed() -> Totals {
         var table = RunTable()
         for run in runs.values { table.apply(run, sign: 1) }
         return table.totals
