@@ -14,7 +14,7 @@ import HeapModule
 /// entry behind; the heap is rebuilt without them once they outnumber the live
 /// ones, so it stays within twice the keys scheduled.
 public struct DeadlineQueue<Key: Hashable> {
-    private struct Entry: Comparable {
+    fileprivate struct Entry: Comparable {
         let deadline: UInt64
         let key: Key
 
@@ -73,3 +73,7 @@ public struct DeadlineQueue<Key: Hashable> {
         heap.removeAll { entry in scheduled[entry.key] != entry.deadline || !kept.insert(entry.key).inserted }
     }
 }
+
+/// Sendable with its keys: the daemon's core holds one in a Sendable value.
+extension DeadlineQueue: Sendable where Key: Sendable {}
+extension DeadlineQueue.Entry: Sendable where Key: Sendable {}

@@ -74,11 +74,9 @@ final class DaemonService {
     private var sightingsTimer: BusTimer?
     private var registrationsTimer: BusTimer?
     private var shrinkTimers: [Medium: BusTimer] = [:]
-    /// Publications and subscriptions by expiry (ms since the epoch), with one
-    /// timer for the earliest: cheaper than a timer per object.
-    private var expiries = DeadlineQueue<Expiring>()
+    /// When publications and subscriptions with a TTL end, with one timer for the earliest.
+    private var expiries = Expiries()
     private var expiryTimer: BusTimer?
-    private var expiryTimerDeadline = UInt64.max
 
     let enabledMediums: Set<Medium>
     /// The strategy of a call that gives none, worked out once.
@@ -429,7 +427,7 @@ final class DaemonService {
         object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(publication) }
         publications[publication.id] = object
-        scheduleExpiry(of: .publication(object), at: owner.exempt ? expiresAtMs - Self.renewalMarginMs : expiresAtMs)
+        armExpiryTimer(for: expiries.schedule(publication.id, expiresAtMs: expiresAtMs, renewed: owner.exempt))
         reconcile(object, owner: owner)
         record("published", by: owner.manager, ["object": "\(path)", "type": "\(message.type)",
                                                 "medium": "\(Medium.names(strategy.mediums))"])
@@ -449,7 +447,7 @@ final class DaemonService {
         object.exported = try exportOwned([SubscriptionObject.interface.bind(object)], at: path,
                                           owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
         subscriptions[subscription.id] = object
-        if expiresAtMs > 0 { scheduleExpiry(of: .subscription(object), at: expiresAtMs) }
+        if expiresAtMs > 0 { armExpiryTimer(for: expiries.schedule(subscription.id, expiresAtMs: expiresAtMs)) }
         reconcile(object, owner: owner)
         record("subscribed", by: owner.manager, ["object": "\(path)", "type": "\(filter.type)",
                                                  "medium": "\(Medium.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
@@ -571,7 +569,7 @@ final class DaemonService {
         guard registry.remove(publication) else { return }
         object.exported?.unregister()
         publications.removeValue(forKey: publication.id)
-        expiries.cancel(.publication(object))
+        expiries.cancel(publication.id)
         record("publication ended", by: publication.manager, ["object": "\(object.path)"])
         apply(runs.end(publication.id).change)
         if let state = links[publication.manager.account] {
@@ -585,7 +583,7 @@ final class DaemonService {
         guard registry.remove(subscription) else { return }
         object.exported?.unregister()
         subscriptions.removeValue(forKey: subscription.id)
-        expiries.cancel(.subscription(object))
+        expiries.cancel(subscription.id)
         record("subscription ended", by: subscription.manager, ["object": "\(object.path)"])
         let transition = runs.end(subscription.id)
         if transition.beacons == .stopped { beacons.remove(object) }
@@ -598,60 +596,37 @@ final class DaemonService {
 
     // MARK: Expiry
 
-    /// A publication or subscription with a TTL, in the expiry queue by its
-    /// identity: it is taken out when it ends, and renewed (a static
-    /// publication's) by scheduling it again once popped.
-    enum Expiring: Hashable {
-        case publication(PublicationObject)
-        case subscription(SubscriptionObject)
-
-        private var identity: ObjectIdentifier {
-            switch self {
-            case .publication(let object): ObjectIdentifier(object)
-            case .subscription(let object): ObjectIdentifier(object)
-            }
-        }
-
-        static func == (lhs: Expiring, rhs: Expiring) -> Bool { lhs.identity == rhs.identity }
-        func hash(into hasher: inout Hasher) { hasher.combine(identity) }
-    }
-
-    private func scheduleExpiry(of entry: Expiring, at ms: UInt64) {
-        expiries.schedule(entry, at: ms)
-        if ms < expiryTimerDeadline { armExpiryTimer(for: ms) }
-    }
-
-    private func armExpiryTimer(for ms: UInt64) {
+    /// Arms the expiry timer for `ms`, when ``Expiries`` says it is the earliest.
+    private func armExpiryTimer(for ms: UInt64?) {
+        guard let ms else { return }
         expiryTimer?.cancel()
-        expiryTimerDeadline = ms
         let delay = Int64(clamping: ms) - Int64(clamping: clock.nowMs)
         expiryTimer = BusTimer(after: .milliseconds(delay)) { [weak self] in self?.expireDue() }
     }
 
-    /// Ends what is due (`Expired` first), then waits for the next deadline.
+    /// Ends what is due (`Expired` first) and renews the static publications
+    /// due, then waits for the next deadline.
     private func expireDue() {
         expiryTimer = nil
-        expiryTimerDeadline = .max
-        for entry in expiries.popDue(now: clock.nowMs) {
+        let (due, next) = expiries.due(nowMs: clock.nowMs)
+        for entry in due {
             switch entry {
-            case .publication(let object) where managers[ObjectIdentifier(object.publication.manager)]?.exempt == true:
-                renew(object)
-            case .publication(let object):
-                object.emitExpired()
-                remove(object)
-            case .subscription(let object):
-                object.emitExpired()
-                remove(object)
+            case .renew(let id):
+                if let object = publications[id] { renew(object) }
+            case .expire(let id):
+                if let object = publications[id] {
+                    object.emitExpired()
+                    remove(object)
+                } else if let object = subscriptions[id] {
+                    object.emitExpired()
+                    remove(object)
+                }
             }
         }
-        if let next = expiries.nextDeadline { armExpiryTimer(for: next) }
+        armExpiryTimer(for: next)
     }
 
     // MARK: Static publications
-
-    /// How long before its expiry a static publication is renewed: the server
-    /// holds a publication a day at most.
-    private static let renewalMarginMs: UInt64 = 3_600 * 1000
 
     /// Publishes the files of `[publications] directory` as the daemon's own
     /// client, one manager per API key and AppId; a bad file is logged and
@@ -725,7 +700,7 @@ final class DaemonService {
     private func renew(_ object: PublicationObject) {
         let publication = object.publication
         publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
-        scheduleExpiry(of: .publication(object), at: publication.expiresAtMs - Self.renewalMarginMs)
+        armExpiryTimer(for: expiries.schedule(publication.id, expiresAtMs: publication.expiresAtMs, renewed: true))
         if runs.nearby(publication.id) != nil { links[publication.manager.account]?.link.send(.publish(publication)) }
     }
 
