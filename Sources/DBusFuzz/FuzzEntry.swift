@@ -36,7 +36,7 @@ enum FuzzProperty {
         let message: DetachedMessage
         var written: [DBusValue?] = []
         do {
-            message = try DetachedMessage(member: method.rawValue)
+            message = try DetachedMessage(member: method.name)
             try message.append { writer throws(DBusError) in
                 for type in types { written.append(try program.append(type, to: writer)) }
             }

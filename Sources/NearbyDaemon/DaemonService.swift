@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Mediums
 import NIOSSL
+import NearbyBusContract
 import NearbyCore
 import ServerAPI
 import SystemdService
@@ -128,7 +129,7 @@ final class DaemonService {
         permissions.decisionChanged = { [weak self] key in self?.permissionChanged(key) }
         sessions.onStatusChange = { [weak self] status in
             self?.logger.notice("login sessions: \(status)")
-            try? self?.root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["LoginSessions"])
+            try? self?.root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.loginSessions.name])
         }
         tasks.append(Task { [sessions] in await sessions.start() })
         upstream.start { [weak self] in
@@ -388,7 +389,7 @@ final class DaemonService {
     /// A decision changed: the app's managers say so, and their objects stop or resume.
     private func permissionChanged(_ key: PermissionKey) {
         for object in managers.values where object.permissionKey == key {
-            object.changed(["PermissionGranted"])
+            object.changed([NearbyBusContract.Manager1.permissionGranted.name])
             reconcile(object)
         }
     }
@@ -405,14 +406,15 @@ final class DaemonService {
         debugLogging = enabled
         ServiceLogging.verbose = enabled
         logger.notice("debug logging \(enabled ? "on" : "off")", metadata: ["client": "\(busName)"])
-        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["DebugLogging"])
+        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.debugLogging.name])
     }
 
     // MARK: Publications and subscriptions
 
     /// The `Strategy` entry of Publish or Subscribe params, checked.
     func strategy(_ params: Options, for owner: Strategy.Owner) throws(NearbyError) -> Strategy {
-        let options = try params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy")
+        let strategyKey = NearbyBusContract.PublishOrSubscribeOption.strategy
+        let options = try params.options(strategyKey.name, allowed: StrategyOptions.allowed, context: strategyKey.name)
         if options == nil, let strategy = defaultStrategies[owner] { return strategy }
         return try StrategyOptions.parse(options, for: owner, enabled: enabledMediums)
     }
@@ -466,7 +468,7 @@ final class DaemonService {
         let background = object.backgroundRequested || object.sessionAway
         guard object.background != background else { return }
         object.background = background
-        object.changed(["Background"])
+        object.changed([NearbyBusContract.Manager1.background.name])
         if object.directChannel { upstream.managersChanged(object.manager.account) }
         reconcile(object)
         if beacons.isWatching { updateMediums() }
@@ -672,7 +674,7 @@ final class DaemonService {
             staticOwners[key] = nil
             release(owner)
         }
-        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
+        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.staticPublications.name])
     }
 
     private struct StaticOwner: Hashable {
@@ -724,7 +726,7 @@ final class DaemonService {
         let before = serverStatus
         let result = change()
         if serverStatus != before {
-            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["Server"])
+            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.server.name])
         }
         return result
     }
@@ -838,7 +840,7 @@ final class DaemonService {
     private func announceResolvedNamespace(of state: LinkState) {
         for object in publications.values
         where object.publication.manager.account == state.link.account && object.publication.message.namespace.isEmpty {
-            object.changed(["Namespace"])
+            object.changed([NearbyBusContract.Publication1.namespace.name])
         }
     }
 
@@ -873,16 +875,16 @@ final class DaemonService {
         var changed: [String] = []
         if status != object.entry.status {
             object.entry.status = status
-            changed.append("Status")
+            changed.append(NearbyBusContract.PublicationOrSubscription.status.name)
         }
         if reason != object.entry.statusReason {
             object.entry.statusReason = reason
-            changed.append("StatusReason")
+            changed.append(NearbyBusContract.PublicationOrSubscription.statusReason.name)
         }
         guard !changed.isEmpty else { return }
         object.changed(changed)
-        if changed.contains("Status"), managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
-            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["StaticPublications"])
+        if changed.contains(NearbyBusContract.PublicationOrSubscription.status.name), managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
+            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.staticPublications.name])
         }
     }
 
@@ -893,15 +895,15 @@ final class DaemonService {
         var changed: [String] = []
         if errors.bluetoothPower != object.bluetoothPowerError {
             object.bluetoothPowerError = errors.bluetoothPower
-            changed.append("BluetoothPowerError")
+            changed.append(NearbyBusContract.Manager1.bluetoothPowerError.name)
         }
         if errors.bluetoothPermission != object.bluetoothPermissionError {
             object.bluetoothPermissionError = errors.bluetoothPermission
-            changed.append("BluetoothPermissionError")
+            changed.append(NearbyBusContract.Manager1.bluetoothPermissionError.name)
         }
         if errors.microphonePermission != object.microphonePermissionError {
             object.microphonePermissionError = errors.microphonePermission
-            changed.append("MicrophonePermissionError")
+            changed.append(NearbyBusContract.Manager1.microphonePermissionError.name)
         }
         if !changed.isEmpty { object.changed(changed) }
     }
@@ -913,7 +915,7 @@ final class DaemonService {
         logger.info("medium \(condition)", metadata: ["medium": "\(medium)"])
         let available = condition == .ready
         if available ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil {
-            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, ["AvailableMediums"])
+            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.availableMediums.name])
             for state in links.values { refreshStatuses(of: state) }
             for object in subscriptions.values where !object.subscription.deviceTypes.nearby { refreshStatus(of: object) }
         }

@@ -73,7 +73,7 @@ enum CalleeInterfaces {
     static let agent = Interface<DaemonCallee<PermissionAgent.Request>>(
         NearbyBusContract.permissionAgent.name,
         methods: [
-            Method("RequestPermission",
+            Method(NearbyBusContract.PermissionAgent1.requestPermission.name,
                    inputs: [Argument("app_id", "s"), Argument("mediums", "as"), Argument("details", "a{sv}")],
                    outputs: [Argument("granted", "b")]) { callee, call throws(DBusError) in
                 let appId = try call.arguments.read(String.self)
@@ -88,7 +88,8 @@ enum CalleeInterfaces {
     static let permissionRequest = Interface<DaemonCallee<[String]>>(
         NearbyBusContract.permissionRequest.name,
         methods: [
-            Method("Request", inputs: [Argument("mediums", "as")], outputs: [Argument("granted", "b")]) { callee, call throws(DBusError) in
+            Method(NearbyBusContract.PermissionRequest1.request.name, inputs: [Argument("mediums", "as")],
+                   outputs: [Argument("granted", "b")]) { callee, call throws(DBusError) in
                 callee.ask(try call.arguments.read([String].self), call)
             },
         ]

@@ -29,7 +29,8 @@ public struct DaemonStatus: Sendable {
                 member: "GetAll", arguments: { writer throws(DBusError) in try writer.append(NearbyBusContract.nearby.name) }
             ) { reader throws(DBusError) in try reader.read([String: Variant].self) }
             let statics: [(file: String, status: String, detail: String)]
-            if case .array(_, let entries)? = properties["StaticPublications"]?.value {
+            typealias Nearby1 = NearbyBusContract.Nearby1
+            if case .array(_, let entries)? = properties[Nearby1.staticPublications.name]?.value {
                 statics = entries.compactMap { entry in
                     guard case .structure(let fields) = entry, fields.count == 3,
                           let file = fields[0].string, let status = fields[1].string, let detail = fields[2].string else { return nil }
@@ -38,11 +39,11 @@ public struct DaemonStatus: Sendable {
             } else {
                 statics = []
             }
-            return DaemonStatus(version: properties["Version"]?.value.string ?? "",
-                                availableMediums: properties["AvailableMediums"]?.value.strings ?? [],
-                                debugLogging: properties["DebugLogging"]?.value.bool ?? false,
-                                loginSessions: properties["LoginSessions"]?.value.string ?? "",
-                                server: properties["Server"]?.value.string ?? "",
+            return DaemonStatus(version: properties[Nearby1.version.name]?.value.string ?? "",
+                                availableMediums: properties[Nearby1.availableMediums.name]?.value.strings ?? [],
+                                debugLogging: properties[Nearby1.debugLogging.name]?.value.bool ?? false,
+                                loginSessions: properties[Nearby1.loginSessions.name]?.value.string ?? "",
+                                server: properties[Nearby1.server.name]?.value.string ?? "",
                                 staticPublications: statics)
         } catch {
             throw NearbyMessagesError(error)

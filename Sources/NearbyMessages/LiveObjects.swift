@@ -123,7 +123,7 @@ final class DaemonObject: Sendable {
         }
         guard !ended else { return path }
         for (message, info) in found { handler(.lost(message, info)) }
-        handler(.propertiesChanged(["Status": .string("starting"), "StatusReason": .string(Self.waitingReason)]))
+        handler(.propertiesChanged([Self.statusProperty: .string("starting"), Self.statusReasonProperty: .string(Self.waitingReason)]))
         return path
     }
 
@@ -158,17 +158,22 @@ final class DaemonObject: Sendable {
     /// The object, or its manager, could not be made again: the status says why.
     func couldNotRevive(_ error: any Error) {
         handler(.propertiesChanged([
-            "Status": .string("inactive"),
-            "StatusReason": .string("nearbyd restarted and could not make it again: \(error)"),
+            Self.statusProperty: .string("inactive"),
+            Self.statusReasonProperty: .string("nearbyd restarted and could not make it again: \(error)"),
         ]))
     }
 
+    /// The properties the status is in: the library's own changes of it
+    /// (nearbyd gone) reach the handler under the same names as nearbyd's.
+    private static let statusProperty = NearbyBusContract.PublicationOrSubscription.status.name
+    private static let statusReasonProperty = NearbyBusContract.PublicationOrSubscription.statusReason.name
+
     var status: String {
-        get async throws { try await bus.property(currentPath, interface, "Status").string ?? "" }
+        get async throws { try await bus.property(currentPath, interface, Self.statusProperty).string ?? "" }
     }
 
     var statusReason: String {
-        get async throws { try await bus.property(currentPath, interface, "StatusReason").string ?? "" }
+        get async throws { try await bus.property(currentPath, interface, Self.statusReasonProperty).string ?? "" }
     }
 
     /// Ends the object; while nearbyd restarts, that is not to make it again.

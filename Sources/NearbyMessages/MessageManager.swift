@@ -71,9 +71,10 @@ public final class MessageManager: Sendable {
         /// Applies changed `…Error` properties.
         mutating func apply(_ changed: [String: DBusValue]) -> Bool {
             let before = self
-            if let value = changed["MicrophonePermissionError"]?.bool { microphonePermission = value }
-            if let value = changed["BluetoothPowerError"]?.bool { bluetoothPower = value }
-            if let value = changed["BluetoothPermissionError"]?.bool { bluetoothPermission = value }
+            typealias Manager1 = NearbyBusContract.Manager1
+            if let value = changed[Manager1.microphonePermissionError.name]?.bool { microphonePermission = value }
+            if let value = changed[Manager1.bluetoothPowerError.name]?.bool { bluetoothPower = value }
+            if let value = changed[Manager1.bluetoothPermissionError.name]?.bool { bluetoothPermission = value }
             return self != before
         }
     }
@@ -98,15 +99,17 @@ public final class MessageManager: Sendable {
                 upstream: UpstreamHandlers = UpstreamHandlers()) async throws {
         bus = try await NearbyBus.shared(address)
         var params = usageDescriptions.params
-        if let appId { params["AppId"] = Variant(.string(appId)) }
+        if let appId { params[NearbyBusContract.CreateManagerOption.appId.name] = Variant(.string(appId)) }
         let state = Mutex(ErrorState())
         let router: @Sendable (ObjectEvent) -> Void = { event in
             switch event {
             case .propertiesChanged(let changed):
                 if let now = state.withLock({ $0.apply(changed) ? $0 : nil }) { errorStateChanged(now) }
-                if let granted = changed["PermissionGranted"]?.bool { permissionChanged(granted) }
-                if let background = changed["Background"]?.bool { backgroundChanged(background) }
-                if let connected = changed["DirectChannelConnected"]?.bool { upstream.directChannelConnectedChanged(connected) }
+                if let granted = changed[NearbyBusContract.Manager1.permissionGranted.name]?.bool { permissionChanged(granted) }
+                if let background = changed[NearbyBusContract.Manager1.background.name]?.bool { backgroundChanged(background) }
+                if let connected = changed[NearbyBusContract.Upstream1.directChannelConnected.name]?.bool {
+                    upstream.directChannelConnectedChanged(connected)
+                }
             case .sendSucceeded(let id): upstream.sendSucceeded(id)
             case .sendFailed(let failure): upstream.sendFailed(failure)
             case .messageReceived(let message): upstream.messageReceived(message)
@@ -123,7 +126,8 @@ public final class MessageManager: Sendable {
     /// Makes a manager on nearbyd and routes its signals to `router`.
     @BusActor private static func create(on bus: NearbyBus, apiKey: String, params: [String: Variant],
                                          router: @escaping @Sendable (ObjectEvent) -> Void) async throws -> ObjectPath {
-        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "CreateManager") { writer throws(DBusError) in
+        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, NearbyBusContract.Nearby1.createManager.name) {
+            writer throws(DBusError) in
             try writer.append(apiKey)
             try writer.append(params)
         } decode: { reader throws(DBusError) in
@@ -183,9 +187,12 @@ public final class MessageManager: Sendable {
             live.withLock { $0 = (path, true) }
             let wishes = self.wishes.withLock { $0 }
             if let background = wishes.background {
-                try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
+                try await bus.setProperty(path, NearbyBusContract.manager.name, NearbyBusContract.Manager1.background.name,
+                                          .bool(background))
             }
-            if let wanted = wishes.directChannel { try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted)) }
+            if let wanted = wishes.directChannel {
+                try await bus.setProperty(path, Self.upstream, NearbyBusContract.Upstream1.directChannel.name, .bool(wanted))
+            }
         } catch {
             for object in liveObjects { object.couldNotRevive(error) }
             return
@@ -209,7 +216,7 @@ public final class MessageManager: Sendable {
     deinit {
         guard let path = try? currentPath else { return }
         bus.unroute(path)
-        bus.sendAndForget(path, NearbyBusContract.manager.name, "Release")
+        bus.sendAndForget(path, NearbyBusContract.manager.name, NearbyBusContract.Manager1.release.name)
     }
 
     /// Publishes `message` until the returned publication is released or
@@ -228,24 +235,29 @@ public final class MessageManager: Sendable {
                             statusChanged: @escaping @Sendable (String) -> Void = { _ in },
                             statusReasonChanged: @escaping @Sendable (String) -> Void = { _ in },
                             permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Publication {
+        typealias Option = NearbyBusContract.PublishOrSubscribeOption
         var params: [String: Variant] = [:]
-        if !message.namespace.isEmpty { params["Namespace"] = Variant(.string(message.namespace)) }
+        if !message.namespace.isEmpty { params[Option.namespace.name] = Variant(.string(message.namespace)) }
         let dialog = try await Self.export(permissionRequest, on: bus)
-        if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
+        if let dialog { params[Option.permissionRequestHandler.name] = Variant(.objectPath(dialog.path)) }
         let content = [UInt8](message.content)
         do {
             let object = try await DaemonObject.make(
-                manager: self, interface: NearbyBusContract.publication.name, endMethod: "Unpublish", dialog: dialog, strategy: strategy
+                manager: self, interface: NearbyBusContract.publication.name, endMethod: NearbyBusContract.Publication1.unpublish.name,
+                dialog: dialog, strategy: strategy
             ) { event in
                 switch event {
                 case .expired: expired()
                 case .propertiesChanged(let changed):
-                    if let status = changed["Status"]?.string { statusChanged(status) }
-                    if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
+                    if let status = changed[NearbyBusContract.PublicationOrSubscription.status.name]?.string { statusChanged(status) }
+                    if let reason = changed[NearbyBusContract.PublicationOrSubscription.statusReason.name]?.string {
+                        statusReasonChanged(reason)
+                    }
                 default: break
                 }
             } create: { [params] strategy, route in
-                try await self.make("Publish", params: params, strategy: strategy, route: route) { writer throws(DBusError) in
+                try await self.make(NearbyBusContract.Manager1.publish.name, params: params, strategy: strategy, route: route) {
+                    writer throws(DBusError) in
                     try writer.append(content)
                     try writer.append(message.type)
                 }
@@ -275,17 +287,18 @@ public final class MessageManager: Sendable {
                              statusChanged: @escaping @Sendable (String) -> Void = { _ in },
                              statusReasonChanged: @escaping @Sendable (String) -> Void = { _ in },
                              permissionRequest: (@Sendable ([String]) async -> Bool)? = nil) async throws -> Subscription {
+        typealias Option = NearbyBusContract.PublishOrSubscribeOption
         var params: [String: Variant] = [:]
-        if !namespace.isEmpty { params["Namespace"] = Variant(.string(namespace)) }
-        if !type.isEmpty { params["Type"] = Variant(.string(type)) }
-        if deviceTypes != .nearby { params["DeviceTypes"] = Variant(.strings(deviceTypes.names)) }
-        if let beaconStrategy { params["BeaconStrategy"] = Variant(beaconStrategy.dbusValue) }
+        if !namespace.isEmpty { params[Option.namespace.name] = Variant(.string(namespace)) }
+        if !type.isEmpty { params[Option.type.name] = Variant(.string(type)) }
+        if deviceTypes != .nearby { params[Option.deviceTypes.name] = Variant(.strings(deviceTypes.names)) }
+        if let beaconStrategy { params[Option.beaconStrategy.name] = Variant(beaconStrategy.dbusValue) }
         let dialog = try await Self.export(permissionRequest, on: bus)
-        if let dialog { params["PermissionRequestHandler"] = Variant(.objectPath(dialog.path)) }
+        if let dialog { params[Option.permissionRequestHandler.name] = Variant(.objectPath(dialog.path)) }
         do {
             let object = try await DaemonObject.make(
-                manager: self, interface: NearbyBusContract.subscription.name, endMethod: "Unsubscribe", dialog: dialog,
-                strategy: strategy
+                manager: self, interface: NearbyBusContract.subscription.name, endMethod: NearbyBusContract.Subscription1.unsubscribe.name,
+                dialog: dialog, strategy: strategy
             ) { event in
                 switch event {
                 case .found(let message, let info): messageFound(message, info)
@@ -294,12 +307,14 @@ public final class MessageManager: Sendable {
                 case .bleSignalChanged(let message, let rssi, let txPower): bleSignalChanged(message, rssi, txPower)
                 case .expired: expired()
                 case .propertiesChanged(let changed):
-                    if let status = changed["Status"]?.string { statusChanged(status) }
-                    if let reason = changed["StatusReason"]?.string { statusReasonChanged(reason) }
+                    if let status = changed[NearbyBusContract.PublicationOrSubscription.status.name]?.string { statusChanged(status) }
+                    if let reason = changed[NearbyBusContract.PublicationOrSubscription.statusReason.name]?.string {
+                        statusReasonChanged(reason)
+                    }
                 case .sendSucceeded, .sendFailed, .messageReceived: break
                 }
             } create: { [params] strategy, route in
-                try await self.make("Subscribe", params: params, strategy: strategy, route: route)
+                try await self.make(NearbyBusContract.Manager1.subscribe.name, params: params, strategy: strategy, route: route)
             }
             return Subscription(object: object)
         } catch {
@@ -315,7 +330,7 @@ public final class MessageManager: Sendable {
                       route: @escaping @Sendable (ObjectEvent) -> Void,
                       leading: @escaping @Sendable @BusActor (MessageWriter) throws(DBusError) -> Void = { _ in }) async throws -> ObjectPath {
         var params = params
-        if let strategy { params["Strategy"] = Variant(strategy.dbusValue) }
+        if let strategy { params[NearbyBusContract.PublishOrSubscribeOption.strategy.name] = Variant(strategy.dbusValue) }
         let bus = self.bus
         return try await bus.call(currentPath, NearbyBusContract.manager.name, member) { [params] writer throws(DBusError) in
             try leading(writer)
@@ -347,7 +362,10 @@ public final class MessageManager: Sendable {
     /// Whether the user allows this app (the manager's `AppId`) to use Nearby
     /// (GNSPermission's `isGranted`): false while denied or undecided.
     public var permissionGranted: Bool {
-        get async throws { try await bus.property(currentPath, NearbyBusContract.manager.name, "PermissionGranted").bool ?? false }
+        get async throws {
+            try await bus.property(currentPath, NearbyBusContract.manager.name, NearbyBusContract.Manager1.permissionGranted.name).bool
+                ?? false
+        }
     }
 
     /// Grants or revokes Nearby for this app as the user's decision
@@ -356,13 +374,17 @@ public final class MessageManager: Sendable {
     /// (their status becomes `inactive`); granting resumes them. Every manager
     /// of the app hears it through `permissionChanged`.
     public func setPermissionGranted(_ granted: Bool) async throws {
-        try await bus.setProperty(currentPath, NearbyBusContract.manager.name, "PermissionGranted", .bool(granted))
+        try await bus.setProperty(currentPath, NearbyBusContract.manager.name, NearbyBusContract.Manager1.permissionGranted.name,
+                                  .bool(granted))
     }
 
     /// Whether the app is in the background now: said by ``setBackground(_:)``,
     /// or set by nearbyd while the user's login session is inactive or locked.
     public var background: Bool {
-        get async throws { try await bus.property(currentPath, NearbyBusContract.manager.name, "Background").bool ?? false }
+        get async throws {
+            try await bus.property(currentPath, NearbyBusContract.manager.name, NearbyBusContract.Manager1.background.name).bool
+                ?? false
+        }
     }
 
     /// Tells nearbyd the app is in the background (or back). Meanwhile only
@@ -372,7 +394,8 @@ public final class MessageManager: Sendable {
     public func setBackground(_ background: Bool) async throws {
         // While nearbyd restarts, said once the manager is made again.
         if let path = try? currentPath {
-            try await bus.setProperty(path, NearbyBusContract.manager.name, "Background", .bool(background))
+            try await bus.setProperty(path, NearbyBusContract.manager.name, NearbyBusContract.Manager1.background.name,
+                                      .bool(background))
         }
         wishes.withLock { $0.background = background }
     }
@@ -388,7 +411,7 @@ public final class MessageManager: Sendable {
     /// It travels while the direct channel of the API key is open (see
     /// ``setDirectChannel(_:)``).
     public func sendUpstream(data: [String: String], to: String, messageID: String, ttlSeconds: Int64) async throws {
-        try await bus.call(currentPath, Self.upstream, "SendMessage") { writer throws(DBusError) in
+        try await bus.call(currentPath, Self.upstream, NearbyBusContract.Upstream1.sendMessage.name) { writer throws(DBusError) in
             try writer.append(data)
             try writer.append(to)
             try writer.append(messageID)
@@ -401,13 +424,17 @@ public final class MessageManager: Sendable {
     /// is not in the background.
     public func setDirectChannel(_ wanted: Bool) async throws {
         // While nearbyd restarts, said once the manager is made again.
-        if let path = try? currentPath { try await bus.setProperty(path, Self.upstream, "DirectChannel", .bool(wanted)) }
+        if let path = try? currentPath {
+            try await bus.setProperty(path, Self.upstream, NearbyBusContract.Upstream1.directChannel.name, .bool(wanted))
+        }
         wishes.withLock { $0.directChannel = wanted }
     }
 
     /// Whether the direct channel of this manager's API key is open now.
     public var directChannelConnected: Bool {
-        get async throws { try await bus.property(currentPath, Self.upstream, "DirectChannelConnected").bool ?? false }
+        get async throws {
+            try await bus.property(currentPath, Self.upstream, NearbyBusContract.Upstream1.directChannelConnected.name).bool ?? false
+        }
     }
 
     private static let upstream = NearbyBusContract.upstream.name
@@ -415,7 +442,9 @@ public final class MessageManager: Sendable {
     /// Ends the manager and everything it made now rather than at deallocation.
     public func release() async throws {
         // While nearbyd restarts, releasing is not making it again.
-        if let path = try? currentPath { try await bus.call(path, NearbyBusContract.manager.name, "Release") }
+        if let path = try? currentPath {
+            try await bus.call(path, NearbyBusContract.manager.name, NearbyBusContract.Manager1.release.name)
+        }
         await stopFollowingDaemon()
     }
 
@@ -431,23 +460,25 @@ enum RootPath {
 
 extension Strategy {
     var dbusValue: DBusValue {
+        typealias Option = NearbyBusContract.StrategyOption
         var entries: [String: DBusValue] = [:]
-        if let mediums { entries["Mediums"] = .strings(mediums) }
-        if let mode { entries["Mode"] = .string(mode.rawValue) }
-        if let ttlSeconds { entries["TTL"] = .uint32(ttlSeconds) }
-        if let distance { entries["Distance"] = .string(distance.rawValue) }
-        if let allowInBackground { entries["AllowInBackground"] = .bool(allowInBackground) }
+        if let mediums { entries[Option.mediums.name] = .strings(mediums) }
+        if let mode { entries[Option.mode.name] = .string(mode.rawValue) }
+        if let ttlSeconds { entries[Option.ttl.name] = .uint32(ttlSeconds) }
+        if let distance { entries[Option.distance.name] = .string(distance.rawValue) }
+        if let allowInBackground { entries[Option.allowInBackground.name] = .bool(allowInBackground) }
         return .vardict(entries)
     }
 }
 
 extension BeaconStrategy {
     var dbusValue: DBusValue {
+        typealias Option = NearbyBusContract.BeaconStrategyOption
         var entries: [String: DBusValue] = [:]
-        if let includeIBeacons { entries["IncludeIBeacons"] = .bool(includeIBeacons) }
-        if let lowPowerPreferred { entries["LowPowerPreferred"] = .bool(lowPowerPreferred) }
-        if let allowInBackground { entries["AllowInBackground"] = .bool(allowInBackground) }
-        if let raw { entries["RawBeacons"] = .bool(raw) }
+        if let includeIBeacons { entries[Option.includeIBeacons.name] = .bool(includeIBeacons) }
+        if let lowPowerPreferred { entries[Option.lowPowerPreferred.name] = .bool(lowPowerPreferred) }
+        if let allowInBackground { entries[Option.allowInBackground.name] = .bool(allowInBackground) }
+        if let raw { entries[Option.rawBeacons.name] = .bool(raw) }
         return .vardict(entries)
     }
 }

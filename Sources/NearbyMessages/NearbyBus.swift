@@ -155,37 +155,41 @@ final class NearbyBus: Sendable {
 
     @BusActor private func deliver(_ signal: ReceivedSignal) {
         guard let handler = routes[signal.path] else { return }
+        typealias Subscription1 = NearbyBusContract.Subscription1
+        typealias Upstream1 = NearbyBusContract.Upstream1
         switch signal.member {
-        case "MessageFound", "MessageLost":
+        case Subscription1.messageFound.name, Subscription1.messageLost.name:
             guard let message = Self.message(in: signal),
                   let info = try? signal.arguments.read([String: Variant].self) else { return }
-            let beacon = info["Beacon"]?.value.stringVariantDictionary.map { beacon in
-                BeaconInfo(kind: beacon["Kind"]?.string ?? "", id: beacon["Id"]?.string ?? "",
-                           txPower: Int(beacon["TxPower"]?.int16 ?? 0))
+            typealias Key = NearbyBusContract.MessageInfoKey
+            typealias BeaconKey = NearbyBusContract.BeaconInfoKey
+            let beacon = info[Key.beacon.name]?.value.stringVariantDictionary.map { beacon in
+                BeaconInfo(kind: beacon[BeaconKey.kind.name]?.string ?? "", id: beacon[BeaconKey.id.name]?.string ?? "",
+                           txPower: Int(beacon[BeaconKey.txPower.name]?.int16 ?? 0))
             }
-            let details = MessageInfo(medium: info["Medium"]?.value.string ?? "",
-                                      rssi: Int(info["Rssi"]?.value.int16 ?? 0),
-                                      distanceMeters: info["DistanceMeters"]?.value.double ?? 0, beacon: beacon)
-            handler(signal.member == "MessageFound" ? .found(message, details) : .lost(message, details))
-        case "DistanceChanged":
+            let details = MessageInfo(medium: info[Key.medium.name]?.value.string ?? "",
+                                      rssi: Int(info[Key.rssi.name]?.value.int16 ?? 0),
+                                      distanceMeters: info[Key.distanceMeters.name]?.value.double ?? 0, beacon: beacon)
+            handler(signal.member == Subscription1.messageFound.name ? .found(message, details) : .lost(message, details))
+        case Subscription1.distanceChanged.name:
             guard let message = Self.message(in: signal), let meters = try? signal.arguments.read(Double.self),
                   let accuracy = try? signal.arguments.read(Double.self) else { return }
             handler(.distanceChanged(message, meters, accuracy))
-        case "BleSignalChanged":
+        case Subscription1.bleSignalChanged.name:
             guard let message = Self.message(in: signal), let rssi = try? signal.arguments.read(Int16.self),
                   let txPower = try? signal.arguments.read(Int16.self) else { return }
             handler(.bleSignalChanged(message, Int(rssi), Int(txPower)))
-        case "Expired":
+        case NearbyBusContract.PublicationOrSubscription.expired.name:
             routes.removeValue(forKey: signal.path)
             handler(.expired)
-        case "SendSucceeded":
+        case Upstream1.sendSucceeded.name:
             guard let id = try? signal.arguments.read(String.self) else { return }
             handler(.sendSucceeded(id))
-        case "SendFailed":
+        case Upstream1.sendFailed.name:
             guard let id = try? signal.arguments.read(String.self), let error = try? signal.arguments.read(String.self),
                   let description = try? signal.arguments.read(String.self) else { return }
             handler(.sendFailed(UpstreamFailure(messageID: id, error: error, description: description)))
-        case "MessageReceived":
+        case Upstream1.messageReceived.name:
             guard let data = try? signal.arguments.read([String: String].self), let from = try? signal.arguments.read(String.self),
                   let id = try? signal.arguments.read(String.self) else { return }
             handler(.messageReceived(DownstreamMessage(data: data, from: from, messageID: id)))

@@ -38,10 +38,11 @@ public final class PermissionAgent: Sendable {
 
         /// From RequestPermission's arguments.
         init(appId: String, mediums: [String], details: [String: DBusValue]) {
-            self.init(appId: appId, mediums: mediums, user: details["User"]?.uint32,
-                      processId: details["ProcessId"]?.uint32, client: details["Client"]?.string,
-                      usageDescriptions: UsageDescriptions(microphone: details["MicrophoneUsageDescription"]?.string,
-                                                           bluetooth: details["BluetoothUsageDescription"]?.string))
+            typealias Key = NearbyBusContract.PermissionDetailKey
+            self.init(appId: appId, mediums: mediums, user: details[Key.user.name]?.uint32,
+                      processId: details[Key.processId.name]?.uint32, client: details[Key.client.name]?.string,
+                      usageDescriptions: UsageDescriptions(microphone: details[Key.microphoneUsageDescription.name]?.string,
+                                                           bluetooth: details[Key.bluetoothUsageDescription.name]?.string))
         }
     }
 
@@ -112,14 +113,16 @@ private final class AgentRegistration {
     }
 
     func register() async throws {
-        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "RegisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
+        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, NearbyBusContract.Nearby1.registerPermissionAgent.name) {
+            [path = callee.path] writer throws(DBusError) in
             try writer.append(path)
         } decode: { _ throws(DBusError) in () }
     }
 
     func unregister() async throws {
         defer { end(unregistering: false) }
-        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
+        try await bus.call(RootPath.manager, NearbyBusContract.nearby.name, NearbyBusContract.Nearby1.unregisterPermissionAgent.name) {
+            [path = callee.path] writer throws(DBusError) in
             try writer.append(path)
         } decode: { _ throws(DBusError) in () }
     }
@@ -131,7 +134,8 @@ private final class AgentRegistration {
         daemonRestarts = nil
         callee.unexport()
         guard unregistering else { return }
-        bus.sendAndForget(RootPath.manager, NearbyBusContract.nearby.name, "UnregisterPermissionAgent") { [path = callee.path] writer throws(DBusError) in
+        bus.sendAndForget(RootPath.manager, NearbyBusContract.nearby.name, NearbyBusContract.Nearby1.unregisterPermissionAgent.name) {
+            [path = callee.path] writer throws(DBusError) in
             try writer.append(path)
         }
     }

@@ -21,8 +21,9 @@ public struct UsageDescriptions: Sendable, Equatable {
     /// CreateManager's params for them.
     var params: [String: Variant] {
         var params: [String: Variant] = [:]
-        if let microphone { params["MicrophoneUsageDescription"] = Variant(.string(microphone)) }
-        if let bluetooth { params["BluetoothUsageDescription"] = Variant(.string(bluetooth)) }
+        typealias Option = NearbyBusContract.CreateManagerOption
+        if let microphone { params[Option.microphoneUsageDescription.name] = Variant(.string(microphone)) }
+        if let bluetooth { params[Option.bluetoothUsageDescription.name] = Variant(.string(bluetooth)) }
         return params
     }
 }
@@ -71,8 +72,9 @@ public struct AppPermission: Sendable, Equatable {
 
     /// From a GetPermission reply or a ListPermissions entry.
     init(_ entry: [String: DBusValue]) throws(NearbyMessagesError) {
-        guard let user = entry["User"]?.uint32, let appId = entry["AppId"]?.string,
-              let decisionName = entry["Decision"]?.string else {
+        typealias Key = NearbyBusContract.PermissionEntryKey
+        guard let user = entry[Key.user.name]?.uint32, let appId = entry[Key.appId.name]?.string,
+              let decisionName = entry[Key.decision.name]?.string else {
             throw NearbyMessagesError(kind: .other("org.freedesktop.DBus.Error.InvalidArgs"),
                                       message: "nearbyd's permission entry lacks User, AppId or Decision")
         }
@@ -81,8 +83,8 @@ public struct AppPermission: Sendable, Equatable {
                                       message: "nearbyd answered an unknown decision '\(decisionName)'")
         }
         self.init(user: user, appId: appId, decision: decision,
-                  decidedBy: entry["DecidedBy"]?.string.map(Source.init(rawValue:)),
-                  decidedAt: entry["DecidedAt"]?.uint64.map { Date(timeIntervalSince1970: Double($0) / 1_000_000) })
+                  decidedBy: entry[Key.decidedBy.name]?.string.map(Source.init(rawValue:)),
+                  decidedAt: entry[Key.decidedAt.name]?.uint64.map { Date(timeIntervalSince1970: Double($0) / 1_000_000) })
     }
 }
 
@@ -103,7 +105,8 @@ public struct Permissions: Sendable {
     /// Throws ``NearbyMessagesError/Kind/accessDenied`` for another user unless root.
     public func permission(appId: String, user: UInt32? = nil) async throws -> AppPermission {
         let params = Self.params(user)
-        let entry = try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name, "GetPermission") { writer throws(DBusError) in
+        let entry = try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name,
+                                                         NearbyBusContract.Nearby1.getPermission.name) { writer throws(DBusError) in
             try writer.append(appId)
             try writer.append(params)
         } decode: { reader throws(DBusError) in try reader.read([String: Variant].self).mapValues(\.value) }
@@ -117,7 +120,8 @@ public struct Permissions: Sendable {
     /// them. Throws ``NearbyMessagesError/Kind/accessDenied`` for another user unless root.
     public func setPermission(appId: String, granted: Bool, user: UInt32? = nil) async throws {
         let params = Self.params(user)
-        try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name, "SetPermission") { writer throws(DBusError) in
+        try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name,
+                                             NearbyBusContract.Nearby1.setPermission.name) { writer throws(DBusError) in
             try writer.append(appId)
             try writer.append(granted)
             try writer.append(params)
@@ -128,13 +132,14 @@ public struct Permissions: Sendable {
     /// user's). Throws ``NearbyMessagesError/Kind/accessDenied`` for another user unless root.
     public func permissions(user: UInt32? = nil) async throws -> [AppPermission] {
         let params = Self.params(user)
-        let entries = try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name, "ListPermissions") { writer throws(DBusError) in
+        let entries = try await NearbyBus.shared(bus).call(RootPath.manager, NearbyBusContract.nearby.name,
+                                                           NearbyBusContract.Nearby1.listPermissions.name) { writer throws(DBusError) in
             try writer.append(params)
         } decode: { reader throws(DBusError) in try reader.read([[String: Variant]].self).map { $0.mapValues(\.value) } }
         return try entries.map { entry throws(NearbyMessagesError) in try AppPermission(entry) }
     }
 
     private static func params(_ user: UInt32?) -> [String: Variant] {
-        user.map { ["User": Variant(.uint32($0))] } ?? [:]
+        user.map { [NearbyBusContract.PermissionOption.user.name: Variant(.uint32($0))] } ?? [:]
     }
 }

@@ -1,5 +1,6 @@
 import DBus
 import Glibc
+import NearbyBusContract
 import NearbyCore
 import ServerAPI
 import Upstream
@@ -16,16 +17,26 @@ import Upstream
 /// large the message (its values are measured in place, not copied out).
 @_spi(Testing) public enum BusArgumentsContract {
     /// The methods whose arguments nearbyd reads.
-    public enum Method: String, CaseIterable, Sendable {
-        case createManager = "CreateManager"
-        case registerPermissionAgent = "RegisterPermissionAgent"
-        case unregisterPermissionAgent = "UnregisterPermissionAgent"
-        case getPermission = "GetPermission"
-        case setPermission = "SetPermission"
-        case listPermissions = "ListPermissions"
-        case publish = "Publish"
-        case subscribe = "Subscribe"
-        case sendMessage = "SendMessage"
+    public enum Method: CaseIterable, Sendable {
+        // In this order: the harness's inputs pick a method by its place.
+        case createManager, registerPermissionAgent, unregisterPermissionAgent, getPermission, setPermission, listPermissions
+        case publish, subscribe
+        case sendMessage
+
+        /// Its name, the contract's.
+        public var name: String {
+            switch self {
+            case .createManager: NearbyBusContract.Nearby1.createManager.name
+            case .registerPermissionAgent: NearbyBusContract.Nearby1.registerPermissionAgent.name
+            case .unregisterPermissionAgent: NearbyBusContract.Nearby1.unregisterPermissionAgent.name
+            case .getPermission: NearbyBusContract.Nearby1.getPermission.name
+            case .setPermission: NearbyBusContract.Nearby1.setPermission.name
+            case .listPermissions: NearbyBusContract.Nearby1.listPermissions.name
+            case .publish: NearbyBusContract.Manager1.publish.name
+            case .subscribe: NearbyBusContract.Manager1.subscribe.name
+            case .sendMessage: NearbyBusContract.Upstream1.sendMessage.name
+            }
+        }
 
         /// The input signature its interface declares: the only one sd-bus
         /// lets through to the handler.
@@ -33,11 +44,11 @@ import Upstream
             let declared = switch self {
             case .createManager, .registerPermissionAgent, .unregisterPermissionAgent, .getPermission, .setPermission,
                  .listPermissions:
-                RootObject.interface.inputSignature(of: rawValue)
-            case .publish, .subscribe: ManagerObject.interface.inputSignature(of: rawValue)
-            case .sendMessage: ManagerObject.upstreamInterface.inputSignature(of: rawValue)
+                RootObject.interface.inputSignature(of: name)
+            case .publish, .subscribe: ManagerObject.interface.inputSignature(of: name)
+            case .sendMessage: ManagerObject.upstreamInterface.inputSignature(of: name)
             }
-            guard let declared else { fatalError("\(rawValue) is not declared by its interface") }
+            guard let declared else { fatalError("\(name) is not declared by its interface") }
             return declared
         }
     }
@@ -123,8 +134,9 @@ import Upstream
     /// As the service reads a Strategy, with every medium enabled and no
     /// configured defaults.
     private static func strategyOf(_ params: Options, for owner: Strategy.Owner) throws(NearbyError) -> Strategy {
-        try StrategyOptions.parse(params.options("Strategy", allowed: StrategyOptions.allowed, context: "Strategy"),
-                                  for: owner, enabled: Set(Medium.allCases))
+        let key = NearbyBusContract.PublishOrSubscribeOption.strategy.name
+        return try StrategyOptions.parse(params.options(key, allowed: StrategyOptions.allowed, context: key),
+                                         for: owner, enabled: Set(Medium.allCases))
     }
 
     private static func isAppId(_ appId: String) -> Bool {
@@ -141,7 +153,7 @@ import Upstream
     @BusActor private static func expect(_ condition: Bool, _ promise: @autoclosure () -> String, _ method: Method,
                                          _ reader: MessageReader? = nil) {
         if !condition {
-            fatalError("\(method.rawValue): \(promise()), for arguments of type '\(reader?.signature.rawValue ?? "?")'")
+            fatalError("\(method.name): \(promise()), for arguments of type '\(reader?.signature.rawValue ?? "?")'")
         }
     }
 }

@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 
 /// A publication's or subscription's bus object: what they share.
@@ -17,6 +18,7 @@ extension LiveObject {
     }
 
     func emitExpired() {
-        try? exported?.emitSignal(interface: Self.interfaceName, member: "Expired") { _ in }
+        try? exported?.emitSignal(interface: Self.interfaceName,
+                                  member: NearbyBusContract.PublicationOrSubscription.expired.name) { _ in }
     }
 }

@@ -39,28 +39,26 @@ final class ManagerObject {
         permissionKey = PermissionKey(uid: manager.client.uid, appId: manager.appId)
     }
 
-    static let publishOptions: [String: Signature] = ["Namespace": "s", "Strategy": "a{sv}", "PermissionRequestHandler": "o"]
-    static let subscribeOptions: [String: Signature] = [
-        "Namespace": "s", "Type": "s", "DeviceTypes": "as", "Strategy": "a{sv}", "BeaconStrategy": "a{sv}",
-        "PermissionRequestHandler": "o",
-    ]
-    static let beaconStrategyOptions: [String: Signature] = [
-        "IncludeIBeacons": "b", "LowPowerPreferred": "b", "AllowInBackground": "b", "RawBeacons": "b",
-    ]
+    static let publishOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.publish)
+    static let subscribeOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.subscribe)
+    static let beaconStrategyOptions = Options.allowed(NearbyBusContract.BeaconStrategyOption.all)
 
     static let interface = Interface<ManagerObject>(
         interfaceName,
         methods: [
-            Method("Publish", inputs: [Argument("content", "ay"), Argument("type", "s"), Argument("params", "a{sv}")],
-                   outputs: [Argument("publication", "o")]) { object, call throws(DBusError) in try object.publish(call) },
-            Method("Subscribe", inputs: [Argument("params", "a{sv}")],
-                   outputs: [Argument("subscription", "o")]) { object, call throws(DBusError) in try object.subscribe(call) },
-            Method("Release") { object, _ in
+            Method(NearbyBusContract.Manager1.publish, inputs: ["content", "type", "params"], outputs: ["publication"]) {
+                object, call throws(DBusError) in try object.publish(call)
+            },
+            Method(NearbyBusContract.Manager1.subscribe, inputs: ["params"], outputs: ["subscription"]) {
+                object, call throws(DBusError) in try object.subscribe(call)
+            },
+            Method(NearbyBusContract.Manager1.release) { object, _ in
                 object.service.release(object)
             },
         ],
         properties: [
-            Property("PermissionGranted", "b", get: { object, _ in .bool(object.service.isPermitted(object)) },
+            Property(NearbyBusContract.Manager1.permissionGranted,
+                     get: { object, _ in .bool(object.service.isPermitted(object)) },
                      set: { object, value, _ throws(DBusError) in
                          // Only the manager's owner reaches this: the same uid as the decision's.
                          try checked { () throws(NearbyError) in
@@ -68,10 +66,10 @@ final class ManagerObject {
                              try object.service.permissions.record(object.permissionKey, granted: value.bool ?? false, by: .user)
                          }
                      }),
-            Property("MicrophonePermissionError", "b") { object, _ in .bool(object.microphonePermissionError) },
-            Property("BluetoothPowerError", "b") { object, _ in .bool(object.bluetoothPowerError) },
-            Property("BluetoothPermissionError", "b") { object, _ in .bool(object.bluetoothPermissionError) },
-            Property("Background", "b", get: { object, _ in .bool(object.background) },
+            Property(NearbyBusContract.Manager1.microphonePermissionError) { object, _ in .bool(object.microphonePermissionError) },
+            Property(NearbyBusContract.Manager1.bluetoothPowerError) { object, _ in .bool(object.bluetoothPowerError) },
+            Property(NearbyBusContract.Manager1.bluetoothPermissionError) { object, _ in .bool(object.bluetoothPermissionError) },
+            Property(NearbyBusContract.Manager1.background, get: { object, _ in .bool(object.background) },
                      set: { object, value, _ in object.service.setBackground(object, requested: value.bool ?? false) }),
         ]
     )
@@ -101,35 +99,37 @@ final class ManagerObject {
     /// Publish's arguments, read and checked; `strategy` reads the params' Strategy.
     static func readPublish(_ arguments: Arguments, strategy: (Options) throws(NearbyError) -> Strategy)
         throws(DBusError) -> (message: Message, strategy: Strategy, handler: ObjectPath?) {
+        typealias Option = NearbyBusContract.PublishOrSubscribeOption
         let content = try arguments.bytes("content", maxCount: MessageRules.maximumContentBytes)
         let type = try arguments.string("type")
-        let params = try arguments.options("Publish params", allowed: publishOptions)
+        let params = try arguments.options("\(NearbyBusContract.Manager1.publish.name) params", allowed: publishOptions)
         return try checked { () throws(NearbyError) in
             try MessageRules.checkContent(content)
             try MessageRules.checkType(type)
-            let namespace = params.string("Namespace") ?? ""
+            let namespace = params.string(Option.namespace.name) ?? ""
             try MessageRules.checkNamespace(namespace)
             return (Message(namespace: namespace, type: type, content: content), try strategy(params),
-                    params.objectPath("PermissionRequestHandler"))
+                    params.objectPath(Option.permissionRequestHandler.name))
         }
     }
 
     /// Subscribe's arguments, read and checked; `strategy` reads the params' Strategy.
     static func readSubscribe(_ arguments: Arguments, strategy: (Options) throws(NearbyError) -> Strategy)
         throws(DBusError) -> (filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes, handler: ObjectPath?) {
-        let params = try arguments.options("Subscribe params", allowed: subscribeOptions)
+        typealias Option = NearbyBusContract.PublishOrSubscribeOption
+        let params = try arguments.options("\(NearbyBusContract.Manager1.subscribe.name) params", allowed: subscribeOptions)
         return try checked { () throws(NearbyError) in
-            let filter = MessageFilter(namespace: params.string("Namespace") ?? "", type: params.string("Type") ?? "")
+            let filter = MessageFilter(namespace: params.string(Option.namespace.name) ?? "", type: params.string(Option.type.name) ?? "")
             try MessageRules.checkNamespace(filter.namespace)
             try MessageRules.checkType(filter.type)
             let deviceTypes = try Self.deviceTypes(params)
-            return (filter, try strategy(params), deviceTypes, params.objectPath("PermissionRequestHandler"))
+            return (filter, try strategy(params), deviceTypes, params.objectPath(Option.permissionRequestHandler.name))
         }
     }
 
     /// `DeviceTypes` and `BeaconStrategy`, checked.
     private static func deviceTypes(_ params: Options) throws(NearbyError) -> DeviceTypes {
-        let names = params.strings("DeviceTypes") ?? ["nearby"]
+        let names = params.strings(NearbyBusContract.PublishOrSubscribeOption.deviceTypes.name) ?? ["nearby"]
         guard !names.isEmpty else { throw .invalidArguments("DeviceTypes must name at least one device type") }
         for name in names where !["nearby", "ble-beacon"].contains(name) {
             throw .invalidArguments("unknown device type '\(name)' in DeviceTypes; known: nearby, ble-beacon")
@@ -137,17 +137,19 @@ final class ManagerObject {
         guard Set(names).count == names.count else {
             throw .invalidArguments("DeviceTypes names a device type twice")
         }
-        let options = try params.options("BeaconStrategy", allowed: beaconStrategyOptions, context: "BeaconStrategy")
+        let key = NearbyBusContract.PublishOrSubscribeOption.beaconStrategy.name
+        let options = try params.options(key, allowed: beaconStrategyOptions, context: key)
         guard names.contains("ble-beacon") else {
             if options != nil { throw .invalidArguments("BeaconStrategy applies to DeviceTypes 'ble-beacon' only") }
             return DeviceTypes(nearby: true)
         }
+        typealias Option = NearbyBusContract.BeaconStrategyOption
         let defaults = BeaconStrategy()
         let strategy = BeaconStrategy(
-            includeIBeacons: options?.bool("IncludeIBeacons") ?? defaults.includeIBeacons,
-            lowPowerPreferred: options?.bool("LowPowerPreferred") ?? defaults.lowPowerPreferred,
-            allowInBackground: options?.bool("AllowInBackground") ?? defaults.allowInBackground,
-            raw: options?.bool("RawBeacons") ?? defaults.raw)
+            includeIBeacons: options?.bool(Option.includeIBeacons.name) ?? defaults.includeIBeacons,
+            lowPowerPreferred: options?.bool(Option.lowPowerPreferred.name) ?? defaults.lowPowerPreferred,
+            allowInBackground: options?.bool(Option.allowInBackground.name) ?? defaults.allowInBackground,
+            raw: options?.bool(Option.rawBeacons.name) ?? defaults.raw)
         return DeviceTypes(nearby: names.contains("nearby"), beacons: strategy)
     }
 

@@ -1,4 +1,5 @@
 import DBus
+import NearbyBusContract
 import NearbyCore
 
 /// An `a{sv}` argument checked against the keys a method accepts and the type
@@ -20,6 +21,12 @@ struct Options {
             }
         }
         self.values = values
+    }
+
+    /// The keys of one of the contract's dictionaries, with their types, as `allowed`.
+    static func allowed(_ keys: [NearbyBusContract.Key]) -> [String: Signature] {
+        // The contract writes its types as literals: an invalid one is a programming error, as with Signature's literals.
+        Dictionary(uniqueKeysWithValues: keys.map { ($0.name, Signature(stringLiteral: $0.type)) })
     }
 
     static func unknownKey(_ key: String, in context: String, allowed: [String: Signature]) -> NearbyError {
@@ -56,9 +63,7 @@ struct Options {
 
 /// The Strategy dictionary of Publish and Subscribe.
 enum StrategyOptions {
-    static let allowed: [String: Signature] = [
-        "Mediums": "as", "Mode": "s", "TTL": "u", "Distance": "s", "AllowInBackground": "b",
-    ]
+    static let allowed = Options.allowed(NearbyBusContract.StrategyOption.all)
 
     /// The strategy, checked for bounds and contradictions against the daemon's mediums.
     static func parse(_ options: Options?, for owner: Strategy.Owner, enabled: Set<Medium>) throws(NearbyError) -> Strategy {
@@ -66,7 +71,9 @@ enum StrategyOptions {
         guard let options else {
             return try strategy.validated(for: owner, enabled: enabled, explicitMediums: false)
         }
-        if let names = options.strings("Mediums") {
+        typealias Option = NearbyBusContract.StrategyOption
+        let context = NearbyBusContract.PublishOrSubscribeOption.strategy.name
+        if let names = options.strings(Option.mediums.name) {
             var mediums: Set<Medium> = []
             for name in names {
                 guard let medium = Medium(rawValue: name) else {
@@ -78,10 +85,10 @@ enum StrategyOptions {
             }
             strategy.mediums = mediums
         }
-        if let mode: DiscoveryMode = try options.choice("Mode", context: "Strategy") { strategy.mode = mode }
-        if let ttl = options.uint32("TTL") { strategy.ttlSeconds = ttl }
-        if let distance: DistanceType = try options.choice("Distance", context: "Strategy") { strategy.distance = distance }
-        if let background = options.bool("AllowInBackground") { strategy.allowInBackground = background }
-        return try strategy.validated(for: owner, enabled: enabled, explicitMediums: options.has("Mediums"))
+        if let mode: DiscoveryMode = try options.choice(Option.mode.name, context: context) { strategy.mode = mode }
+        if let ttl = options.uint32(Option.ttl.name) { strategy.ttlSeconds = ttl }
+        if let distance: DistanceType = try options.choice(Option.distance.name, context: context) { strategy.distance = distance }
+        if let background = options.bool(Option.allowInBackground.name) { strategy.allowInBackground = background }
+        return try strategy.validated(for: owner, enabled: enabled, explicitMediums: options.has(Option.mediums.name))
     }
 }

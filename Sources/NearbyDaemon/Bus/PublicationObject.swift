@@ -23,16 +23,18 @@ final class PublicationObject: LiveObject {
     static let interface = Interface<PublicationObject>(
         interfaceName,
         methods: [
-            Method("Unpublish") { object, _ in object.service.unpublish(object) },
+            Method(NearbyBusContract.Publication1.unpublish) { object, _ in object.service.unpublish(object) },
         ],
         properties: [
-            Property("Status", "s") { object, _ in .string(object.publication.status.rawValue) },
-            Property("StatusReason", "s") { object, _ in .string(object.publication.statusReason) },
-            Property("Namespace", "s") { object, _ in .string(object.service.resolvedNamespace(of: object)) },
-            Property("Type", "s", emitsChange: false) { object, _ in .string(object.publication.message.type) },
+            Property(NearbyBusContract.PublicationOrSubscription.status) { object, _ in .string(object.publication.status.rawValue) },
+            Property(NearbyBusContract.PublicationOrSubscription.statusReason) { object, _ in .string(object.publication.statusReason) },
+            Property(NearbyBusContract.Publication1.namespace) { object, _ in .string(object.service.resolvedNamespace(of: object)) },
+            Property(NearbyBusContract.Publication1.type, emitsChange: false) { object, _ in .string(object.publication.message.type) },
             // The API's unit is the microsecond (doc/dbus-api.md).
-            Property("ExpiresAt", "t", emitsChange: false) { object, _ in .uint64(object.publication.expiresAtMs * 1000) },
+            Property(NearbyBusContract.Publication1.expiresAt, emitsChange: false) { object, _ in
+                .uint64(object.publication.expiresAtMs * 1000)
+            },
         ],
-        signals: [SignalDescription("Expired")]
+        signals: [SignalDescription(NearbyBusContract.PublicationOrSubscription.expired)]
     )
 }

@@ -15,23 +15,21 @@ final class RootObject {
         self.service = service
     }
 
-    static let createManagerOptions: [String: Signature] = [
-        "AppId": "s", "DebugLogging": "b", "MicrophoneUsageDescription": "s", "BluetoothUsageDescription": "s",
-    ]
-    static let permissionOptions: [String: Signature] = ["User": "u"]
+    static let createManagerOptions = Options.allowed(NearbyBusContract.CreateManagerOption.all)
+    static let permissionOptions = Options.allowed(NearbyBusContract.PermissionOption.all)
 
     static let interface = Interface<RootObject>(
         interfaceName,
         methods: [
-            Method("CreateManager", inputs: [Argument("api_key", "s"), Argument("params", "a{sv}")],
-                   outputs: [Argument("manager", "o")]) { root, call throws(DBusError) in
+            Method(NearbyBusContract.Nearby1.createManager, inputs: ["api_key", "params"], outputs: ["manager"]) {
+                root, call throws(DBusError) in
                 let request = try ManagerRequest.read(Arguments(call))
                 // Finding the caller's uid is a round trip to the bus daemon: answer later.
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in .objectPath(try await service.createManager(for: caller, request)) }
             },
-            Method("RegisterPermissionAgent", inputs: [Argument("agent", "o")]) { root, call throws(DBusError) in
+            Method(NearbyBusContract.Nearby1.registerPermissionAgent, inputs: ["agent"]) { root, call throws(DBusError) in
                 let agent = try Arguments(call).objectPath("agent")
                 let service = root.service
                 let caller = call.caller.uniqueName
@@ -40,14 +38,14 @@ final class RootObject {
                     return nil
                 }
             },
-            Method("UnregisterPermissionAgent", inputs: [Argument("agent", "o")]) { root, call throws(DBusError) in
+            Method(NearbyBusContract.Nearby1.unregisterPermissionAgent, inputs: ["agent"]) { root, call throws(DBusError) in
                 let agent = try Arguments(call).objectPath("agent")
                 try checked { () throws(NearbyError) in
                     try root.service.permissions.unregisterAgent(agent, for: call.caller.uniqueName)
                 }
             },
-            Method("GetPermission", inputs: [Argument("app_id", "s"), Argument("params", "a{sv}")],
-                   outputs: [Argument("permission", "a{sv}")]) { root, call throws(DBusError) in
+            Method(NearbyBusContract.Nearby1.getPermission, inputs: ["app_id", "params"], outputs: ["permission"]) {
+                root, call throws(DBusError) in
                 let (appId, user) = try readGetPermission(Arguments(call))
                 let service = root.service
                 let caller = call.caller.uniqueName
@@ -57,8 +55,7 @@ final class RootObject {
                     return DBusValue.vardict(permissionEntry(key, service.permissions.decision(for: key)))
                 }
             },
-            Method("SetPermission", inputs: [Argument("app_id", "s"), Argument("granted", "b"), Argument("params", "a{sv}")]) {
-                root, call throws(DBusError) in
+            Method(NearbyBusContract.Nearby1.setPermission, inputs: ["app_id", "granted", "params"]) { root, call throws(DBusError) in
                 let (appId, granted, user) = try readSetPermission(Arguments(call))
                 let service = root.service
                 let caller = call.caller.uniqueName
@@ -68,8 +65,8 @@ final class RootObject {
                     return nil
                 }
             },
-            Method("ListPermissions", inputs: [Argument("params", "a{sv}")],
-                   outputs: [Argument("permissions", "aa{sv}")]) { root, call throws(DBusError) in
+            Method(NearbyBusContract.Nearby1.listPermissions, inputs: ["params"], outputs: ["permissions"]) {
+                root, call throws(DBusError) in
                 let user = try readListPermissions(Arguments(call))
                 let service = root.service
                 let caller = call.caller.uniqueName
@@ -82,11 +79,13 @@ final class RootObject {
             },
         ],
         properties: [
-            Property("Version", "s", emitsChange: false) { root, _ in .string(root.service.version) },
-            Property("AvailableMediums", "as") { root, _ in .strings(root.service.availableMediums.map(\.rawValue).sorted()) },
-            Property("LoginSessions", "s") { root, _ in .string(root.service.sessions.status.description) },
-            Property("Server", "s") { root, _ in .string(root.service.serverStatus) },
-            Property("StaticPublications", "a(sss)") { root, _ in
+            Property(NearbyBusContract.Nearby1.version, emitsChange: false) { root, _ in .string(root.service.version) },
+            Property(NearbyBusContract.Nearby1.availableMediums) { root, _ in
+                .strings(root.service.availableMediums.map(\.rawValue).sorted())
+            },
+            Property(NearbyBusContract.Nearby1.loginSessions) { root, _ in .string(root.service.sessions.status.description) },
+            Property(NearbyBusContract.Nearby1.server) { root, _ in .string(root.service.serverStatus) },
+            Property(NearbyBusContract.Nearby1.staticPublications) { root, _ in
                 .array(element: "(sss)", root.service.staticPublications.map { entry in
                     switch entry.result {
                     case .success(let object):
@@ -96,7 +95,7 @@ final class RootObject {
                     }
                 })
             },
-            Property("DebugLogging", "b", get: { root, _ in .bool(root.service.debugLogging) },
+            Property(NearbyBusContract.Nearby1.debugLogging, get: { root, _ in .bool(root.service.debugLogging) },
                      set: { root, value, caller throws(DBusError) in
                          try checked { () throws(NearbyError) in
                              try root.service.setDebugLogging(value.bool ?? false, by: caller.uniqueName)
@@ -127,37 +126,45 @@ private func later(_ call: MethodCall, _ body: @escaping @BusActor @Sendable () 
 extension RootObject {
     static func readGetPermission(_ arguments: Arguments) throws(DBusError) -> (appId: String, user: UInt32?) {
         let appId = try arguments.string("app_id")
-        return (appId, try permissionUser(appId, arguments, method: "GetPermission"))
+        return (appId, try permissionUser(appId, arguments, method: NearbyBusContract.Nearby1.getPermission))
     }
 
     static func readSetPermission(_ arguments: Arguments) throws(DBusError) -> (appId: String, granted: Bool, user: UInt32?) {
         let appId = try arguments.string("app_id")
         let granted = try arguments.bool()
-        return (appId, granted, try permissionUser(appId, arguments, method: "SetPermission"))
+        return (appId, granted, try permissionUser(appId, arguments, method: NearbyBusContract.Nearby1.setPermission))
     }
 
     static func readListPermissions(_ arguments: Arguments) throws(DBusError) -> UInt32? {
-        try arguments.options("ListPermissions params", allowed: permissionOptions).uint32("User")
+        try permissionUser(arguments, method: NearbyBusContract.Nearby1.listPermissions)
     }
 
     /// The `User` of a permission method's params (the last argument), after
     /// checking `appId` and the params.
-    private static func permissionUser(_ appId: String, _ arguments: Arguments, method: String) throws(DBusError) -> UInt32? {
+    private static func permissionUser(_ appId: String, _ arguments: Arguments,
+                                       method: NearbyBusContract.Method) throws(DBusError) -> UInt32? {
         try checked { () throws(NearbyError) in try ManagerRequest.checkAppId(appId) }
-        return try arguments.options("\(method) params", allowed: permissionOptions).uint32("User")
+        return try permissionUser(arguments, method: method)
+    }
+
+    /// The `User` of a permission method's params (the last argument).
+    private static func permissionUser(_ arguments: Arguments, method: NearbyBusContract.Method) throws(DBusError) -> UInt32? {
+        try arguments.options("\(method.name) params", allowed: permissionOptions)
+            .uint32(NearbyBusContract.PermissionOption.user.name)
     }
 }
 
 /// A decision as `GetPermission` and `ListPermissions` show it.
 @BusActor
 private func permissionEntry(_ key: PermissionKey, _ decision: PermissionDecision?) -> [String: DBusValue] {
+    typealias Key = NearbyBusContract.PermissionEntryKey
     var entry: [String: DBusValue] = [
-        "User": .uint32(key.uid), "AppId": .string(key.appId),
-        "Decision": .string(decision.map { $0.granted ? "granted" : "denied" } ?? "undecided"),
+        Key.user.name: .uint32(key.uid), Key.appId.name: .string(key.appId),
+        Key.decision.name: .string(decision.map { $0.granted ? "granted" : "denied" } ?? "undecided"),
     ]
     if let decision {
-        entry["DecidedBy"] = .string(decision.decidedBy.rawValue)
-        entry["DecidedAt"] = .uint64(decision.decidedAt)
+        entry[Key.decidedBy.name] = .string(decision.decidedBy.rawValue)
+        entry[Key.decidedAt.name] = .uint64(decision.decidedAt)
     }
     return entry
 }
@@ -172,7 +179,10 @@ struct ManagerRequest: Sendable {
     let usageDescriptions: [String: String]
 
     /// The usage descriptions CreateManager takes.
-    static let usageDescriptionKeys = ["MicrophoneUsageDescription", "BluetoothUsageDescription"]
+    static let usageDescriptionKeys = [
+        NearbyBusContract.CreateManagerOption.microphoneUsageDescription.name,
+        NearbyBusContract.CreateManagerOption.bluetoothUsageDescription.name,
+    ]
 
     init(apiKey: String, options: Options) throws(NearbyError) {
         // The key travels in an HTTP header: printable ASCII without spaces only.
@@ -181,13 +191,13 @@ struct ManagerRequest: Sendable {
             throw .invalidArguments("api_key must be 1..256 printable ASCII characters without spaces")
         }
         self.apiKey = apiKey
-        if let appId = options.string("AppId") {
+        if let appId = options.string(NearbyBusContract.CreateManagerOption.appId.name) {
             try Self.checkAppId(appId)
             self.appId = appId
         } else {
             appId = nil
         }
-        debugLogging = options.bool("DebugLogging") ?? false
+        debugLogging = options.bool(NearbyBusContract.CreateManagerOption.debugLogging.name) ?? false
         var descriptions: [String: String] = [:]
         for key in Self.usageDescriptionKeys {
             guard let text = options.string(key) else { continue }
@@ -204,7 +214,8 @@ struct ManagerRequest: Sendable {
     @BusActor
     static func read(_ arguments: Arguments) throws(DBusError) -> ManagerRequest {
         let apiKey = try arguments.string("api_key")
-        let options = try arguments.options("CreateManager params", allowed: RootObject.createManagerOptions)
+        let options = try arguments.options("\(NearbyBusContract.Nearby1.createManager.name) params",
+                                            allowed: RootObject.createManagerOptions)
         return try checked { () throws(NearbyError) in try ManagerRequest(apiKey: apiKey, options: options) }
     }
 

@@ -20,36 +20,38 @@ final class SubscriptionObject: LiveObject {
         self.service = service
     }
 
-    static let messageArguments = [Argument("content", "ay"), Argument("namespace", "s"), Argument("type", "s")]
+    /// The names of the arguments every signal of a message starts with.
+    static let messageArguments = ["content", "namespace", "type"]
 
     static let interface = Interface<SubscriptionObject>(
         interfaceName,
         methods: [
-            Method("Unsubscribe") { object, _ in object.service.unsubscribe(object) },
+            Method(NearbyBusContract.Subscription1.unsubscribe) { object, _ in object.service.unsubscribe(object) },
         ],
         properties: [
-            Property("Status", "s") { object, _ in .string(object.subscription.status.rawValue) },
-            Property("StatusReason", "s") { object, _ in .string(object.subscription.statusReason) },
+            Property(NearbyBusContract.PublicationOrSubscription.status) { object, _ in .string(object.subscription.status.rawValue) },
+            Property(NearbyBusContract.PublicationOrSubscription.statusReason) { object, _ in .string(object.subscription.statusReason) },
         ],
         signals: [
-            SignalDescription("MessageFound", messageArguments + [Argument("info", "a{sv}")]),
-            SignalDescription("MessageLost", messageArguments + [Argument("info", "a{sv}")]),
-            SignalDescription("DistanceChanged", messageArguments + [Argument("meters", "d"), Argument("accuracy", "d")]),
-            SignalDescription("BleSignalChanged", messageArguments + [Argument("rssi", "n"), Argument("tx_power", "n")]),
-            SignalDescription("Expired"),
+            SignalDescription(NearbyBusContract.Subscription1.messageFound, messageArguments + ["info"]),
+            SignalDescription(NearbyBusContract.Subscription1.messageLost, messageArguments + ["info"]),
+            SignalDescription(NearbyBusContract.Subscription1.distanceChanged, messageArguments + ["meters", "accuracy"]),
+            SignalDescription(NearbyBusContract.Subscription1.bleSignalChanged, messageArguments + ["rssi", "tx_power"]),
+            SignalDescription(NearbyBusContract.PublicationOrSubscription.expired),
         ]
     )
 
     func emitFound(_ message: Message, _ info: SightingInfo) {
-        emit("MessageFound", message, info)
+        emit(NearbyBusContract.Subscription1.messageFound, message, info)
     }
 
     func emitLost(_ message: Message, _ info: SightingInfo) {
-        emit("MessageLost", message, info)
+        emit(NearbyBusContract.Subscription1.messageLost, message, info)
     }
 
     func emitDistanceChanged(_ message: Message, meters: Double, accuracy: Double) {
-        try? exported?.emitSignal(interface: Self.interfaceName, member: "DistanceChanged") { writer throws(DBusError) in
+        try? exported?.emitSignal(interface: Self.interfaceName, member: NearbyBusContract.Subscription1.distanceChanged.name) {
+            writer throws(DBusError) in
             try Self.append(message, to: writer)
             try writer.append(meters)
             try writer.append(accuracy)
@@ -57,24 +59,28 @@ final class SubscriptionObject: LiveObject {
     }
 
     func emitBleSignalChanged(_ message: Message, rssi: Int, txPower: Int) {
-        try? exported?.emitSignal(interface: Self.interfaceName, member: "BleSignalChanged") { writer throws(DBusError) in
+        try? exported?.emitSignal(interface: Self.interfaceName, member: NearbyBusContract.Subscription1.bleSignalChanged.name) {
+            writer throws(DBusError) in
             try Self.append(message, to: writer)
             try writer.append(Int16(clamping: rssi))
             try writer.append(Int16(clamping: txPower))
         }
     }
 
-    private func emit(_ member: String, _ message: Message, _ info: SightingInfo) {
-        try? exported?.emitSignal(interface: Self.interfaceName, member: member) { writer throws(DBusError) in
+    private func emit(_ signal: NearbyBusContract.Signal, _ message: Message, _ info: SightingInfo) {
+        try? exported?.emitSignal(interface: Self.interfaceName, member: signal.name) { writer throws(DBusError) in
             try Self.append(message, to: writer)
+            typealias Key = NearbyBusContract.MessageInfoKey
             var entries: [String: DBusValue] = [
-                "Medium": .string(info.medium.rawValue),
-                "Rssi": .int16(Int16(clamping: info.rssi)),
-                "DistanceMeters": .double(info.distanceMeters),
+                Key.medium.name: .string(info.medium.rawValue),
+                Key.rssi.name: .int16(Int16(clamping: info.rssi)),
+                Key.distanceMeters.name: .double(info.distanceMeters),
             ]
             if let beacon = info.beacon {
-                entries["Beacon"] = .vardict([
-                    "Kind": .string(beacon.kind), "Id": .string(beacon.id), "TxPower": .int16(Int16(clamping: beacon.txPower)),
+                typealias BeaconKey = NearbyBusContract.BeaconInfoKey
+                entries[Key.beacon.name] = .vardict([
+                    BeaconKey.kind.name: .string(beacon.kind), BeaconKey.id.name: .string(beacon.id),
+                    BeaconKey.txPower.name: .int16(Int16(clamping: beacon.txPower)),
                 ])
             }
             try writer.append(DBusValue.vardict(entries))

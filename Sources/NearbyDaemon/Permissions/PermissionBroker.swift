@@ -181,16 +181,21 @@ final class PermissionBroker {
         let source: DecisionSource
         if let handler = request.handler {
             source = .app
-            answer = try await call(request.caller.busName, handler, NearbyBusContract.permissionRequest.name, "Request",
+            answer = try await call(request.caller.busName, handler, NearbyBusContract.permissionRequest.name,
+                                    NearbyBusContract.PermissionRequest1.request.name,
                                     what: "the app's permission dialog") { writer throws(DBusError) in
                 try writer.append(mediums)
             }
         } else if let agent = agent(for: request.caller) {
             source = .agent
-            var details: [String: DBusValue] = ["User": .uint32(request.caller.uid), "Client": .string(request.caller.busName)]
-            if let pid = request.caller.pid { details["ProcessId"] = .uint32(pid) }
+            typealias Key = NearbyBusContract.PermissionDetailKey
+            var details: [String: DBusValue] = [
+                Key.user.name: .uint32(request.caller.uid), Key.client.name: .string(request.caller.busName),
+            ]
+            if let pid = request.caller.pid { details[Key.processId.name] = .uint32(pid) }
             for (key, text) in request.descriptions { details[key] = .string(text) }
-            answer = try await call(agent.caller.busName, agent.path, NearbyBusContract.permissionAgent.name, "RequestPermission",
+            answer = try await call(agent.caller.busName, agent.path, NearbyBusContract.permissionAgent.name,
+                                    NearbyBusContract.PermissionAgent1.requestPermission.name,
                                     what: "the permission agent") { writer throws(DBusError) in
                 try writer.append(request.key.appId)
                 try writer.append(mediums)

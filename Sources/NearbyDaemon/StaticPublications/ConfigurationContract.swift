@@ -1,6 +1,7 @@
 import ConfigFile
 import DBus
 import Foundation
+import NearbyBusContract
 import NearbyCore
 
 /// What nearbyd promises about any file it reads its settings from: checked
@@ -36,8 +37,9 @@ import NearbyCore
             expect(error.message.hasPrefix(path), "an error that does not name the file: \(error)", path)
             return
         }
+        let key = NearbyBusContract.CreateManagerOption.appId
         expect((try? ManagerRequest(apiKey: publication.apiKey,
-                                    options: Options(["AppId": Variant(.string(publication.appID))], allowed: ["AppId": "s"],
+                                    options: Options([key.name: Variant(.string(publication.appID))], allowed: Options.allowed([key]),
                                                      context: "app-id"))) != nil,
                "an api-key or app-id CreateManager refuses", path)
         expect((try? MessageRules.checkContent(publication.message.content)) != nil

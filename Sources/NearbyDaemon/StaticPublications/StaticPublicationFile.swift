@@ -1,6 +1,7 @@
 import ConfigFile
 import DBus
 import Foundation
+import NearbyBusContract
 import NearbyCore
 
 /// A message published with no client program (a kiosk's welcome): read from
@@ -107,7 +108,8 @@ enum StaticPublicationFile {
         let appID = try top.string("app-id") ?? "static:\(name)"
         // The rules of CreateManager's api_key and AppId, for the manager this publication gets.
         try checked { () throws(NearbyError) in
-            let options = try Options(["AppId": Variant(.string(appID))], allowed: ["AppId": "s"], context: "app-id")
+            let key = NearbyBusContract.CreateManagerOption.appId
+            let options = try Options([key.name: Variant(.string(appID))], allowed: Options.allowed([key]), context: "app-id")
             _ = try ManagerRequest(apiKey: apiKey, options: options)
         }
         let type = try required("type")

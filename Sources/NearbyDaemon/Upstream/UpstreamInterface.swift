@@ -12,28 +12,29 @@ extension ManagerObject {
     static let upstreamInterface = Interface<ManagerObject>(
         upstreamInterfaceName,
         methods: [
-            Method("SendMessage", inputs: [Argument("data", "a{ss}"), Argument("to", "s"), Argument("message_id", "s"),
-                                           Argument("ttl_seconds", "x")]) { object, call throws(DBusError) in
+            Method(NearbyBusContract.Upstream1.sendMessage, inputs: ["data", "to", "message_id", "ttl_seconds"]) {
+                object, call throws(DBusError) in
                 try object.service.upstream.send(readSendMessage(Arguments(call)), from: object, call: call)
             },
         ],
         properties: [
-            Property("DirectChannel", "b", get: { object, _ in .bool(object.directChannel) },
+            Property(NearbyBusContract.Upstream1.directChannel, get: { object, _ in .bool(object.directChannel) },
                      set: { object, value, _ throws(DBusError) in
                          let wanted = value.bool ?? false
                          guard wanted != object.directChannel else { return }
                          object.directChannel = wanted
-                         try object.exported?.emitPropertiesChanged(interface: upstreamInterfaceName, ["DirectChannel"])
+                         try object.exported?.emitPropertiesChanged(interface: upstreamInterfaceName,
+                                                                    [NearbyBusContract.Upstream1.directChannel.name])
                          object.service.upstream.managersChanged(object.manager.account)
                      }),
-            Property("DirectChannelConnected", "b") { object, _ in
+            Property(NearbyBusContract.Upstream1.directChannelConnected) { object, _ in
                 .bool(object.service.upstream.isChannelOpen(object.manager.account))
             },
         ],
         signals: [
-            SignalDescription("SendSucceeded", [Argument("message_id", "s")]),
-            SignalDescription("SendFailed", [Argument("message_id", "s"), Argument("error", "s"), Argument("description", "s")]),
-            SignalDescription("MessageReceived", [Argument("data", "a{ss}"), Argument("from", "s"), Argument("message_id", "s")]),
+            SignalDescription(NearbyBusContract.Upstream1.sendSucceeded, ["message_id"]),
+            SignalDescription(NearbyBusContract.Upstream1.sendFailed, ["message_id", "error", "description"]),
+            SignalDescription(NearbyBusContract.Upstream1.messageReceived, ["data", "from", "message_id"]),
         ]
     )
 
@@ -49,7 +50,8 @@ extension ManagerObject {
 
     /// `SendFailed` to this manager's owner.
     func emitSendFailed(_ messageID: String, error: String, description: String) {
-        try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: "SendFailed") { writer throws(DBusError) in
+        try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: NearbyBusContract.Upstream1.sendFailed.name) {
+            writer throws(DBusError) in
             try writer.append(messageID)
             try writer.append(error)
             try writer.append(description)
@@ -60,7 +62,8 @@ extension ManagerObject {
     func emitVerdict(_ messageID: String, _ verdict: Outbox.Verdict) {
         switch verdict {
         case .succeeded:
-            try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: "SendSucceeded") { writer throws(DBusError) in
+            try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: NearbyBusContract.Upstream1.sendSucceeded.name) {
+                writer throws(DBusError) in
                 try writer.append(messageID)
             }
         case .failed(let failure):
@@ -70,7 +73,8 @@ extension ManagerObject {
 
     /// `MessageReceived` to this manager's owner.
     func emitMessageReceived(_ message: ChannelDownstream) {
-        try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: "MessageReceived") { writer throws(DBusError) in
+        try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: NearbyBusContract.Upstream1.messageReceived.name) {
+            writer throws(DBusError) in
             try writer.append(message.data)
             try writer.append(message.from)
             try writer.append(message.messageId)
@@ -79,6 +83,7 @@ extension ManagerObject {
 
     /// PropertiesChanged for `DirectChannelConnected`: its API key's channel opened or closed.
     func directChannelConnectedChanged() {
-        try? exported?.emitPropertiesChanged(interface: Self.upstreamInterfaceName, ["DirectChannelConnected"])
+        try? exported?.emitPropertiesChanged(interface: Self.upstreamInterfaceName,
+                                             [NearbyBusContract.Upstream1.directChannelConnected.name])
     }
 }
