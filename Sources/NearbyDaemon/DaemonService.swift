@@ -129,7 +129,7 @@ final class DaemonService {
         permissions.decisionChanged = { [weak self] key in self?.permissionChanged(key) }
         sessions.onStatusChange = { [weak self] status in
             self?.logger.notice("login sessions: \(status)")
-            try? self?.root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.loginSessions.name])
+            self?.announce(NearbyBusContract.Nearby1.loginSessions)
         }
         tasks.append(Task { [sessions] in await sessions.start() })
         upstream.start { [weak self] in
@@ -406,7 +406,7 @@ final class DaemonService {
         debugLogging = enabled
         ServiceLogging.verbose = enabled
         logger.notice("debug logging \(enabled ? "on" : "off")", metadata: ["client": "\(busName)"])
-        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.debugLogging.name])
+        announce(NearbyBusContract.Nearby1.debugLogging)
     }
 
     // MARK: Publications and subscriptions
@@ -642,17 +642,13 @@ final class DaemonService {
         let entries = await Task.detached {
             StaticPublicationFile.loadAll(directory: directory, enabled: enabled, maxFiles: maxFiles)
         }.value
-        var previous = staticSources
-        staticSources = [:]
-        for entry in entries {
-            if case .success(let source) = entry.result, let (kept, object) = previous[entry.path], kept == source {
-                previous[entry.path] = nil
-                staticSources[entry.path] = (source, object)
-            }
-        }
-        for (_, object) in previous.values { remove(object) }
+        let reload = StaticReload.of(previous: staticSources.mapValues(\.source),
+                                     loaded: entries.map { ($0.path, try? $0.result.get()) })
+        for path in reload.ended { staticSources.removeValue(forKey: path).map { remove($0.object) } }
         staticPublications = entries.map { entry in
-            if let (_, object) = staticSources[entry.path] { return (entry.path, .success(object)) }
+            if reload.kept.contains(entry.path), let (_, object) = staticSources[entry.path] {
+                return (entry.path, .success(object))
+            }
             let result = Result { () throws(NearbyError) -> PublicationObject in
                 let source = try entry.result.mapError { NearbyError.invalidArguments($0.message) }.get()
                 var strategy = source.strategy
@@ -674,7 +670,7 @@ final class DaemonService {
             staticOwners[key] = nil
             release(owner)
         }
-        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.staticPublications.name])
+        announce(NearbyBusContract.Nearby1.staticPublications)
     }
 
     private struct StaticOwner: Hashable {
@@ -726,7 +722,7 @@ final class DaemonService {
         let before = serverStatus
         let result = change()
         if serverStatus != before {
-            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.server.name])
+            announce(NearbyBusContract.Nearby1.server)
         }
         return result
     }
@@ -883,8 +879,9 @@ final class DaemonService {
         }
         guard !changed.isEmpty else { return }
         object.changed(changed)
-        if changed.contains(NearbyBusContract.PublicationOrSubscription.status.name), managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
-            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.staticPublications.name])
+        if changed.contains(NearbyBusContract.PublicationOrSubscription.status.name),
+           managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
+            announce(NearbyBusContract.Nearby1.staticPublications)
         }
     }
 
@@ -915,7 +912,7 @@ final class DaemonService {
         logger.info("medium \(condition)", metadata: ["medium": "\(medium)"])
         let available = condition == .ready
         if available ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil {
-            try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [NearbyBusContract.Nearby1.availableMediums.name])
+            announce(NearbyBusContract.Nearby1.availableMediums)
             for state in links.values { refreshStatuses(of: state) }
             for object in subscriptions.values where !object.subscription.deviceTypes.nearby { refreshStatus(of: object) }
         }
@@ -982,6 +979,11 @@ final class DaemonService {
     }
 
     // MARK: Helpers
+
+    /// Emits `PropertiesChanged` for one of `Nearby1`'s properties.
+    private func announce(_ property: NearbyBusContract.Property) {
+        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [property.name])
+    }
 
     /// A duration from the configuration, for people: `30 s`.
     private static func seconds(_ value: Double) -> String {
