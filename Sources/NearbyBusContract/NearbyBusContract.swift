@@ -258,8 +258,10 @@ public enum NearbyBusContract {
     // MARK: Dictionary keys
 
     // The keys of each `a{sv}` argument, reply and signal argument, one
-    // constant each, named after the key; an option dictionary lists what
-    // nearbyd accepts in it (anything else is InvalidArguments).
+    // constant each, named after the key. Each dictionary lists its keys: an
+    // option dictionary what nearbyd accepts in it (anything else is
+    // InvalidArguments), any other every key nearbyd puts in it;
+    // doc/dbus-api.md has a table of each list.
 
     /// `CreateManager`'s `params`.
     public enum CreateManagerOption {
@@ -286,6 +288,8 @@ public enum NearbyBusContract {
         /// This and ``decidedAt`` only once somebody decided.
         public static let decidedBy = Key("DecidedBy", "s")
         public static let decidedAt = Key("DecidedAt", "t")
+        /// What nearbyd replies.
+        public static let all = [user, appId, decision, decidedBy, decidedAt]
     }
 
     /// `Publish`'s and `Subscribe`'s `params`: the keys they share mean the same for both.
@@ -330,6 +334,8 @@ public enum NearbyBusContract {
         public static let distanceMeters = Key("DistanceMeters", "d")
         /// Beacon messages only: ``BeaconInfoKey``'s.
         public static let beacon = Key("Beacon", "a{sv}")
+        /// What nearbyd sends.
+        public static let all = [medium, rssi, distanceMeters, beacon]
     }
 
     /// The `Beacon` of a beacon message's `info`.
@@ -337,6 +343,8 @@ public enum NearbyBusContract {
         public static let kind = Key("Kind", "s")
         public static let id = Key("Id", "s")
         public static let txPower = Key("TxPower", "n")
+        /// What nearbyd sends.
+        public static let all = [kind, id, txPower]
     }
 
     /// The `details` of `RequestPermission`.
@@ -348,6 +356,8 @@ public enum NearbyBusContract {
         /// The app's own usage descriptions pass on under their `CreateManager` keys, when it gave them.
         public static let microphoneUsageDescription = CreateManagerOption.microphoneUsageDescription
         public static let bluetoothUsageDescription = CreateManagerOption.bluetoothUsageDescription
+        /// What nearbyd sends.
+        public static let all = [user, client, processId, microphoneUsageDescription, bluetoothUsageDescription]
     }
 
     /// Every interface: nearbyd's own, then those it calls on clients.

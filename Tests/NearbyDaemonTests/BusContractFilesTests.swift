@@ -81,7 +81,8 @@ import TestSupport
 }
 
 /// `doc/dbus-api.md` against the contract: every interface, method,
-/// property, signal and error has its entry, with the contract's types.
+/// property, signal, error and dictionary key has its entry, with the
+/// contract's types.
 @Suite struct BusDocumentationContractTests {
     /// The document's `## ` sections, by heading.
     static func sections() throws -> [String: [Substring]] {
@@ -145,6 +146,90 @@ import TestSupport
         let lines = try #require(try Self.sections()["Errors"])
         let documented = lines.compactMap { $0.firstMatch(of: #/^\| `org\.nearbyd\.Error\.(\w+)` \|/#).map { String($0.1) } }
         #expect(documented == NearbyBusContract.Error.allCases.map(\.rawValue))
+    }
+
+    /// Where the document lists a dictionary's keys: the `| key | type |`
+    /// table in a section's entry (a `### ` part, or a member's `#### `) that
+    /// follows the paragraph naming the dictionary.
+    struct KeyTable: Sendable, CustomTestStringConvertible {
+        let keys: [NearbyBusContract.Key]
+        let section: String
+        let entry: String
+        let caption: String
+
+        var testDescription: String { "the \(caption) table of \(entry) (## \(section))" }
+    }
+
+    /// Every key group of the contract and its table.
+    static let keyTables: [KeyTable] = {
+        typealias Contract = NearbyBusContract
+        let nearby = Contract.nearby.name, manager = Contract.manager.name, subscription = Contract.subscription.name
+        return [
+            KeyTable(keys: Contract.CreateManagerOption.all, section: nearby, entry: Contract.Nearby1.createManager.name,
+                     caption: "`params`"),
+            KeyTable(keys: Contract.PermissionOption.all, section: nearby, entry: Contract.Nearby1.getPermission.name,
+                     caption: "`params`"),
+            KeyTable(keys: Contract.PermissionEntryKey.all, section: nearby, entry: Contract.Nearby1.getPermission.name,
+                     caption: "reply"),
+            KeyTable(keys: Contract.PublishOrSubscribeOption.publish, section: manager, entry: Contract.Manager1.publish.name,
+                     caption: "`params`"),
+            KeyTable(keys: Contract.PublishOrSubscribeOption.subscribe, section: manager,
+                     entry: Contract.Manager1.subscribe.name, caption: "`params`"),
+            KeyTable(keys: Contract.StrategyOption.all, section: manager, entry: Contract.PublishOrSubscribeOption.strategy.name,
+                     caption: "`Strategy`"),
+            KeyTable(keys: Contract.BeaconStrategyOption.all, section: manager,
+                     entry: Contract.PublishOrSubscribeOption.beaconStrategy.name, caption: "`BeaconStrategy`"),
+            KeyTable(keys: Contract.MessageInfoKey.all, section: subscription, entry: Contract.Subscription1.messageFound.name,
+                     caption: "`info`"),
+            KeyTable(keys: Contract.BeaconInfoKey.all, section: subscription, entry: Contract.Subscription1.messageFound.name,
+                     caption: "`Beacon`"),
+            KeyTable(keys: Contract.PermissionDetailKey.all, section: "Permissions",
+                     entry: Contract.PermissionAgent1.requestPermission.name, caption: "`details`"),
+        ]
+    }()
+
+    /// The lines of an entry of a section: its `### name` part, or the
+    /// `#### ` entry of its member `name` up to the next heading.
+    static func entry(_ name: String, of lines: [Substring]) -> [Substring] {
+        let part = Self.part(name, of: lines)
+        if !part.isEmpty { return part }
+        guard let start = lines.firstIndex(where: { line in
+            line.firstMatch(of: #/^#### `(?:\S+ )?(?:[\w.]+\.)?(\w+)\(/#)?.1 == Substring(name)
+        }) else { return [] }
+        return Array(lines[(start + 1)...].prefix { !$0.hasPrefix("#") })
+    }
+
+    /// The key tables of some lines, each with the paragraph before it
+    /// (blocks are separated by blank lines).
+    static func keyTables(_ lines: [Substring]) -> [(caption: String, rows: [Substring])] {
+        let blocks = lines.split(whereSeparator: \.isEmpty)
+        return blocks.indices.compactMap { index in
+            guard blocks[index].first?.hasPrefix("| key | type |") == true else { return nil }
+            let paragraph = blocks[..<index].last { $0.first?.hasPrefix("|") == false }
+            return (paragraph?.joined(separator: " ") ?? "", Array(blocks[index].dropFirst(2)))
+        }
+    }
+
+    // A key missing from its table is one clients cannot learn of; a key
+    // only the document has is one nearbyd refuses (options) or never sends.
+    @Test(arguments: keyTables)
+    func everyDictionarysTableListsExactlyItsKeysWithTheirTypes(_ table: KeyTable) throws {
+        let lines = try #require(try Self.sections()[table.section], "a section ## \(table.section)")
+        let tables = Self.keyTables(Self.entry(table.entry, of: lines)).filter { $0.caption.contains(table.caption) }
+        try #require(tables.count == 1, "\(table.testDescription): one key table after a paragraph naming \(table.caption)")
+        let rows = tables[0].rows.compactMap { $0.firstMatch(of: #/^\| `(\w+)` \| (\S+) \|/#) }
+        let documented = Dictionary(rows.map { (String($0.1), String($0.2)) }, uniquingKeysWith: { first, _ in first })
+        #expect(documented.count == rows.count, "\(table.testDescription) lists a key twice")
+        for key in table.keys {
+            guard let type = documented[key.name] else {
+                Issue.record("\(table.testDescription) has no row for `\(key.name)` (\(key.type))")
+                continue
+            }
+            #expect(type == key.type, "\(table.testDescription) types `\(key.name)` \(type), the contract \(key.type)")
+        }
+        for name in documented.keys.sorted() where !table.keys.contains(where: { $0.name == name }) {
+            Issue.record("\(table.testDescription) lists `\(name)`, which the contract's keys lack")
+        }
     }
 }
 
