@@ -47,7 +47,7 @@ struct FloodTests {
             let app = try await ChildProcess(
                 name: "app-server", executable: Self.python,
                 arguments: [Self.script("ccs_logins.py"), "--port", "\(port)", "--jid", "shop@\(Cluster.xmppDomain)",
-                            "--key", keys.serverKey, "--ca", cluster.certificatePath, "--device", device,
+                            "--key", keys.serverKey, "--ca", cluster.certificatePath, "--device=\(device)",
                             "--rounds", "\(Self.rounds)", "--timeout", "10", "--interval", "1"],
                 environment: ["PYTHONUNBUFFERED": "1"])
             children.append(app)
