@@ -7,7 +7,7 @@ import NearbyCore
 /// publication a day at most).
 public struct Expiries: Sendable {
     /// How long before its expiry a renewed publication is renewed.
-    public static let renewalMarginMs: UInt64 = 3_600 * 1000
+    @_spi(Testing) public static let renewalMarginMs: UInt64 = 3_600 * 1000
 
     /// What is due.
     public enum Due: Equatable, Sendable {
@@ -43,15 +43,21 @@ public struct Expiries: Sendable {
         renewed.remove(id)
     }
 
-    /// The timer fired: what is due at `nowMs`, in deadline order, and the
-    /// deadline to arm the timer for next (nil: nothing is scheduled).
-    /// Each renewed one is scheduled again by ``schedule(_:expiresAtMs:renewed:)``
-    /// once the owner has given it its new expiry.
-    public mutating func due(nowMs: UInt64) -> (due: [Due], next: UInt64?) {
-        let due = queue.popDue(now: nowMs).map { id in
+    /// The timer fired: what is due at `nowMs`, in deadline order. The
+    /// owner ends each due to expire, gives each due to be renewed its new
+    /// expiry (``schedule(_:expiresAtMs:renewed:)``), and then arms the
+    /// timer for ``rearm()``.
+    public mutating func due(nowMs: UInt64) -> [Due] {
+        armedFor = .max
+        return queue.popDue(now: nowMs).map { id in
             renewed.remove(id) != nil ? Due.renew(id) : Due.expire(id)
         }
+    }
+
+    /// The deadline to arm the timer for after what was due was handled, the
+    /// renewals scheduled meanwhile included; nil: nothing is scheduled.
+    public mutating func rearm() -> UInt64? {
         armedFor = queue.nextDeadline ?? .max
-        return (due, queue.nextDeadline)
+        return queue.nextDeadline
     }
 }

@@ -29,19 +29,20 @@ public enum LinkEvent: Sendable, Equatable {
 /// The daemon's view of one server link (one ``Account``): whether it is in
 /// step with the server and which, why not, what the server holds and
 /// refused, the project's namespace, the token to broadcast, and its stream's
-/// snapshot under way. Changed by the link's events alone.
+/// snapshot under way. Changed by the link's events alone; its stream's
+/// events change the found messages of the link's subscriptions too.
 public struct LinkView: Sendable {
-    public private(set) var connected = false
+    @_spi(Testing) public private(set) var connected = false
     /// The URL of the server the link is connected to, or was last.
-    public private(set) var server: String?
+    @_spi(Testing) public private(set) var server: String?
     /// Why the link is not connected, as it last said.
     public private(set) var waiting: String?
     /// Why the server refused an object, by id, until it holds it.
-    public private(set) var refused: [String: String] = [:]
+    @_spi(Testing) public private(set) var refused: [String: String] = [:]
     public private(set) var namespace: String?
     public private(set) var token: Token?
     /// The publication and subscription ids the server holds.
-    public private(set) var registered: Set<String> = []
+    @_spi(Testing) public private(set) var registered: Set<String> = []
     private var matches = MatchStream()
     /// How often a refused object is offered again, for its reason (`30 s`).
     private let refusedRetry: String

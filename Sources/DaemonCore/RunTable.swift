@@ -32,7 +32,7 @@ public struct Run: Sendable, Hashable {
     }
 
     /// Neither part runs: the object waits (for permission, or the foreground).
-    public var waits: Bool { nearby == nil && !beacons }
+    var waits: Bool { nearby == nil && !beacons }
 }
 
 /// How much of a server link's traffic on one medium the running objects ask for.
@@ -123,13 +123,13 @@ public struct RunChange: Sendable, Equatable {
 /// object's old share and putting in its new one, so they cannot drift from
 /// the runs (``recomputed()`` is what the tests hold them to).
 public struct RunTable: Sendable {
-    public private(set) var runs: [String: Run] = [:]
+    @_spi(Testing) public private(set) var runs: [String: Run] = [:]
     private var linkUsage: [Account: [Medium: LinkUsage]] = [:]
     private var managerMediums: [ObjectIdentifier: [Medium: Int]] = [:]
 
     public init() {}
 
-    public subscript(id: String) -> Run? { runs[id] }
+    @_spi(Testing) public subscript(id: String) -> Run? { runs[id] }
 
     /// Its nearby part runs (through the server link), and where.
     public func nearby(_ id: String) -> Placement? { runs[id]?.nearby }
@@ -138,7 +138,7 @@ public struct RunTable: Sendable {
     public func beaconsRun(_ id: String) -> Bool { runs[id]?.beacons ?? false }
 
     /// A link's use of a medium.
-    public func usage(of account: Account, on medium: Medium) -> LinkUsage {
+    @_spi(Testing) public func usage(of account: Account, on medium: Medium) -> LinkUsage {
         linkUsage[account]?[medium] ?? LinkUsage()
     }
 
@@ -154,26 +154,25 @@ public struct RunTable: Sendable {
 
     /// The object now runs as `run` (nil or waiting: not at all), and what that changed.
     @discardableResult
-    public mutating func set(_ id: String, to run: Run?) -> RunChange {
+    @_spi(Testing) public mutating func set(_ id: String, to run: Run?) -> RunChange {
         let new = run.flatMap { $0.waits ? nil : $0 }
         let old = runs[id]
         guard old != new else { return RunChange() }
-        var change = RunChange()
-        let links = Set([old?.account, new?.account].compactMap { $0 })
-        let managers = Set([old?.manager, new?.manager].compactMap { $0 })
-        let before = snapshot(links: links, managers: managers)
-        if let old { apply(old, sign: -1) }
+        // What the old run's and the new one's totals were before, as each
+        // is first touched: a Publish passes here, so no more is looked at.
+        var touched = Touched()
+        if let old { apply(old, sign: -1, recording: &touched) }
         runs[id] = new
-        if let new { apply(new, sign: 1) }
-        let after = snapshot(links: links, managers: managers)
-        for (key, wish) in after.links where before.links[key] != wish {
+        if let new { apply(new, sign: 1, recording: &touched) }
+        var change = RunChange()
+        for (account, medium, before) in touched.links {
+            let after = usage(of: account, on: medium).wish
+            guard after != before else { continue }
             change.mediumsChanged = true
-            if wish.scans, before.links[key]?.scans != true {
-                change.startedListening[key.account, default: []].insert(key.medium)
-            }
+            if after.scans, !before.scans { change.startedListening[account, default: []].insert(medium) }
         }
         if (old?.beacons ?? false) != (new?.beacons ?? false) { change.mediumsChanged = true }
-        for manager in managers where before.managers[manager] != after.managers[manager] {
+        for (manager, before) in touched.managers where usedMask(of: manager) != before {
             change.managers.insert(manager)
         }
         return change
@@ -226,35 +225,48 @@ public struct RunTable: Sendable {
     /// The totals worked out afresh from the runs: what ``totals`` must equal.
     @_spi(Testing) public func recomputed() -> Totals {
         var table = RunTable()
-        for run in runs.values { table.apply(run, sign: 1) }
+        var touched = Touched()
+        for run in runs.values { table.apply(run, sign: 1, recording: &touched) }
         return table.totals
     }
 
-    private struct LinkMedium: Hashable {
-        let account: Account
-        let medium: Medium
+    /// The totals a change touched, as they were before it.
+    private struct Touched {
+        var links: [(account: Account, medium: Medium, wish: LinkUsage.Wish)] = []
+        var managers: [(manager: ObjectIdentifier, used: UInt8)] = []
     }
 
-    private func snapshot(links: Set<Account>, managers: Set<ObjectIdentifier>)
-        -> (links: [LinkMedium: LinkUsage.Wish], managers: [ObjectIdentifier: Set<Medium>]) {
-        var wishes: [LinkMedium: LinkUsage.Wish] = [:]
-        for account in links {
-            for medium in Medium.allCases {
-                wishes[LinkMedium(account: account, medium: medium)] = usage(of: account, on: medium).wish
-            }
+    /// The mediums a manager's objects use, one bit each.
+    private func usedMask(of manager: ObjectIdentifier) -> UInt8 {
+        var mask: UInt8 = 0
+        if let used = managerMediums[manager] {
+            for medium in used.keys { mask |= Self.bit(medium) }
         }
-        return (wishes, Dictionary(uniqueKeysWithValues: managers.map { ($0, mediums(usedBy: $0)) }))
+        return mask
+    }
+
+    private static func bit(_ medium: Medium) -> UInt8 {
+        switch medium {
+        case .ble: 1
+        case .audio: 2
+        }
     }
 
     /// Adds (`sign` 1) or takes out (-1) one run's share of the totals; a
     /// total that comes to nothing is dropped, so the totals hold only what is used.
-    private mutating func apply(_ run: Run, sign: Int) {
+    private mutating func apply(_ run: Run, sign: Int, recording touched: inout Touched) {
+        if !touched.managers.contains(where: { $0.manager == run.manager }) {
+            touched.managers.append((run.manager, usedMask(of: run.manager)))
+        }
         if let placement = run.nearby {
             let foreground = placement == .foreground
             let mode = run.strategy.mode
             // Audio never runs for a manager in the background.
             for medium in run.strategy.mediums where foreground || medium != .audio {
                 var usage = usage(of: run.account, on: medium)
+                if !touched.links.contains(where: { $0.account == run.account && $0.medium == medium }) {
+                    touched.links.append((run.account, medium, usage.wish))
+                }
                 if mode.broadcasts { usage.broadcasting += sign }
                 if mode.scans {
                     usage.scanning += sign

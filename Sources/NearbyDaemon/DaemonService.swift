@@ -51,6 +51,8 @@ final class DaemonService {
     /// once a link is connected (``serverStatus``).
     private var serverUnreachable: String?
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
+    /// The same managers by account: an account's link lives while it has any.
+    private var managersOfAccount: [Account: Set<ObjectIdentifier>] = [:]
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
     /// What came of each static publication file: its publication, or why it has none.
@@ -214,7 +216,7 @@ final class DaemonService {
                                           at: path, owner: busName) {
             registry.removeManager(manager)
         }
-        managers[ObjectIdentifier(manager)] = object
+        adopt(object)
         _ = link(for: manager.account)
         refreshErrors(of: object)
         upstream.managerCreated(object)
@@ -330,11 +332,22 @@ final class DaemonService {
             if let child = subscriptions[subscription.id] { remove(child) }
         }
         object.exported?.unregister()
-        managers.removeValue(forKey: ObjectIdentifier(object.manager))
-        if object.directChannel { upstream.managersChanged(object.manager.account) }
+        // A call waiting on the manager (a Publish asking permission) sees it gone.
+        object.exported = nil
         let account = object.manager.account
-        guard let state = links[account], !managers.values.contains(where: { $0.manager.account == account }) else { return }
-        retire(state)
+        let id = ObjectIdentifier(object.manager)
+        managers.removeValue(forKey: id)
+        managersOfAccount[account]?.remove(id)
+        if object.directChannel { upstream.managersChanged(account) }
+        guard managersOfAccount[account]?.isEmpty ?? true else { return }
+        managersOfAccount[account] = nil
+        if let state = links[account] { retire(state) }
+    }
+
+    private func adopt(_ object: ManagerObject) {
+        let id = ObjectIdentifier(object.manager)
+        managers[id] = object
+        managersOfAccount[object.manager.account, default: []].insert(id)
     }
 
     // MARK: Permissions
@@ -610,8 +623,7 @@ final class DaemonService {
     /// due, then waits for the next deadline.
     private func expireDue() {
         expiryTimer = nil
-        let (due, next) = expiries.due(nowMs: clock.nowMs)
-        for entry in due {
+        for entry in expiries.due(nowMs: clock.nowMs) {
             switch entry {
             case .renew(let id):
                 if let object = publications[id] { renew(object) }
@@ -625,7 +637,7 @@ final class DaemonService {
                 }
             }
         }
-        armExpiryTimer(for: next)
+        armExpiryTimer(for: expiries.rearm())
     }
 
     // MARK: Static publications
@@ -688,7 +700,7 @@ final class DaemonService {
         let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: false)
         let object = ManagerObject(manager: manager, path: .nearbyd(client: client.number, manager: manager.number),
                                    service: self, exempt: true)
-        managers[ObjectIdentifier(manager)] = object
+        adopt(object)
         _ = link(for: manager.account)
         staticOwners[owner] = object
         return object
@@ -762,16 +774,23 @@ final class DaemonService {
     }
 
     private func handle(_ event: LinkEvent, from state: LinkState) {
-        let account = state.link.account
-        let change = announcingServerStatus {
-            let change = state.view.apply(event, subscriptions: LinkSubscriptionsOf(account: account, objects: subscriptions,
-                                                                                   runs: runs))
-            switch change.reach {
-            case .reached: serverUnreachable = nil
-            case .unreachable(let why): serverUnreachable = why
-            case nil: break
+        let linkSubscriptions = LinkSubscriptionsOf(account: state.link.account, objects: subscriptions, runs: runs)
+        let change: LinkView.Change
+        switch event {
+        case .connected, .disconnected, .waiting:
+            change = announcingServerStatus {
+                let change = state.view.apply(event, subscriptions: linkSubscriptions)
+                switch change.reach {
+                case .reached: serverUnreachable = nil
+                case .unreachable(let why): serverUnreachable = why
+                case nil: break
+                }
+                return change
             }
-            return change
+        case .registered, .refused, .token, .stream:
+            // The hot path (every Publish is registered; every found and lost
+            // streams): nothing here changes what `Server` says.
+            change = state.view.apply(event, subscriptions: linkSubscriptions)
         }
         if change.namespaceChanged { announceResolvedNamespace(of: state) }
         switch change.statuses {

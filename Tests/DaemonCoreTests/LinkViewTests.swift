@@ -1,4 +1,4 @@
-import DaemonCore
+@_spi(Testing) import DaemonCore
 import Foundation
 import NearbyCore
 import ServerAPI

@@ -56,6 +56,15 @@ struct RunTableTests {
         #expect(!table.set("s4", to: run(bob, manager2, [.ble], .scan, .foreground)).mediumsChanged)
     }
 
+    @Test func aManagerBackInTheForegroundStartsItsLinksListeningOnAudio() {
+        var table = RunTable()
+        table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .background))
+        let back = table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .foreground))
+        // The link is told what audio already hears, as for an object that starts.
+        #expect(back.startedListening == [alice: [.audio]])
+        #expect(back.mediumsChanged)
+    }
+
     @Test func aWaitingRunIsNoRun() {
         var table = RunTable()
         table.set("p1", to: run(alice, manager1, [.ble], .broadcast, .foreground))
@@ -164,15 +173,20 @@ struct RunTableTests {
             let before = table
             let change = table.set(id, to: next)
             #expect(table.totals == table.recomputed(), "step \(step)")
-            if before.totals == table.totals, before.beaconsRun(id) == table.beaconsRun(id) {
-                #expect(!change.mediumsChanged, "step \(step)")
-            }
+            // What the change says, against the totals before and after (each held to a recomputation).
+            var wishChanged = false
             for account in accounts {
                 for medium in Medium.allCases {
-                    let started = !before.scans(account, on: medium) && table.scans(account, on: medium)
+                    let (was, now) = (before.usage(of: account, on: medium), table.usage(of: account, on: medium))
+                    wishChanged = wishChanged || (was.broadcasting > 0) != (now.broadcasting > 0)
+                        || (was.scanning > 0) != (now.scanning > 0) || (was.fullScanning > 0) != (now.fullScanning > 0)
+                    let started = was.scanning == 0 && now.scanning > 0
                     #expect((change.startedListening[account]?.contains(medium) ?? false) == started, "step \(step)")
                 }
             }
+            #expect(change.mediumsChanged == (wishChanged || before.beaconsRun(id) != table.beaconsRun(id)), "step \(step)")
+            #expect(change.managers == Set(managers.filter { before.mediums(usedBy: $0) != table.mediums(usedBy: $0) }),
+                    "step \(step)")
         }
     }
 }

@@ -133,6 +133,20 @@ import TestSupport
         }
     }
 
+    /// A Publish waiting for permission whose manager is released meanwhile
+    /// makes nothing: the grant that follows is answered `DoesNotExist`.
+    @Test func aManagerReleasedWhilePermissionIsAskedPublishesNothing() async throws {
+        try await withCluster(Self.ask) { cluster in
+            let key = try await cluster.createProject("permissions")
+            let device = try await cluster.addDevice("A")
+            let app = try await app(on: device, key: key, appId: "org.example.Gone", dialog: "release")
+            try await app.waitForLine(containing: #""event": "released""#)
+            let refused = try await app.waitForLine(containing: #""event": "error""#)
+            #expect(refused.contains("org.nearbyd.Error.DoesNotExist"), "\(refused)")
+            #expect(!app.output.contains(#""event": "published""#), "\(app.output)")
+        }
+    }
+
     @Test func noAnswerInTimeIsADenyThatIsNotKept() async throws {
         try await withCluster(Cluster.Options(permissionPolicy: "ask", permissionTimeout: 1)) { cluster in
             let key = try await cluster.createProject("permissions")

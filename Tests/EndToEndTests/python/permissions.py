@@ -9,7 +9,7 @@ agent or a Python app would. Prints one JSON line per event.
   permissions.py app BUS API_KEY APP_ID HANDLER [TYPE]
       Creates a manager (with usage descriptions) and publishes TYPE (default
       "perm"). HANDLER is the answer of the app's own PermissionRequest1 dialog
-      (grant, deny) or none. Prints "published" or "error" (name, message),
+      (grant, deny; release: it releases the manager, then grants) or none. Prints "published" or "error" (name, message),
       "asked" when its dialog is asked, then "permission" and "status" changes.
       Runs until killed.
   permissions.py toggle BUS API_KEY APP_ID true|false
@@ -47,13 +47,18 @@ class Agent(ServiceInterface):
 
 
 class Dialog(ServiceInterface):
-    def __init__(self, answer):
+    def __init__(self, answer, manager_interface):
         super().__init__("org.nearbyd.PermissionRequest1")
         self.answer = answer
+        self.manager_interface = manager_interface
 
     @method(name="Request")
-    def request(self, mediums: "as") -> "b":
+    async def request(self, mediums: "as") -> "b":
         say(event="asked", mediums=mediums)
+        if self.answer == "release":
+            await self.manager_interface.call_release()
+            say(event="released")
+            return True
         return self.answer == "grant"
 
 
@@ -89,7 +94,7 @@ async def app(bus, api_key, app_id, handler, message_type="perm"):
     manager_properties.on_properties_changed(manager_changed)
     params = {}
     if handler != "none":
-        bus.export("/org/example/dialog", Dialog(handler))
+        bus.export("/org/example/dialog", Dialog(handler, manager_interface))
         params["PermissionRequestHandler"] = Variant("o", "/org/example/dialog")
     try:
         path = await manager_interface.call_publish(b"hello", message_type, params)
