@@ -11,28 +11,44 @@ import Testing
     /// Connected, then the connection failed.
     static let connectedThenFailed = Backoff.Attempt(connected: true, failure: Refused())
 
+    /// The attempts' outcomes given in turn, and what the backoff did with them.
+    actor Recorder {
+        private var remaining: ArraySlice<Backoff.Attempt>
+        private(set) var urls: [Int] = []
+        private(set) var pauses: [Duration] = []
+        private(set) var roundsFailed: [Bool] = []
+
+        init(_ outcomes: [Backoff.Attempt]) {
+            remaining = outcomes[...]
+        }
+
+        /// Runs the backoff, in this actor's isolation, until the outcomes
+        /// run out; then it cancels its own task, which ends the backoff.
+        func run(_ backoff: Backoff, over endpoints: ServerEndpoints) async {
+            await backoff.retry(over: endpoints) { endpoint in
+                guard let outcome = self.remaining.popFirst() else {
+                    withUnsafeCurrentTask { $0?.cancel() }
+                    return Backoff.Attempt(connected: false, failure: nil)
+                }
+                self.urls.append(endpoint.index)
+                return outcome
+            } settled: { roundFailed in
+                if !Task.isCancelled { self.roundsFailed.append(roundFailed) }
+            } pause: { self.pauses.append($0) }
+        }
+    }
+
     /// Runs the backoff over `urls` URLs through `outcomes`, one an attempt,
     /// and stops after the last: the URL of each attempt, each pause, and what
-    /// `settled` heard after each attempt.
+    /// `settled` heard after each attempt. The backoff runs in a task of its
+    /// own, which it cancels at the end, so the test's task is never cancelled.
     static func run(urls: Int, _ outcomes: [Backoff.Attempt]) async -> (urls: [Int], pauses: [Duration], roundsFailed: [Bool]) {
         let clients = (0..<urls).map { ServerClient(baseURL: "http://127.0.0.1:\(9 + $0)", timeoutSeconds: 1) }
         let endpoints = ServerEndpoints(clients: clients, logger: Logger(label: "backoff-test"))
         let backoff = Backoff(initial: .milliseconds(100), maximum: .milliseconds(400))
-        var tried: [Int] = []
-        var pauses: [Duration] = []
-        var roundsFailed: [Bool] = []
-        var remaining = outcomes[...]
-        await backoff.retry(over: endpoints) { endpoint in
-            guard let outcome = remaining.popFirst() else {
-                withUnsafeCurrentTask { $0?.cancel() }
-                return Backoff.Attempt(connected: false, failure: nil)
-            }
-            tried.append(endpoint.index)
-            return outcome
-        } settled: { roundFailed in
-            if !Task.isCancelled { roundsFailed.append(roundFailed) }
-        } pause: { pauses.append($0) }
-        return (tried, pauses, roundsFailed)
+        let recorder = Recorder(outcomes)
+        await Task { await recorder.run(backoff, over: endpoints) }.value
+        return (await recorder.urls, await recorder.pauses, await recorder.roundsFailed)
     }
 
     @Test func failedRoundsWaitLongerUpToTheMaximumAndAConnectionStartsAgain() async {
