@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "NearbyBusContract"),
         .target(name: "NearbyCore", dependencies: ["NearbyBusContract", .product(name: "HeapModule", package: "swift-collections")]),
         // Strict reading of the TOML configuration files of nearbyd and nearby-server.
-        .target(name: "DaemonCore", dependencies: ["NearbyCore", "ServerAPI"]),
+        .target(name: "DaemonCore", dependencies: ["NearbyBusContract", "NearbyCore", "ServerAPI", .product(name: "Logging", package: "swift-log")]),
         .target(name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "ServerAPI", dependencies: ["NearbyCore"]),
         .target(
@@ -299,7 +299,7 @@ let package = Package(
             exclude: ["python"]
         ),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
-        .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyCore", "ServerAPI"]),
+        .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyBusContract", "NearbyCore", "ServerAPI", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore", "NearbyBusContract"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),

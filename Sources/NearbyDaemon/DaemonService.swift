@@ -11,11 +11,13 @@ import ServerAPI
 import SystemdService
 import Upstream
 
-/// The daemon's logic: the registry of what clients made, the links to
-/// nearby-server (one per API key), the mediums, and the found/lost signals.
-/// Lives on the bus actor, so a D-Bus call is decoded, validated, registered and
-/// answered without a hop; the network and the mediums run elsewhere and report
-/// back in order.
+/// The daemon's bus face over its ``Core``: it knows the callers (who they
+/// are, their login sessions, their permission), exports and unexports the
+/// objects, and does what the core's commands return: signals and property
+/// changes, the links to nearby-server (one per user and API key), the
+/// mediums' wishes, the beacon watch, the TTL timer. Lives on the bus actor,
+/// so a D-Bus call is decoded, validated, registered and answered without a
+/// hop; the network and the mediums run elsewhere and report back in order.
 @BusActor
 final class DaemonService {
     /// The daemon's release.
@@ -29,13 +31,15 @@ final class DaemonService {
     private let clock: any WallClock
     let connection: BusConnection
     let logger: Logger
-    private let registry: Registry
+    /// The logic: the registry, where everything runs, statuses, found and
+    /// lost. This class is its bus face: it decodes, calls it once, and does
+    /// what it returns (``apply(_:)``).
+    let core: Core
     /// The URLs of nearby-server and the one in use, shared by every connection to it.
     private let endpoints: ServerEndpoints
     private let credentials: CredentialStore
     private let backends: [Medium: any MediumBackend]
-    private(set) var availableMediums: Set<Medium> = []
-    private var mediumConditions: [Medium: MediumCondition] = [:]
+    var availableMediums: Set<Medium> { core.availableMediums }
     private(set) var debugLogging = false
     private var root: RootObject?
     private var watches: [String: PeerWatch] = [:]
@@ -45,14 +49,10 @@ final class DaemonService {
     let sessions: LoginSessions
     private var sessionWatches: [String: SessionWatch] = [:]
     let permissions: PermissionBroker
-    /// One per user and API key.
-    private var links: [Account: LinkState] = [:]
-    /// Why the last link attempt that could not reach the server failed; nil
-    /// once a link is connected (``serverStatus``).
-    private var serverUnreachable: String?
+    /// One per user and API key, as the core opens and retires them.
+    private var links: [Account: (link: ServerLink, task: Task<Void, Never>)] = [:]
+    /// The bus objects of the core's managers, publications and subscriptions.
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
-    /// The same managers by account: an account's link lives while it has any.
-    private var managersOfAccount: [Account: Set<ObjectIdentifier>] = [:]
     private var publications: [String: PublicationObject] = [:]
     private var subscriptions: [String: SubscriptionObject] = [:]
     /// What came of each static publication file: its publication, or why it has none.
@@ -60,25 +60,16 @@ final class DaemonService {
     /// The published ones by file, with what the file said.
     private var staticSources: [String: (source: StaticPublication, object: PublicationObject)] = [:]
     private var staticOwners: [StaticOwner: ManagerObject] = [:]
-    /// The publications and subscriptions that run now, and where: what the
-    /// links and the mediums are asked for, and the managers' error
-    /// properties, are derived from it. The others wait for permission or the
-    /// foreground.
-    private var runs = RunTable()
-    private var sightings: SightingTracker
     private let beacons: BeaconWatch
     /// Upstream messages: `org.nearbyd.Upstream1` of every manager.
     let upstream: UpstreamService
-    /// Tokens this daemon broadcast recently, so it never reports hearing itself.
-    private var ownTokens: [Token] = []
     private var mediumWishes: [Medium: AsyncStream<MediumWish>.Continuation] = [:]
     private var lastWishes: [Medium: MediumWish] = [:]
     private var tasks: [Task<Void, Never>] = []
     private var sightingsTimer: BusTimer?
     private var registrationsTimer: BusTimer?
     private var shrinkTimers: [Medium: BusTimer] = [:]
-    /// When publications and subscriptions with a TTL end, with one timer for the earliest.
-    private var expiries = Expiries()
+    /// The one timer for the earliest TTL or renewal (``Effect/tickAt(_:)``).
     private var expiryTimer: BusTimer?
 
     let enabledMediums: Set<Medium>
@@ -100,9 +91,9 @@ final class DaemonService {
         defaultStrategies = defaults
         self.connection = connection
         self.logger = logger
-        permissions = PermissionBroker(configuration: configuration, connection: connection, clock: clock, logger: logger)
+        let permissions = PermissionBroker(configuration: configuration, connection: connection, clock: clock, logger: logger)
+        self.permissions = permissions
         self.backends = Dictionary(uniqueKeysWithValues: backends.map { ($0.medium, $0) })
-        registry = Registry(limits: configuration.limits, idPrefix: Self.instanceID())
         let endpoints = ServerEndpoints(clients: configuration.serverURLs.map {
             ServerClient(baseURL: $0, timeoutSeconds: configuration.requestTimeout, tls: serverTLS, caFile: configuration.serverCAFile)
         }, logger: logger)
@@ -112,9 +103,15 @@ final class DaemonService {
                                           clock: clock, logger: logger)
         self.endpoints = endpoints
         self.credentials = credentials
-        sightings = SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
-                                    refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
-                                    lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))])
+        core = Core(registry: Registry(limits: configuration.limits, idPrefix: Self.instanceID()),
+                    enabledMediums: configuration.enabledMediums, serverURLs: endpoints.urls,
+                    refusedRetry: Self.seconds(configuration.refusedChangeRetry),
+                    sightings: SightingTracker(lostTimeout: .milliseconds(Int64(configuration.lostTimeout * 1000)),
+                                               refreshInterval: .milliseconds(Int64(configuration.refreshInterval * 1000)),
+                                               lostTimeouts: [.audio: .milliseconds(Int64(configuration.audioLostTimeout * 1000))]),
+                    clock: clock, logger: logger) { manager in
+            permissions.isGranted(PermissionKey(uid: manager.client.uid, appId: manager.appId))
+        }
         beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: endpoints, clock: clock, logger: logger)
         let backoff = Backoff(configuration)
         upstream = UpstreamService(outbox: outbox, clock: clock, logger: logger) { account in
@@ -182,7 +179,7 @@ final class DaemonService {
     /// Ends every client's objects (so subscribers elsewhere see them lost),
     /// waits up to `grace` for the server to hear of it, and stops.
     func stop(grace: Duration) async {
-        for busName in registry.clients.keys { clientLeft(busName) }
+        for busName in core.registry.clients.keys { clientLeft(busName) }
         root?.exported?.unregister()
         let states = Array(links.values)
         // Past the grace the links stop, which releases anyone waiting on them.
@@ -207,32 +204,31 @@ final class DaemonService {
     func createManager(for busName: String, _ request: ManagerRequest) async throws(NearbyError) -> ObjectPath {
         let client = try await client(for: busName)
         let appId = try Self.appId(requested: request.appId, real: callers[busName]?.app, uid: client.uid, apiKey: request.apiKey)
-        let manager = try registry.addManager(to: client, apiKey: request.apiKey, appId: appId,
-                                              debugLogging: request.debugLogging)
-        let path = ObjectPath.nearbyd(client: client.number, manager: manager.number)
-        let object = ManagerObject(manager: manager, path: path, service: self)
+        let (manager, effects) = try core.addManager(to: client, apiKey: request.apiKey, appId: appId,
+                                                     debugLogging: request.debugLogging)
+        let object = ManagerObject(manager: manager, path: ObjectPath(manager), service: self)
         object.usageDescriptions = request.usageDescriptions
-        object.exported = try exportOwned([ManagerObject.interface.bind(object), ManagerObject.upstreamInterface.bind(object)],
-                                          at: path, owner: busName) {
-            registry.removeManager(manager)
+        managers[ObjectIdentifier(manager)] = object
+        do {
+            object.exported = try exportOwned([ManagerObject.interface.bind(object), ManagerObject.upstreamInterface.bind(object)],
+                                              at: object.path, owner: busName)
+        } catch {
+            apply(effects + core.release(manager))
+            throw error
         }
-        adopt(object)
-        _ = link(for: manager.account)
-        refreshErrors(of: object)
+        apply(effects)
         upstream.managerCreated(object)
         await followSession(of: busName, for: object)
-        logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(path)", "app": "\(appId)"])
-        return path
+        logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(object.path)", "app": "\(appId)"])
+        return object.path
     }
 
-    /// Exports an object only its creator may call; when the bus refuses it
-    /// (out of memory, a path clash), `undo` takes back what was registered for it.
-    private func exportOwned(_ bindings: [InterfaceBinding], at path: ObjectPath, owner busName: String,
-                             undo: () -> Void) throws(NearbyError) -> ExportedObject {
+    /// Exports an object only its creator may call; the bus refuses it when
+    /// out of memory or on a path clash.
+    private func exportOwned(_ bindings: [InterfaceBinding], at path: ObjectPath, owner busName: String) throws(NearbyError) -> ExportedObject {
         do {
             return try connection.export(bindings, at: path, access: .owner(busName, denied: .notYours))
         } catch {
-            undo()
             throw .limitExceeded("the bus refused a new object: \(error.message)")
         }
     }
@@ -240,9 +236,9 @@ final class DaemonService {
     /// The client behind `busName`; a new one is watched from now on, so its
     /// objects go the moment it leaves the bus.
     private func client(for busName: String) async throws(NearbyError) -> Client {
-        if let client = registry.client(busName: busName) { return client }
+        if let client = core.registry.client(busName: busName) { return client }
         // Before the round trips below; the per-user limit needs the uid they bring.
-        guard registry.clients.count < configuration.limits.maxClients else {
+        guard core.registry.clients.count < configuration.limits.maxClients else {
             throw .limitExceeded("the daemon serves at most \(configuration.limits.maxClients) clients ([limits] max-clients)")
         }
         if watches[busName] == nil {
@@ -256,7 +252,7 @@ final class DaemonService {
         // The caller may have left, or made a client meanwhile, while the bus answered.
         guard watches[busName] != nil else { throw .doesNotExist("the caller left the bus") }
         do {
-            return try registry.addClient(busName: busName, uid: caller.uid)
+            return try core.registry.addClient(busName: busName, uid: caller.uid)
         } catch {
             clientLeft(busName)
             throw error
@@ -297,13 +293,11 @@ final class DaemonService {
             guard watches[busName] != nil else { return watch.cancel() }
             sessionWatches[busName] = watch
         }
-        if let state = sessions.state(of: session) { setBackground(object, sessionAway: state.away) }
+        if let state = sessions.state(of: session) { apply(core.setBackground(object.manager, sessionAway: state.away)) }
     }
 
     private func session(of busName: String, is state: SessionState) {
-        for object in managers.values where object.manager.client.busName == busName {
-            setBackground(object, sessionAway: state.away)
-        }
+        apply(core.session(of: busName, away: state.away))
     }
 
     /// A client left the bus: everything it made goes.
@@ -312,42 +306,13 @@ final class DaemonService {
         sessionWatches.removeValue(forKey: busName)?.cancel()
         callers.removeValue(forKey: busName)
         permissions.connectionLeft(busName)
-        guard let client = registry.removeClient(busName: busName) else { return }
-        for manager in client.managers.values {
-            if let object = managers[ObjectIdentifier(manager)] { tearDown(object) }
-        }
+        guard core.registry.client(busName: busName) != nil else { return }
+        apply(core.clientLeft(busName))
         logger.info("client left", metadata: ["client": "\(busName)"])
     }
 
     func release(_ object: ManagerObject) {
-        tearDown(object)
-        registry.removeManager(object.manager)
-    }
-
-    private func tearDown(_ object: ManagerObject) {
-        for publication in object.manager.publications.values {
-            if let child = publications[publication.id] { remove(child) }
-        }
-        for subscription in object.manager.subscriptions.values {
-            if let child = subscriptions[subscription.id] { remove(child) }
-        }
-        object.exported?.unregister()
-        // A call waiting on the manager (a Publish asking permission) sees it gone.
-        object.exported = nil
-        let account = object.manager.account
-        let id = ObjectIdentifier(object.manager)
-        managers.removeValue(forKey: id)
-        managersOfAccount[account]?.remove(id)
-        if object.directChannel { upstream.managersChanged(account) }
-        guard managersOfAccount[account]?.isEmpty ?? true else { return }
-        managersOfAccount[account] = nil
-        if let state = links[account] { retire(state) }
-    }
-
-    private func adopt(_ object: ManagerObject) {
-        let id = ObjectIdentifier(object.manager)
-        managers[id] = object
-        managersOfAccount[object.manager.account, default: []].insert(id)
+        apply(core.release(object.manager))
     }
 
     // MARK: Permissions
@@ -369,15 +334,11 @@ final class DaemonService {
         return requested
     }
 
-    func isPermitted(_ object: ManagerObject) -> Bool {
-        object.exempt || permissions.isGranted(object.permissionKey)
-    }
-
     /// Publish and Subscribe: `body` runs once the app may use Nearby, at once
     /// when that is decided; otherwise the call waits for the answer.
     func whenPermitted(_ owner: ManagerObject, mediums: Set<Medium>, handler: ObjectPath?, call: MethodCall,
                        _ body: @escaping @BusActor @Sendable () throws(NearbyError) -> ObjectPath) throws(DBusError) {
-        if isPermitted(owner) {
+        if core.isPermitted(owner.manager) {
             let path = try checked(body)
             return call.reply { writer throws(DBusError) in try writer.append(path) }
         }
@@ -401,10 +362,7 @@ final class DaemonService {
 
     /// A decision changed: the app's managers say so, and their objects stop or resume.
     private func permissionChanged(_ key: PermissionKey) {
-        for object in managers.values where object.permissionKey == key {
-            object.changed([NearbyBusContract.Manager1.permissionGranted.name])
-            reconcile(object)
-        }
+        apply(core.permissionChanged(uid: key.uid, appId: key.appId))
     }
 
     /// Root only: turning on verbose logging for everyone.
@@ -434,210 +392,118 @@ final class DaemonService {
 
     @discardableResult
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> PublicationObject {
-        let expiresAtMs = clock.nowMs + UInt64(strategy.ttlSeconds) * 1000
-        let publication = try registry.addPublication(to: owner.manager, message: message, strategy: strategy,
-                                                      expiresAtMs: expiresAtMs)
-        let path = owner.path.child("publication\(publication.number)")
-        let object = PublicationObject(publication: publication, path: path, service: self)
-        object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: path,
-                                          owner: owner.manager.client.busName) { _ = registry.remove(publication) }
+        let (publication, effects) = try core.publish(message, strategy: strategy, in: owner.manager)
+        let object = PublicationObject(publication: publication, path: ObjectPath(publication), service: self)
         publications[publication.id] = object
-        armExpiryTimer(for: expiries.schedule(publication.id, expiresAtMs: expiresAtMs, renewed: owner.exempt))
-        reconcile(object, owner: owner)
-        record("published", by: owner.manager, ["object": "\(path)", "type": "\(message.type)",
-                                                "medium": "\(Medium.names(strategy.mediums))"])
+        do {
+            object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: object.path,
+                                              owner: owner.manager.client.busName)
+        } catch {
+            apply(effects + core.end(publication.id))
+            throw error
+        }
+        apply(effects)
         return object
     }
 
     func subscribe(_ filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes,
                    in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
-        if deviceTypes.beacons != nil, !enabledMediums.contains(.ble) {
-            throw .notSupported("beacon subscriptions need BLE, which this daemon's configuration disables")
-        }
-        let expiresAtMs = strategy.ttlSeconds == 0 ? 0 : clock.nowMs + UInt64(strategy.ttlSeconds) * 1000
-        let subscription = try registry.addSubscription(to: owner.manager, filter: filter, strategy: strategy,
-                                                        deviceTypes: deviceTypes, expiresAtMs: expiresAtMs)
-        let path = owner.path.child("subscription\(subscription.number)")
-        let object = SubscriptionObject(subscription: subscription, path: path, service: self)
-        object.exported = try exportOwned([SubscriptionObject.interface.bind(object)], at: path,
-                                          owner: owner.manager.client.busName) { _ = registry.remove(subscription) }
+        let (subscription, effects) = try core.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: owner.manager)
+        let object = SubscriptionObject(subscription: subscription, path: ObjectPath(subscription), service: self)
         subscriptions[subscription.id] = object
-        if expiresAtMs > 0 { armExpiryTimer(for: expiries.schedule(subscription.id, expiresAtMs: expiresAtMs)) }
-        reconcile(object, owner: owner)
-        record("subscribed", by: owner.manager, ["object": "\(path)", "type": "\(filter.type)",
-                                                 "medium": "\(Medium.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
-                                                 "beacons": "\(deviceTypes.beacons != nil)"])
-        return path
+        do {
+            object.exported = try exportOwned([SubscriptionObject.interface.bind(object)], at: object.path,
+                                              owner: owner.manager.client.busName)
+        } catch {
+            apply(effects + core.end(subscription.id))
+            throw error
+        }
+        apply(effects)
+        return object.path
     }
 
-    /// A manager going to or from the background. While it is there only its
-    /// objects with `AllowInBackground` run, on BLE alone, listening with low
-    /// power (a passive advertisement monitor where the adapter has one) unless
-    /// another manager needs full listening; the others wait for the foreground.
-    /// `requested` is the client's wish; `sessionAway` its login session's state.
-    func setBackground(_ object: ManagerObject, requested: Bool? = nil, sessionAway: Bool? = nil) {
-        if let requested { object.backgroundRequested = requested }
-        if let sessionAway { object.sessionAway = sessionAway }
-        let background = object.backgroundRequested || object.sessionAway
-        guard object.background != background else { return }
-        object.background = background
-        object.changed([NearbyBusContract.Manager1.background.name])
-        if object.directChannel { upstream.managersChanged(object.manager.account) }
-        reconcile(object)
-        if beacons.isWatching { updateMediums() }
-        record(background ? "in the background" : "in the foreground", by: object.manager, [:])
-    }
-
-    // MARK: Running and waiting
-
-    /// Starts, stops or moves every object of a manager as its permission and
-    /// background say.
-    private func reconcile(_ owner: ManagerObject) {
-        for publication in owner.manager.publications.values {
-            if let object = publications[publication.id] { reconcile(object, owner: owner) }
-        }
-        for subscription in owner.manager.subscriptions.values {
-            if let object = subscriptions[subscription.id] { reconcile(object, owner: owner) }
-        }
-    }
-
-    private func reconcile(_ object: PublicationObject, owner: ManagerObject) {
-        let publication = object.publication
-        let state = link(for: publication.manager.account)
-        let transition = runs.reconcile(publication.id, RunRequest(publication), permitted: isPermitted(owner),
-                                        background: owner.background)
-        apply(transition.change)
-        switch transition.nearby {
-        case .started:
-            state.link.send(.publish(publication))
-        case .stopped:
-            state.view.stopped(publication.id)
-            state.link.send(.unpublish(publication.id))
-            record("publication waiting", by: publication.manager, ["object": "\(object.path)"])
-        case .unchanged:
-            break
-        }
-        refreshStatus(of: object, state)
-    }
-
-    private func reconcile(_ object: SubscriptionObject, owner: ManagerObject) {
-        let subscription = object.subscription
-        let transition = runs.reconcile(subscription.id, RunRequest(subscription), permitted: isPermitted(owner),
-                                        background: owner.background)
-        // The watch before the mediums: their wish asks it how to listen.
-        switch transition.beacons {
-        case .started:
-            if let strategy = subscription.deviceTypes.beacons { beacons.add(object, strategy: strategy) }
-        case .stopped:
-            beacons.remove(object)
-            _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !FoundSource.isBeacon($0) })
-        case .unchanged:
-            break
-        }
-        apply(transition.change)
-        switch transition.nearby {
-        case .started:
-            link(for: subscription.manager.account).link.send(.subscribe(subscription))
-        case .stopped:
-            let state = link(for: subscription.manager.account)
-            state.view.stopped(subscription.id)
-            state.link.send(.unsubscribe(subscription.id))
-            _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
-        case .unchanged:
-            break
-        }
-        if transition.nearby == .stopped || transition.beacons == .stopped {
-            record("subscription waiting", by: subscription.manager, ["object": "\(object.path)"])
-        }
-        refreshStatus(of: object)
-    }
-
-    /// Brings the mediums, the links' listening and the managers' error
-    /// properties in line with what a change of the runs changed.
-    private func apply(_ change: RunChange) {
-        for (account, mediums) in change.startedListening {
-            if let state = links[account] { startListening(state, on: mediums) }
-        }
-        if change.mediumsChanged { updateMediums() }
-        for manager in change.managers {
-            if let owner = managers[manager] { refreshErrors(of: owner) }
-        }
+    /// `Background` set by the client.
+    func setBackground(_ object: ManagerObject, requested: Bool) {
+        apply(core.setBackground(object.manager, requested: requested))
     }
 
     func unpublish(_ object: PublicationObject) {
-        remove(object)
+        apply(core.end(object.publication.id))
     }
 
     func unsubscribe(_ object: SubscriptionObject) {
-        remove(object)
+        apply(core.end(object.subscription.id))
     }
 
-    /// The namespace a publication is in: its own, or the project's once the server told it.
-    func resolvedNamespace(of object: PublicationObject) -> String {
-        let namespace = object.publication.message.namespace
-        guard namespace.isEmpty else { return namespace }
-        return links[object.publication.manager.account]?.view.namespace ?? ""
-    }
+    // MARK: What the core's commands do
 
-    private func remove(_ object: PublicationObject) {
-        let publication = object.publication
-        guard registry.remove(publication) else { return }
-        object.exported?.unregister()
-        publications.removeValue(forKey: publication.id)
-        expiries.cancel(publication.id)
-        record("publication ended", by: publication.manager, ["object": "\(object.path)"])
-        apply(runs.end(publication.id).change)
-        if let state = links[publication.manager.account] {
-            state.view.ended(publication.id)
-            state.link.send(.unpublish(publication.id))
-        }
-    }
-
-    private func remove(_ object: SubscriptionObject) {
-        let subscription = object.subscription
-        guard registry.remove(subscription) else { return }
-        object.exported?.unregister()
-        subscriptions.removeValue(forKey: subscription.id)
-        expiries.cancel(subscription.id)
-        record("subscription ended", by: subscription.manager, ["object": "\(object.path)"])
-        let transition = runs.end(subscription.id)
-        if transition.beacons == .stopped { beacons.remove(object) }
-        apply(transition.change)
-        if subscription.deviceTypes.nearby, let state = links[subscription.manager.account] {
-            state.view.ended(subscription.id)
-            state.link.send(.unsubscribe(subscription.id))
-        }
-    }
-
-    // MARK: Expiry
-
-    /// Arms the expiry timer for `ms`, when ``Expiries`` says it is the earliest.
-    private func armExpiryTimer(for ms: UInt64?) {
-        guard let ms else { return }
-        expiryTimer?.cancel()
-        let delay = Int64(clamping: ms) - Int64(clamping: clock.nowMs)
-        expiryTimer = BusTimer(after: .milliseconds(delay)) { [weak self] in self?.expireDue() }
-    }
-
-    /// Ends what is due (`Expired` first) and renews the static publications
-    /// due, then waits for the next deadline.
-    private func expireDue() {
-        expiryTimer = nil
-        for entry in expiries.due(nowMs: clock.nowMs) {
-            switch entry {
-            case .renew(let id):
-                if let object = publications[id] { renew(object) }
-            case .expire(let id):
+    /// Does what a command of the core returned, in order.
+    private func apply(_ effects: [Effect]) {
+        for effect in effects {
+            switch effect {
+            case .managerChanged(let manager, let properties):
+                guard let object = managers[ObjectIdentifier(manager)] else { continue }
+                object.changed(properties.map(\.name))
+                if properties.contains(NearbyBusContract.Manager1.background), object.directChannel {
+                    upstream.managersChanged(manager.account)
+                }
+            case .objectChanged(let id, let properties):
                 if let object = publications[id] {
-                    object.emitExpired()
-                    remove(object)
+                    object.changed(properties.map(\.name))
                 } else if let object = subscriptions[id] {
-                    object.emitExpired()
-                    remove(object)
+                    object.changed(properties.map(\.name))
+                }
+            case .daemonChanged(let property):
+                announce(property)
+            case .found(let change):
+                signal(change)
+            case .expired(let id):
+                publications[id]?.emitExpired()
+                subscriptions[id]?.emitExpired()
+            case .ended(let id):
+                publications.removeValue(forKey: id)?.exported?.unregister()
+                subscriptions.removeValue(forKey: id)?.exported?.unregister()
+            case .managerEnded(let manager):
+                guard let object = managers.removeValue(forKey: ObjectIdentifier(manager)) else { continue }
+                object.exported?.unregister()
+                // A call waiting on the manager (a Publish asking permission) sees it gone.
+                object.exported = nil
+                if object.directChannel { upstream.managersChanged(manager.account) }
+            case .openLink(let account):
+                openLink(for: account)
+            case .retireLink(let account):
+                guard let state = links.removeValue(forKey: account) else { continue }
+                Task {
+                    await state.link.drain()
+                    state.task.cancel()
+                }
+            case .link(let account, let command):
+                links[account]?.link.send(command)
+            case .mediumsChanged:
+                updateMediums()
+            case .watchBeacons(let subscription, let strategy):
+                if let object = subscriptions[subscription.id] { beacons.add(object, strategy: strategy) }
+            case .unwatchBeacons(let subscription):
+                beacons.remove(subscription)
+            case .tickAt(let ms):
+                expiryTimer?.cancel()
+                let delay = Int64(clamping: ms) - Int64(clamping: clock.nowMs)
+                expiryTimer = BusTimer(after: .milliseconds(delay)) { [weak self] in
+                    guard let self else { return }
+                    expiryTimer = nil
+                    apply(core.tick())
                 }
             }
         }
-        armExpiryTimer(for: expiries.rearm())
+    }
+
+    private func signal(_ change: FoundChange) {
+        switch change {
+        case .found(let id, _, let message, let info):
+            subscriptions[id]?.emitFound(message, info)
+        case .lost(let id, _, let message, let info):
+            subscriptions[id]?.emitLost(message, info)
+        }
     }
 
     // MARK: Static publications
@@ -656,7 +522,7 @@ final class DaemonService {
         }.value
         let reload = StaticReload.of(previous: staticSources.mapValues(\.source),
                                      loaded: entries.map { ($0.path, try? $0.result.get()) })
-        for path in reload.ended { staticSources.removeValue(forKey: path).map { remove($0.object) } }
+        for path in reload.ended { staticSources.removeValue(forKey: path).map { unpublish($0.object) } }
         staticPublications = entries.map { entry in
             if reload.kept.contains(entry.path), let (_, object) = staticSources[entry.path] {
                 return (entry.path, .success(object))
@@ -696,246 +562,36 @@ final class DaemonService {
     private func staticManager(apiKey: String, appId: String) throws(NearbyError) -> ManagerObject {
         let owner = StaticOwner(apiKey: apiKey, appId: appId)
         if let known = staticOwners[owner] { return known }
-        let client = try registry.addClient(busName: connection.uniqueName, uid: getuid())
-        let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: false)
-        let object = ManagerObject(manager: manager, path: .nearbyd(client: client.number, manager: manager.number),
-                                   service: self, exempt: true)
-        adopt(object)
-        _ = link(for: manager.account)
+        let client = try core.registry.addClient(busName: connection.uniqueName, uid: getuid())
+        let (manager, effects) = try core.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: false, exempt: true)
+        let object = ManagerObject(manager: manager, path: ObjectPath(manager), service: self)
+        managers[ObjectIdentifier(manager)] = object
+        apply(effects)
         staticOwners[owner] = object
         return object
     }
 
-    /// A static publication's day is nearly over: the server is given another.
-    private func renew(_ object: PublicationObject) {
-        let publication = object.publication
-        publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
-        armExpiryTimer(for: expiries.schedule(publication.id, expiresAtMs: publication.expiresAtMs, renewed: true))
-        if runs.nearby(publication.id) != nil { links[publication.manager.account]?.link.send(.publish(publication)) }
-    }
-
     // MARK: Server links
 
-    /// `Nearby1.Server`: `connected: URL` while a link is in step with the
-    /// server at URL (`URL, URL` when links use different ones of `[server]
-    /// url`); else `unreachable: WHY` after a round of attempts that could not
-    /// reach it (or did not trust its certificate; with several URLs, WHY
-    /// says why each failed), `connecting` before any round has ended, and
-    /// `idle` while no app uses it. A refused API key is not the server's
-    /// state: the server answered.
-    var serverStatus: String {
-        LinkView.serverStatus(of: links.values.map(\.view), urls: endpoints.urls, unreachable: serverUnreachable)
-    }
+    /// `Nearby1.Server` (``Core/serverStatus``).
+    var serverStatus: String { core.serverStatus }
 
-    /// Runs `change` and announces `Server` if it changed: around what can
-    /// change it (links coming and going, connecting, failing), not every
-    /// event of a link, as the status looks at every link.
-    private func announcingServerStatus<T>(_ change: () -> T) -> T {
-        let before = serverStatus
-        let result = change()
-        if serverStatus != before {
-            announce(NearbyBusContract.Nearby1.server)
-        }
-        return result
-    }
-
-    private func link(for account: Account) -> LinkState {
-        if let state = links[account] { return state }
-        return announcingServerStatus { makeLink(for: account) }
-    }
-
-    private func makeLink(for account: Account) -> LinkState {
+    private func openLink(for account: Account) {
         let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
                               refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), clock: clock, logger: logger)
-        let state = LinkState(link: link, task: Task { await link.run() },
-                              view: LinkView(refusedRetry: Self.seconds(configuration.refusedChangeRetry)))
-        link.onEvent = { [weak self, weak state] event in
-            guard let self, let state else { return }
-            self.handle(event, from: state)
+        link.onEvent = { [weak self, weak link] event in
+            // A retired link still drains: its events are no longer anyone's.
+            guard let self, let link, self.links[account]?.link === link else { return }
+            self.apply(self.core.link(account, event))
         }
-        links[account] = state
-        return state
-    }
-
-    /// No manager uses this account any more: let its removals reach the server, then stop it.
-    private func retire(_ state: LinkState) {
-        announcingServerStatus {
-            links.removeValue(forKey: state.link.account)
-            // With no app using the server, what its last attempt found no longer says anything.
-            if links.isEmpty { serverUnreachable = nil }
-        }
-        let link = state.link
-        let task = state.task
-        Task {
-            await link.drain()
-            task.cancel()
-        }
-    }
-
-    private func handle(_ event: LinkEvent, from state: LinkState) {
-        let linkSubscriptions = LinkSubscriptionsOf(account: state.link.account, objects: subscriptions, runs: runs)
-        let change: LinkView.Change
-        switch event {
-        case .connected, .disconnected, .waiting:
-            change = announcingServerStatus {
-                let change = state.view.apply(event, subscriptions: linkSubscriptions)
-                switch change.reach {
-                case .reached: serverUnreachable = nil
-                case .unreachable(let why): serverUnreachable = why
-                case nil: break
-                }
-                return change
-            }
-        case .registered, .refused, .token, .stream:
-            // The hot path (every Publish is registered; every found and lost
-            // streams): nothing here changes what `Server` says.
-            change = state.view.apply(event, subscriptions: linkSubscriptions)
-        }
-        if change.namespaceChanged { announceResolvedNamespace(of: state) }
-        switch change.statuses {
-        case .none: break
-        case .all: refreshStatuses(of: state)
-        case .object(let id):
-            if let object = publications[id] { refreshStatus(of: object, state) }
-            if let object = subscriptions[id] { refreshStatus(of: object) }
-        }
-        if change.tokenChanged {
-            if let token = state.view.token {
-                ownTokens.append(token)
-                if ownTokens.count > 64 { ownTokens.removeFirst(ownTokens.count - 64) }
-            }
-            updateMediums()
-        }
-        for found in change.found { signal(found) }
-    }
-
-    private func signal(_ change: FoundChange) {
-        switch change {
-        case .found(let id, let source, let message, let info):
-            guard let object = subscriptions[id] else { return }
-            object.emitFound(message, info)
-            record("message found", by: object.subscription.manager,
-                   ["object": "\(object.path)", "source": "\(source)", "medium": "\(info.medium)"])
-        case .lost(let id, let source, let message, let info):
-            guard let object = subscriptions[id] else { return }
-            object.emitLost(message, info)
-            record("message lost", by: object.subscription.manager,
-                   ["object": "\(object.path)", "source": "\(source ?? "(gone from the snapshot)")"])
-        }
-    }
-
-    /// A record of what a manager's objects do: at debug level, or at info for
-    /// a manager created with `DebugLogging` (so it shows without turning on
-    /// debug logging for the whole daemon). `metadata` is built only when the record is written: publishing and
-    /// ending objects is the daemon's hot path.
-    private func record(_ message: Logger.Message, by manager: Manager,
-                        _ metadata: @autoclosure () -> Logger.Metadata) {
-        let level: Logger.Level = manager.debugLogging ? .info : .debug
-        guard logger.logLevel <= level else { return }
-        var metadata = metadata()
-        metadata["client"] = "\(manager.client.busName)"
-        metadata["manager"] = "\(ObjectPath.nearbyd(client: manager.client.number, manager: manager.number))"
-        metadata["app"] = "\(manager.appId)"
-        logger.log(level: level, message, metadata: metadata)
-    }
-
-    // MARK: Status and errors
-
-    private func refreshStatuses(of state: LinkState) {
-        for object in publications.values where object.publication.manager.account == state.link.account {
-            refreshStatus(of: object, state)
-        }
-        for object in subscriptions.values where object.subscription.manager.account == state.link.account {
-            refreshStatus(of: object)
-        }
-    }
-
-    /// Publications in the project's namespace show it once the server has said what it is.
-    private func announceResolvedNamespace(of state: LinkState) {
-        for object in publications.values
-        where object.publication.manager.account == state.link.account && object.publication.message.namespace.isEmpty {
-            object.changed([NearbyBusContract.Publication1.namespace.name])
-        }
-    }
-
-    private func refreshStatus(of object: PublicationObject, _ state: LinkState) {
-        let publication = object.publication
-        guard runs.nearby(publication.id) != nil else {
-            return set(.inactive, waitingReason(publication.manager), of: object)
-        }
-        let (status, reason) = state.view.status(of: publication.id, mediums: publication.strategy.mediums,
-                                                 available: availableMediums)
-        set(status, reason, of: object)
-    }
-
-    /// Why a manager's objects wait (`inactive`).
-    private func waitingReason(_ manager: Manager) -> String {
-        Placement.waitingReason(permitted: managers[ObjectIdentifier(manager)].map(isPermitted) ?? true)
-    }
-
-    private func refreshStatus(of object: SubscriptionObject) {
-        let subscription = object.subscription
-        let nearbyRuns = runs.nearby(subscription.id) != nil
-        let beaconsRun = runs.beaconsRun(subscription.id)
-        guard nearbyRuns || beaconsRun else { return set(.inactive, waitingReason(subscription.manager), of: object) }
-        let nearby = nearbyRuns ? links[subscription.manager.account].map {
-            $0.view.status(of: subscription.id, mediums: subscription.strategy.mediums, available: availableMediums)
-        } : nil
-        let (status, reason) = LinkView.subscriptionStatus(nearby: nearby, beaconsRun: beaconsRun, available: availableMediums)
-        set(status, reason, of: object)
-    }
-
-    private func set(_ status: ObjectStatus, _ reason: String = "", of object: some LiveObject) {
-        var changed: [String] = []
-        if status != object.entry.status {
-            object.entry.status = status
-            changed.append(NearbyBusContract.PublicationOrSubscription.status.name)
-        }
-        if reason != object.entry.statusReason {
-            object.entry.statusReason = reason
-            changed.append(NearbyBusContract.PublicationOrSubscription.statusReason.name)
-        }
-        guard !changed.isEmpty else { return }
-        object.changed(changed)
-        if changed.contains(NearbyBusContract.PublicationOrSubscription.status.name),
-           managers[ObjectIdentifier(object.entry.manager)]?.exempt == true {
-            announce(NearbyBusContract.Nearby1.staticPublications)
-        }
-    }
-
-    /// The manager's error properties, as ``MediumErrors`` says, announced when they change.
-    private func refreshErrors(of object: ManagerObject) {
-        let errors = MediumErrors.of(inUse: runs.mediums(usedBy: ObjectIdentifier(object.manager)), enabled: enabledMediums,
-                                     conditions: mediumConditions)
-        var changed: [String] = []
-        if errors.bluetoothPower != object.bluetoothPowerError {
-            object.bluetoothPowerError = errors.bluetoothPower
-            changed.append(NearbyBusContract.Manager1.bluetoothPowerError.name)
-        }
-        if errors.bluetoothPermission != object.bluetoothPermissionError {
-            object.bluetoothPermissionError = errors.bluetoothPermission
-            changed.append(NearbyBusContract.Manager1.bluetoothPermissionError.name)
-        }
-        if errors.microphonePermission != object.microphonePermissionError {
-            object.microphonePermissionError = errors.microphonePermission
-            changed.append(NearbyBusContract.Manager1.microphonePermissionError.name)
-        }
-        if !changed.isEmpty { object.changed(changed) }
+        links[account] = (link, Task { await link.run() })
     }
 
     // MARK: Mediums
 
     private func medium(_ medium: Medium, is condition: MediumCondition) {
-        guard mediumConditions.updateValue(condition, forKey: medium) != condition else { return }
-        logger.info("medium \(condition)", metadata: ["medium": "\(medium)"])
-        let available = condition == .ready
-        if available ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil {
-            announce(NearbyBusContract.Nearby1.availableMediums)
-            for state in links.values { refreshStatuses(of: state) }
-            for object in subscriptions.values where !object.subscription.deviceTypes.nearby { refreshStatus(of: object) }
-        }
-        for object in managers.values { refreshErrors(of: object) }
+        apply(core.medium(medium, is: condition))
     }
 
     /// Tells each medium which tokens to broadcast and whether to listen. More
@@ -965,9 +621,8 @@ final class DaemonService {
     private static let shrinkGrace = Duration.milliseconds(500)
 
     private func currentWish(for medium: Medium) -> MediumWish {
-        let beaconScanMode = medium == .ble
-            ? beacons.scanMode { [managers] manager in managers[ObjectIdentifier(manager)]?.background ?? false } : .off
-        return MediumWish.of(medium, runs: runs, tokens: links.mapValues(\.view.token), beacons: beaconScanMode)
+        let beaconScanMode = medium == .ble ? beacons.scanMode { [core] manager in core.isBackground(manager) } : .off
+        return core.wish(for: medium, beacons: beaconScanMode)
     }
 
     private func apply(_ wish: MediumWish, to medium: Medium) {
@@ -976,25 +631,12 @@ final class DaemonService {
         mediumWishes[medium]?.yield(wish)
     }
 
-    /// A link that starts listening on mediums is told what is already heard there.
-    private func startListening(_ state: LinkState, on mediums: Set<Medium>) {
-        guard !mediums.isEmpty else { return }
-        let heard = sightings.current.filter { mediums.contains($0.medium) }
-        if !heard.isEmpty { state.link.send(.seen(heard)) }
-    }
-
     private func heard(_ sighting: Sighting) {
-        guard !ownTokens.contains(sighting.token),
-              let report = sightings.heard(sighting, at: .now) else { return }
-        for state in links.values where runs.scans(state.link.account, on: sighting.medium) {
-            state.link.send(.seen([report]))
-        }
+        apply(core.heard(sighting, at: .now))
     }
 
     private func expireSightings() {
-        let gone = sightings.expire(at: .now)
-        guard !gone.isEmpty else { return }
-        for state in links.values { state.link.send(.gone(gone)) }
+        apply(core.expireSightings(at: .now))
     }
 
     // MARK: Helpers
@@ -1033,56 +675,9 @@ final class DaemonService {
     }
 }
 
-extension RunRequest {
-    init(_ publication: Publication) {
-        self.init(account: publication.manager.account, manager: ObjectIdentifier(publication.manager),
-                  strategy: publication.strategy)
-    }
-
-    init(_ subscription: Subscription) {
-        self.init(account: subscription.manager.account, manager: ObjectIdentifier(subscription.manager),
-                  strategy: subscription.strategy, nearby: subscription.deviceTypes.nearby,
-                  beaconsAllowInBackground: subscription.deviceTypes.beacons?.allowInBackground)
-    }
-}
-
-/// One link's subscriptions, for its stream: a link speaks of its own alone.
-/// Holds copies of the daemon's tables, which cost nothing until changed.
-@BusActor
-private struct LinkSubscriptionsOf: @BusActor LinkSubscriptions {
-    let account: Account
-    let objects: [String: SubscriptionObject]
-    let runs: RunTable
-
-    func subscription(_ id: String) -> Subscription? {
-        guard let object = objects[id], object.subscription.manager.account == account else { return nil }
-        return object.subscription
-    }
-
-    func all() -> [Subscription] {
-        objects.values.map(\.subscription).filter { $0.manager.account == account }
-    }
-
-    func runs(_ id: String) -> Bool { runs.nearby(id) != nil }
-}
-
-/// The daemon's view of one ServerLink.
-@BusActor
-final class LinkState {
-    let link: ServerLink
-    let task: Task<Void, Never>
-    var view: LinkView
-
-    init(link: ServerLink, task: Task<Void, Never>, view: LinkView) {
-        self.link = link
-        self.task = task
-        self.view = view
-    }
-}
-
 extension ObjectPath {
-    /// `/org/nearbyd/clientN/managerM`.
-    static func nearbyd(client: UInt64, manager: UInt64) -> ObjectPath {
-        RootObject.path.child("client\(client)").child("manager\(manager)")
-    }
+    /// The object of a manager, publication or subscription, where the core's paths say.
+    init(_ manager: Manager) { self.init(stringLiteral: manager.path) }
+    init(_ publication: Publication) { self.init(stringLiteral: publication.path) }
+    init(_ subscription: Subscription) { self.init(stringLiteral: subscription.path) }
 }

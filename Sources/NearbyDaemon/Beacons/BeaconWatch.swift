@@ -80,9 +80,6 @@ final class BeaconWatch {
         cache = AttachmentCache(ttl: settings.cacheTTL)
     }
 
-    /// Whether any subscription watches for beacons.
-    var isWatching: Bool { !watched.isEmpty }
-
     /// How hard BLE must listen for the beacon subscriptions: full for one in
     /// the foreground that does not prefer low power, low power otherwise.
     func scanMode(inBackground: (Manager) -> Bool) -> ScanMode {
@@ -107,8 +104,8 @@ final class BeaconWatch {
         startTicking()
     }
 
-    func remove(_ object: SubscriptionObject) {
-        watched.removeValue(forKey: object.subscription.id)
+    func remove(_ subscription: Subscription) {
+        watched.removeValue(forKey: subscription.id)
     }
 
     /// A frame from the BLE backend.

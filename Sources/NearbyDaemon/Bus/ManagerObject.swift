@@ -1,3 +1,4 @@
+import DaemonCore
 import DBus
 import NearbyBusContract
 import NearbyCore
@@ -14,30 +15,21 @@ final class ManagerObject {
 
     /// Whose permission decision the manager follows.
     let permissionKey: PermissionKey
-    /// The daemon's own manager (static publications): needs no permission and is never in the background.
-    let exempt: Bool
     /// Why the app uses each medium, as `PermissionAgent1` details (`MicrophoneUsageDescription`…).
     var usageDescriptions: [String: String] = [:]
-    /// `Background` as the client set it, and whether its login session is inactive or locked:
-    /// the manager is in the background while either holds.
-    var backgroundRequested = false
-    var sessionAway = false
-    /// Kept by ``DaemonService/setBackground(_:requested:sessionAway:)``.
-    var background = false
     /// `DirectChannel` of `org.nearbyd.Upstream1`: the app wants its API key's direct channel.
     var directChannel = false
-    /// Kept up to date by ``DaemonService`` from the mediums' conditions.
-    var microphonePermissionError = false
-    var bluetoothPermissionError = false
-    var bluetoothPowerError = false
 
-    init(manager: Manager, path: ObjectPath, service: DaemonService, exempt: Bool = false) {
+    init(manager: Manager, path: ObjectPath, service: DaemonService) {
         self.manager = manager
         self.path = path
         self.service = service
-        self.exempt = exempt
         permissionKey = PermissionKey(uid: manager.client.uid, appId: manager.appId)
     }
+
+    /// `Background`, as the core keeps it (the client's wish or its login session's).
+    var background: Bool { service.core.isBackground(manager) }
+    private var errors: MediumErrors { service.core.state(of: manager)?.errors ?? MediumErrors() }
 
     static let publishOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.publish)
     static let subscribeOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.subscribe)
@@ -58,7 +50,7 @@ final class ManagerObject {
         ],
         properties: [
             Property(NearbyBusContract.Manager1.permissionGranted,
-                     get: { object, _ in .bool(object.service.isPermitted(object)) },
+                     get: { object, _ in .bool(object.service.core.isPermitted(object.manager)) },
                      set: { object, value, _ throws(DBusError) in
                          // Only the manager's owner reaches this: the same uid as the decision's.
                          try checked { () throws(NearbyError) in
@@ -66,9 +58,9 @@ final class ManagerObject {
                              try object.service.permissions.record(object.permissionKey, granted: value.bool ?? false, by: .user)
                          }
                      }),
-            Property(NearbyBusContract.Manager1.microphonePermissionError) { object, _ in .bool(object.microphonePermissionError) },
-            Property(NearbyBusContract.Manager1.bluetoothPowerError) { object, _ in .bool(object.bluetoothPowerError) },
-            Property(NearbyBusContract.Manager1.bluetoothPermissionError) { object, _ in .bool(object.bluetoothPermissionError) },
+            Property(NearbyBusContract.Manager1.microphonePermissionError) { object, _ in .bool(object.errors.microphonePermission) },
+            Property(NearbyBusContract.Manager1.bluetoothPowerError) { object, _ in .bool(object.errors.bluetoothPower) },
+            Property(NearbyBusContract.Manager1.bluetoothPermissionError) { object, _ in .bool(object.errors.bluetoothPermission) },
             Property(NearbyBusContract.Manager1.background, get: { object, _ in .bool(object.background) },
                      set: { object, value, _ in object.service.setBackground(object, requested: value.bool ?? false) }),
         ]

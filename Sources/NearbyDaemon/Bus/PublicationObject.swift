@@ -28,7 +28,7 @@ final class PublicationObject: LiveObject {
         properties: [
             Property(NearbyBusContract.PublicationOrSubscription.status) { object, _ in .string(object.publication.status.rawValue) },
             Property(NearbyBusContract.PublicationOrSubscription.statusReason) { object, _ in .string(object.publication.statusReason) },
-            Property(NearbyBusContract.Publication1.namespace) { object, _ in .string(object.service.resolvedNamespace(of: object)) },
+            Property(NearbyBusContract.Publication1.namespace) { object, _ in .string(object.service.core.resolvedNamespace(of: object.publication)) },
             Property(NearbyBusContract.Publication1.type, emitsChange: false) { object, _ in .string(object.publication.message.type) },
             // The API's unit is the microsecond (doc/dbus-api.md).
             Property(NearbyBusContract.Publication1.expiresAt, emitsChange: false) { object, _ in

@@ -42,18 +42,6 @@ final class ServerLink {
         var description: String { "the server closed the stream" }
     }
 
-    /// A change the daemon asks for; applied in the order sent.
-    enum Command {
-        case publish(Publication)
-        case unpublish(String)
-        case subscribe(Subscription)
-        case unsubscribe(String)
-        /// Tokens heard for the first time, or again after the refresh interval.
-        case seen([Sighting])
-        /// Tokens no longer heard.
-        case gone([Sighting.Key])
-    }
-
     let account: Account
     private let endpoints: ServerEndpoints
     /// The server of this session, or of the last one.
@@ -119,7 +107,7 @@ final class ServerLink {
     // MARK: What the daemon asks for
 
     /// Takes a change; it reaches the server in turn.
-    func send(_ command: Command) {
+    func send(_ command: LinkCommand) {
         switch command {
         case .publish(let publication):
             publications[publication.id] = publication

@@ -1,0 +1,674 @@
+import Logging
+import NearbyBusContract
+import NearbyCore
+import ServerAPI
+
+/// A change the daemon asks of one server link; the link applies them in the
+/// order sent.
+public enum LinkCommand {
+    case publish(Publication)
+    case unpublish(String)
+    case subscribe(Subscription)
+    case unsubscribe(String)
+    /// Tokens heard for the first time, or again after the refresh interval.
+    case seen([Sighting])
+    /// Tokens no longer heard.
+    case gone([Sighting.Key])
+}
+
+/// What a command of the ``Core`` asks of the world around it, in the order
+/// it is to be done: the bus face turns these into signals and property
+/// changes, the server links and the mediums into traffic.
+public enum Effect {
+    /// Properties of a manager's `org.nearbyd.Manager1` changed.
+    case managerChanged(Manager, [NearbyBusContract.Property])
+    /// Properties of a publication's or subscription's object changed.
+    case objectChanged(String, [NearbyBusContract.Property])
+    /// A property of `org.nearbyd.Nearby1` changed.
+    case daemonChanged(NearbyBusContract.Property)
+    /// A subscription found or lost a message.
+    case found(FoundChange)
+    /// A publication or subscription reached its TTL (followed by ``ended(_:)``).
+    case expired(String)
+    /// A publication or subscription is gone: its object goes.
+    case ended(String)
+    /// A manager is gone, with everything it made (ended before it).
+    case managerEnded(Manager)
+    /// An account needs its server link from now on: it gets the link's events.
+    case openLink(Account)
+    /// No manager uses the account any more: its link sends what it has, then stops.
+    case retireLink(Account)
+    case link(Account, LinkCommand)
+    /// What the mediums are asked for may have changed (``Core/wish(for:beacons:)``).
+    case mediumsChanged
+    /// The beacon watch takes a subscription's beacon part, or lets it go.
+    case watchBeacons(Subscription, BeaconStrategy)
+    case unwatchBeacons(Subscription)
+    /// The earliest TTL or renewal is now at this wall-clock time
+    /// (milliseconds): ``Core/tick()`` is due then.
+    case tickAt(UInt64)
+}
+
+/// What the daemon keeps of a manager beside its registration.
+public struct ManagerState {
+    public let manager: Manager
+    /// The daemon's own manager (static publications): needs no permission
+    /// and is never in the background.
+    public let exempt: Bool
+    /// `Background` as the client set it, and whether its login session is
+    /// inactive or locked: the manager is in the background while either holds.
+    public fileprivate(set) var backgroundRequested = false
+    public fileprivate(set) var sessionAway = false
+    public fileprivate(set) var background = false
+    /// Its error properties (``MediumErrors``).
+    public fileprivate(set) var errors = MediumErrors()
+}
+
+/// The daemon's logic without its bus: the registry of what clients made,
+/// where each publication and subscription runs (permission, background,
+/// login session), what the mediums are asked for, the server links' view,
+/// found and lost, statuses, TTLs. It takes commands (publish, subscribe,
+/// end, release, client left, permission changed, background changed, link
+/// event, sighting, tick) and returns the ``Effect``s they have, in order;
+/// it reads time from an injected clock. Nothing in it waits: the bus face
+/// calls it on its one thread, and owns it.
+///
+/// The daemon's twin of the server's `NearbyService`: a face decodes and
+/// calls it once per call; unit tests drive it with events and a manual clock.
+public final class Core {
+    public let registry: Registry
+    private let clock: any WallClock
+    private let logger: Logger
+    private let enabledMediums: Set<Medium>
+    /// `[server] url`, for ``serverStatus``.
+    private let serverURLs: [String]
+    /// `[server] refused-change-retry`, for people: `30 s`.
+    private let refusedRetry: String
+    /// Whether an app's decision lets a manager use Nearby; asked anew each
+    /// time, so the decisions have one home (the permission broker).
+    private let permits: (Manager) -> Bool
+
+    public private(set) var managers: [ObjectIdentifier: ManagerState] = [:]
+    /// The same managers by account: an account's link lives while it has any.
+    private var managersOfAccount: [Account: Set<ObjectIdentifier>] = [:]
+    public private(set) var publications: [String: Publication] = [:]
+    public private(set) var subscriptions: [String: Subscription] = [:]
+    /// The publications and subscriptions that run now, and where: what the
+    /// links and the mediums are asked for, and the managers' error
+    /// properties, are derived from it. The others wait for permission or the
+    /// foreground.
+    public private(set) var runs = RunTable()
+    /// One per account with a manager.
+    public private(set) var links: [Account: LinkView] = [:]
+    /// Why the last link attempt that could not reach the server failed; nil
+    /// once a link is connected (``serverStatus``).
+    private var serverUnreachable: String?
+    private var expiries = Expiries()
+    private var sightings: SightingTracker
+    /// Tokens this daemon broadcast recently, so it never reports hearing itself.
+    private var ownTokens: [Token] = []
+    private var mediumConditions: [Medium: MediumCondition] = [:]
+    public private(set) var availableMediums: Set<Medium> = []
+    /// What the command under way has done so far.
+    private var effects: [Effect] = []
+
+    public init(registry: Registry, enabledMediums: Set<Medium>, serverURLs: [String], refusedRetry: String,
+                sightings: SightingTracker, clock: any WallClock, logger: Logger, permits: @escaping (Manager) -> Bool) {
+        self.registry = registry
+        self.enabledMediums = enabledMediums
+        self.serverURLs = serverURLs
+        self.refusedRetry = refusedRetry
+        self.sightings = sightings
+        self.clock = clock
+        self.logger = logger
+        self.permits = permits
+    }
+
+    /// The effects of the command that just ran, handed over.
+    private func done() -> [Effect] {
+        defer { effects.removeAll(keepingCapacity: true) }
+        return effects
+    }
+
+    // MARK: Queries
+
+    public func isPermitted(_ manager: Manager) -> Bool {
+        managers[ObjectIdentifier(manager)]?.exempt == true || permits(manager)
+    }
+
+    public func state(of manager: Manager) -> ManagerState? {
+        managers[ObjectIdentifier(manager)]
+    }
+
+    public func isBackground(_ manager: Manager) -> Bool {
+        managers[ObjectIdentifier(manager)]?.background ?? false
+    }
+
+    /// The managers of one client.
+    public func managers(of busName: String) -> [Manager] {
+        registry.client(busName: busName).map { Array($0.managers.values) } ?? []
+    }
+
+    /// The namespace a publication is in: its own, or the project's once the server told it.
+    public func resolvedNamespace(of publication: Publication) -> String {
+        let namespace = publication.message.namespace
+        guard namespace.isEmpty else { return namespace }
+        return links[publication.manager.account]?.namespace ?? ""
+    }
+
+    /// `Nearby1.Server`: `connected: URL` while a link is in step with the
+    /// server at URL (`URL, URL` when links use different ones of `[server]
+    /// url`); else `unreachable: WHY` after a round of attempts that could not
+    /// reach it (or did not trust its certificate; with several URLs, WHY
+    /// says why each failed), `connecting` before any round has ended, and
+    /// `idle` while no app uses it. A refused API key is not the server's
+    /// state: the server answered.
+    public var serverStatus: String {
+        LinkView.serverStatus(of: Array(links.values), urls: serverURLs, unreachable: serverUnreachable)
+    }
+
+    /// What `medium` is asked for now; `beacons` is how the beacon watch listens.
+    public func wish(for medium: Medium, beacons: ScanMode) -> MediumWish {
+        MediumWish.of(medium, runs: runs, tokens: links.mapValues(\.token), beacons: medium == .ble ? beacons : .off)
+    }
+
+    // MARK: Managers and clients
+
+    /// A new manager of `client`, with its link to the server.
+    public func addManager(to client: Client, apiKey: String, appId: String, debugLogging: Bool,
+                           exempt: Bool = false) throws(NearbyError) -> (Manager, [Effect]) {
+        let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: debugLogging)
+        let id = ObjectIdentifier(manager)
+        managers[id] = ManagerState(manager: manager, exempt: exempt)
+        managersOfAccount[manager.account, default: []].insert(id)
+        if links[manager.account] == nil {
+            announcingServerStatus {
+                links[manager.account] = LinkView(refusedRetry: refusedRetry)
+                effects.append(.openLink(manager.account))
+            }
+        }
+        refreshErrors(of: manager)
+        return (manager, done())
+    }
+
+    /// Release: the manager and everything it made go.
+    public func release(_ manager: Manager) -> [Effect] {
+        tearDown(manager)
+        registry.removeManager(manager)
+        return done()
+    }
+
+    /// A client left the bus: everything it made goes.
+    public func clientLeft(_ busName: String) -> [Effect] {
+        guard let client = registry.removeClient(busName: busName) else { return [] }
+        for manager in client.managers.values { tearDown(manager) }
+        return done()
+    }
+
+    private func tearDown(_ manager: Manager) {
+        for publication in manager.publications.values { remove(publication) }
+        for subscription in manager.subscriptions.values { remove(subscription) }
+        let id = ObjectIdentifier(manager)
+        guard managers.removeValue(forKey: id) != nil else { return }
+        effects.append(.managerEnded(manager))
+        let account = manager.account
+        managersOfAccount[account]?.remove(id)
+        guard managersOfAccount[account]?.isEmpty ?? true else { return }
+        managersOfAccount[account] = nil
+        announcingServerStatus {
+            links.removeValue(forKey: account)
+            // With no app using the server, what its last attempt found no longer says anything.
+            if links.isEmpty { serverUnreachable = nil }
+            effects.append(.retireLink(account))
+        }
+    }
+
+    // MARK: Run modes
+
+    /// The decision of an app (a user's AppId) changed: its managers say so,
+    /// and their objects stop or resume.
+    public func permissionChanged(uid: UInt32, appId: String) -> [Effect] {
+        for state in managers.values where state.manager.client.uid == uid && state.manager.appId == appId {
+            effects.append(.managerChanged(state.manager, [NearbyBusContract.Manager1.permissionGranted]))
+            reconcile(state.manager)
+        }
+        return done()
+    }
+
+    /// A manager going to or from the background. While it is there only its
+    /// objects with `AllowInBackground` run, on BLE alone, listening with low
+    /// power unless another manager needs full listening; the others wait for
+    /// the foreground. `requested` is the client's wish; `sessionAway` its
+    /// login session's state.
+    public func setBackground(_ manager: Manager, requested: Bool? = nil, sessionAway: Bool? = nil) -> [Effect] {
+        place(manager, requested: requested, sessionAway: sessionAway)
+        return done()
+    }
+
+    /// A client's login session became active or went away: its managers follow.
+    public func session(of busName: String, away: Bool) -> [Effect] {
+        for manager in managers(of: busName) { place(manager, sessionAway: away) }
+        return done()
+    }
+
+    private func place(_ manager: Manager, requested: Bool? = nil, sessionAway: Bool? = nil) {
+        let id = ObjectIdentifier(manager)
+        guard var state = managers[id], !state.exempt else { return }
+        if let requested { state.backgroundRequested = requested }
+        if let sessionAway { state.sessionAway = sessionAway }
+        let background = state.backgroundRequested || state.sessionAway
+        let moved = state.background != background
+        state.background = background
+        managers[id] = state
+        guard moved else { return }
+        effects.append(.managerChanged(manager, [NearbyBusContract.Manager1.background]))
+        reconcile(manager)
+        // The beacon watch listens as its managers' placement says, which no run records.
+        effects.append(.mediumsChanged)
+        record(background ? "in the background" : "in the foreground", by: manager, [:])
+    }
+
+    // MARK: Publications and subscriptions
+
+    /// A new publication of `manager`, running at once where it may.
+    public func publish(_ message: Message, strategy: Strategy, in manager: Manager) throws(NearbyError) -> (Publication, [Effect]) {
+        let expiresAtMs = clock.nowMs + UInt64(strategy.ttlSeconds) * 1000
+        let publication = try registry.addPublication(to: manager, message: message, strategy: strategy,
+                                                      expiresAtMs: expiresAtMs)
+        publications[publication.id] = publication
+        schedule(publication.id, at: expiresAtMs, renewed: state(of: manager)?.exempt ?? false)
+        reconcile(publication)
+        record("published", by: manager, ["object": "\(publication.path)", "type": "\(message.type)",
+                                          "medium": "\(Medium.names(strategy.mediums))"])
+        return (publication, done())
+    }
+
+    /// A new subscription of `manager`, running at once where it may.
+    public func subscribe(_ filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes,
+                          in manager: Manager) throws(NearbyError) -> (Subscription, [Effect]) {
+        if deviceTypes.beacons != nil, !enabledMediums.contains(.ble) {
+            throw .notSupported("beacon subscriptions need BLE, which this daemon's configuration disables")
+        }
+        let expiresAtMs = strategy.ttlSeconds == 0 ? 0 : clock.nowMs + UInt64(strategy.ttlSeconds) * 1000
+        let subscription = try registry.addSubscription(to: manager, filter: filter, strategy: strategy,
+                                                        deviceTypes: deviceTypes, expiresAtMs: expiresAtMs)
+        subscriptions[subscription.id] = subscription
+        if expiresAtMs > 0 { schedule(subscription.id, at: expiresAtMs, renewed: false) }
+        reconcile(subscription)
+        record("subscribed", by: manager, ["object": "\(subscription.path)", "type": "\(filter.type)",
+                                           "medium": "\(Medium.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
+                                           "beacons": "\(deviceTypes.beacons != nil)"])
+        return (subscription, done())
+    }
+
+    /// Unpublish or Unsubscribe: the object ends.
+    public func end(_ id: String) -> [Effect] {
+        if let publication = publications[id] { remove(publication) }
+        if let subscription = subscriptions[id] { remove(subscription) }
+        return done()
+    }
+
+    private func remove(_ publication: Publication) {
+        guard registry.remove(publication) else { return }
+        publications.removeValue(forKey: publication.id)
+        expiries.cancel(publication.id)
+        record("publication ended", by: publication.manager, ["object": "\(publication.path)"])
+        apply(runs.end(publication.id).change)
+        let account = publication.manager.account
+        links[account]?.ended(publication.id)
+        if links[account] != nil { effects.append(.link(account, .unpublish(publication.id))) }
+        effects.append(.ended(publication.id))
+    }
+
+    private func remove(_ subscription: Subscription) {
+        guard registry.remove(subscription) else { return }
+        subscriptions.removeValue(forKey: subscription.id)
+        expiries.cancel(subscription.id)
+        record("subscription ended", by: subscription.manager, ["object": "\(subscription.path)"])
+        let transition = runs.end(subscription.id)
+        if transition.beacons == .stopped { effects.append(.unwatchBeacons(subscription)) }
+        apply(transition.change)
+        let account = subscription.manager.account
+        if subscription.deviceTypes.nearby, links[account] != nil {
+            links[account]?.ended(subscription.id)
+            effects.append(.link(account, .unsubscribe(subscription.id)))
+        }
+        effects.append(.ended(subscription.id))
+    }
+
+    // MARK: Running and waiting
+
+    /// Starts, stops or moves every object of a manager as its permission and
+    /// background say.
+    private func reconcile(_ manager: Manager) {
+        for publication in manager.publications.values { reconcile(publication) }
+        for subscription in manager.subscriptions.values { reconcile(subscription) }
+    }
+
+    private func reconcile(_ publication: Publication) {
+        let manager = publication.manager
+        let transition = runs.reconcile(publication.id, RunRequest(publication), permitted: isPermitted(manager),
+                                        background: isBackground(manager))
+        apply(transition.change)
+        let account = manager.account
+        switch transition.nearby {
+        case .started:
+            effects.append(.link(account, .publish(publication)))
+        case .stopped:
+            links[account]?.stopped(publication.id)
+            effects.append(.link(account, .unpublish(publication.id)))
+            record("publication waiting", by: manager, ["object": "\(publication.path)"])
+        case .unchanged:
+            break
+        }
+        refreshStatus(of: publication)
+    }
+
+    private func reconcile(_ subscription: Subscription) {
+        let manager = subscription.manager
+        let transition = runs.reconcile(subscription.id, RunRequest(subscription), permitted: isPermitted(manager),
+                                        background: isBackground(manager))
+        // The watch before the mediums: their wish asks it how to listen.
+        switch transition.beacons {
+        case .started:
+            if let strategy = subscription.deviceTypes.beacons { effects.append(.watchBeacons(subscription, strategy)) }
+        case .stopped:
+            effects.append(.unwatchBeacons(subscription))
+            _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter { !FoundSource.isBeacon($0) })
+        case .unchanged:
+            break
+        }
+        apply(transition.change)
+        let account = manager.account
+        switch transition.nearby {
+        case .started:
+            effects.append(.link(account, .subscribe(subscription)))
+        case .stopped:
+            links[account]?.stopped(subscription.id)
+            effects.append(.link(account, .unsubscribe(subscription.id)))
+            _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
+        case .unchanged:
+            break
+        }
+        if transition.nearby == .stopped || transition.beacons == .stopped {
+            record("subscription waiting", by: manager, ["object": "\(subscription.path)"])
+        }
+        refreshStatus(of: subscription)
+    }
+
+    /// Brings the mediums, the links' listening and the managers' error
+    /// properties in line with what a change of the runs changed.
+    private func apply(_ change: RunChange) {
+        for (account, mediums) in change.startedListening where links[account] != nil {
+            // A link that starts listening on mediums is told what is already heard there.
+            let heard = sightings.current.filter { mediums.contains($0.medium) }
+            if !heard.isEmpty { effects.append(.link(account, .seen(heard))) }
+        }
+        if change.mediumsChanged { effects.append(.mediumsChanged) }
+        for id in change.managers {
+            if let manager = managers[id]?.manager { refreshErrors(of: manager) }
+        }
+    }
+
+    // MARK: Time
+
+    private func schedule(_ id: String, at ms: UInt64, renewed: Bool) {
+        if let deadline = expiries.schedule(id, expiresAtMs: ms, renewed: renewed) { effects.append(.tickAt(deadline)) }
+    }
+
+    /// The TTLs due end (`Expired` first) and the static publications due are
+    /// renewed; then the next deadline is set.
+    public func tick() -> [Effect] {
+        for entry in expiries.due(nowMs: clock.nowMs) {
+            switch entry {
+            case .renew(let id):
+                if let publication = publications[id] { renew(publication) }
+            case .expire(let id):
+                if let publication = publications[id] {
+                    effects.append(.expired(id))
+                    remove(publication)
+                } else if let subscription = subscriptions[id] {
+                    effects.append(.expired(id))
+                    remove(subscription)
+                }
+            }
+        }
+        if let deadline = expiries.rearm() { effects.append(.tickAt(deadline)) }
+        return done()
+    }
+
+    /// A static publication's day is nearly over: the server is given another.
+    private func renew(_ publication: Publication) {
+        publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
+        schedule(publication.id, at: publication.expiresAtMs, renewed: true)
+        if runs.nearby(publication.id) != nil { effects.append(.link(publication.manager.account, .publish(publication))) }
+    }
+
+    // MARK: Server links
+
+    /// Runs `change` and announces `Server` if it changed: around what can
+    /// change it (links coming and going, connecting, failing), not every
+    /// event of a link, as the status looks at every link.
+    private func announcingServerStatus<T>(_ change: () -> T) -> T {
+        let before = serverStatus
+        let result = change()
+        if serverStatus != before { effects.append(.daemonChanged(NearbyBusContract.Nearby1.server)) }
+        return result
+    }
+
+    /// An event of `account`'s link.
+    public func link(_ account: Account, _ event: LinkEvent) -> [Effect] {
+        guard links[account] != nil else { return [] }
+        let own = OwnSubscriptions(account: account, subscriptions: subscriptions, runs: runs)
+        let change: LinkView.Change
+        switch event {
+        case .connected, .disconnected, .waiting:
+            change = announcingServerStatus {
+                let change = links[account]!.apply(event, subscriptions: own)
+                switch change.reach {
+                case .reached: serverUnreachable = nil
+                case .unreachable(let why): serverUnreachable = why
+                case nil: break
+                }
+                return change
+            }
+        case .registered, .refused, .token, .stream:
+            // The hot path (every Publish is registered; every found and lost
+            // streams): nothing here changes what `Server` says.
+            change = links[account]!.apply(event, subscriptions: own)
+        }
+        if change.namespaceChanged {
+            for publication in publications.values
+            where publication.manager.account == account && publication.message.namespace.isEmpty {
+                effects.append(.objectChanged(publication.id, [NearbyBusContract.Publication1.namespace]))
+            }
+        }
+        switch change.statuses {
+        case .none: break
+        case .all: refreshStatuses(of: account)
+        case .object(let id):
+            if let publication = publications[id] { refreshStatus(of: publication) }
+            if let subscription = subscriptions[id] { refreshStatus(of: subscription) }
+        }
+        if change.tokenChanged {
+            if let token = links[account]?.token {
+                ownTokens.append(token)
+                if ownTokens.count > 64 { ownTokens.removeFirst(ownTokens.count - 64) }
+            }
+            effects.append(.mediumsChanged)
+        }
+        for found in change.found {
+            effects.append(.found(found))
+            switch found {
+            case .found(let id, let source, _, let info):
+                if let subscription = subscriptions[id] {
+                    record("message found", by: subscription.manager,
+                           ["object": "\(subscription.path)", "source": "\(source)", "medium": "\(info.medium)"])
+                }
+            case .lost(let id, let source, _, _):
+                if let subscription = subscriptions[id] {
+                    record("message lost", by: subscription.manager,
+                           ["object": "\(subscription.path)", "source": "\(source ?? "(gone from the snapshot)")"])
+                }
+            }
+        }
+        return done()
+    }
+
+    // MARK: Mediums
+
+    /// A medium heard a token: the links listening there are told, unless
+    /// it is one of this daemon's own or was told of lately.
+    public func heard(_ sighting: Sighting, at now: ContinuousClock.Instant) -> [Effect] {
+        guard !ownTokens.contains(sighting.token), let report = sightings.heard(sighting, at: now) else { return [] }
+        for account in links.keys where runs.scans(account, on: sighting.medium) {
+            effects.append(.link(account, .seen([report])))
+        }
+        return done()
+    }
+
+    /// Tokens not heard for the lost timeout are gone.
+    public func expireSightings(at now: ContinuousClock.Instant) -> [Effect] {
+        let gone = sightings.expire(at: now)
+        guard !gone.isEmpty else { return [] }
+        for account in links.keys { effects.append(.link(account, .gone(gone))) }
+        return done()
+    }
+
+    /// A medium's condition changed: `AvailableMediums`, the statuses and the
+    /// managers' error properties follow.
+    public func medium(_ medium: Medium, is condition: MediumCondition) -> [Effect] {
+        guard mediumConditions.updateValue(condition, forKey: medium) != condition else { return [] }
+        logger.info("medium \(condition)", metadata: ["medium": "\(medium)"])
+        let available = condition == .ready
+        if available ? availableMediums.insert(medium).inserted : availableMediums.remove(medium) != nil {
+            effects.append(.daemonChanged(NearbyBusContract.Nearby1.availableMediums))
+            for account in links.keys { refreshStatuses(of: account) }
+            for subscription in subscriptions.values where !subscription.deviceTypes.nearby { refreshStatus(of: subscription) }
+        }
+        for state in managers.values { refreshErrors(of: state.manager) }
+        return done()
+    }
+
+    // MARK: Status and errors
+
+    private func refreshStatuses(of account: Account) {
+        for publication in publications.values where publication.manager.account == account { refreshStatus(of: publication) }
+        for subscription in subscriptions.values where subscription.manager.account == account { refreshStatus(of: subscription) }
+    }
+
+    private func refreshStatus(of publication: Publication) {
+        guard runs.nearby(publication.id) != nil, let view = links[publication.manager.account] else {
+            return set(.inactive, Placement.waitingReason(permitted: isPermitted(publication.manager)), of: publication)
+        }
+        let (status, reason) = view.status(of: publication.id, mediums: publication.strategy.mediums, available: availableMediums)
+        set(status, reason, of: publication)
+    }
+
+    private func refreshStatus(of subscription: Subscription) {
+        let nearbyRuns = runs.nearby(subscription.id) != nil
+        let beaconsRun = runs.beaconsRun(subscription.id)
+        guard nearbyRuns || beaconsRun else {
+            return set(.inactive, Placement.waitingReason(permitted: isPermitted(subscription.manager)), of: subscription)
+        }
+        let nearby = nearbyRuns ? links[subscription.manager.account].map {
+            $0.status(of: subscription.id, mediums: subscription.strategy.mediums, available: availableMediums)
+        } : nil
+        let (status, reason) = LinkView.subscriptionStatus(nearby: nearby, beaconsRun: beaconsRun, available: availableMediums)
+        set(status, reason, of: subscription)
+    }
+
+    private func set(_ status: ObjectStatus, _ reason: String, of object: some RegisteredObject) {
+        var changed: [NearbyBusContract.Property] = []
+        if status != object.status {
+            object.status = status
+            changed.append(NearbyBusContract.PublicationOrSubscription.status)
+        }
+        if reason != object.statusReason {
+            object.statusReason = reason
+            changed.append(NearbyBusContract.PublicationOrSubscription.statusReason)
+        }
+        guard !changed.isEmpty else { return }
+        effects.append(.objectChanged(object.id, changed))
+        if changed.first == NearbyBusContract.PublicationOrSubscription.status, state(of: object.manager)?.exempt == true {
+            effects.append(.daemonChanged(NearbyBusContract.Nearby1.staticPublications))
+        }
+    }
+
+    /// The manager's error properties, as ``MediumErrors`` says, announced when they change.
+    private func refreshErrors(of manager: Manager) {
+        let id = ObjectIdentifier(manager)
+        guard let before = managers[id]?.errors else { return }
+        let errors = MediumErrors.of(inUse: runs.mediums(usedBy: id), enabled: enabledMediums, conditions: mediumConditions)
+        guard errors != before else { return }
+        managers[id]?.errors = errors
+        typealias Manager1 = NearbyBusContract.Manager1
+        var changed: [NearbyBusContract.Property] = []
+        if errors.bluetoothPower != before.bluetoothPower { changed.append(Manager1.bluetoothPowerError) }
+        if errors.bluetoothPermission != before.bluetoothPermission { changed.append(Manager1.bluetoothPermissionError) }
+        if errors.microphonePermission != before.microphonePermission { changed.append(Manager1.microphonePermissionError) }
+        effects.append(.managerChanged(manager, changed))
+    }
+
+    // MARK: Records
+
+    /// A record of what a manager's objects do: at debug level, or at info for
+    /// a manager created with `DebugLogging` (so it shows without turning on
+    /// debug logging for the whole daemon). `metadata` is built only when the
+    /// record is written: publishing and ending objects is the daemon's hot path.
+    private func record(_ message: Logger.Message, by manager: Manager, _ metadata: @autoclosure () -> Logger.Metadata) {
+        let level: Logger.Level = manager.debugLogging ? .info : .debug
+        guard logger.logLevel <= level else { return }
+        var metadata = metadata()
+        metadata["client"] = "\(manager.client.busName)"
+        metadata["manager"] = "\(manager.path)"
+        metadata["app"] = "\(manager.appId)"
+        logger.log(level: level, message, metadata: metadata)
+    }
+}
+
+/// One link's subscriptions, for its stream: a link speaks of its own alone.
+/// Holds copies of the core's tables, which cost nothing until changed.
+private struct OwnSubscriptions: LinkSubscriptions {
+    let account: Account
+    let subscriptions: [String: Subscription]
+    let runs: RunTable
+
+    func subscription(_ id: String) -> Subscription? {
+        guard let subscription = subscriptions[id], subscription.manager.account == account else { return nil }
+        return subscription
+    }
+
+    func all() -> [Subscription] {
+        subscriptions.values.filter { $0.manager.account == account }
+    }
+
+    func runs(_ id: String) -> Bool { runs.nearby(id) != nil }
+}
+
+extension RunRequest {
+    init(_ publication: Publication) {
+        self.init(account: publication.manager.account, manager: ObjectIdentifier(publication.manager),
+                  strategy: publication.strategy)
+    }
+
+    init(_ subscription: Subscription) {
+        self.init(account: subscription.manager.account, manager: ObjectIdentifier(subscription.manager),
+                  strategy: subscription.strategy, nearby: subscription.deviceTypes.nearby,
+                  beaconsAllowInBackground: subscription.deviceTypes.beacons?.allowInBackground)
+    }
+}
+
+extension Manager {
+    /// Its object's path: `/org/nearbyd/clientN/managerM`.
+    public var path: String { "\(NearbyBusContract.rootPath)/client\(client.number)/manager\(number)" }
+}
+
+extension Publication {
+    /// Its object's path, under its manager's.
+    public var path: String { "\(manager.path)/publication\(number)" }
+}
+
+extension Subscription {
+    public var path: String { "\(manager.path)/subscription\(number)" }
+}
