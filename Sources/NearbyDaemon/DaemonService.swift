@@ -74,7 +74,7 @@ final class DaemonService {
 
     let enabledMediums: Set<Medium>
     /// The strategy of a call that gives none, worked out once.
-    private let defaultStrategies: [Strategy.Owner: Strategy]
+    let defaultStrategies: [Strategy.Owner: Strategy]
 
     /// `serverTLS`: how an `https://` server's certificate is checked (``ServerTLS``).
     init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend],
@@ -123,7 +123,7 @@ final class DaemonService {
     /// Exports `/org/nearbyd` and starts the mediums.
     func start() throws(DBusError) {
         let root = RootObject(service: self)
-        root.exported = try connection.export([RootObject.interface.bind(root)], at: RootObject.path)
+        try root.export()
         self.root = root
         permissions.decisionChanged = { [weak self] key in self?.permissionChanged(key) }
         sessions.onStatusChange = { [weak self] status in
@@ -180,7 +180,7 @@ final class DaemonService {
     /// waits up to `grace` for the server to hear of it, and stops.
     func stop(grace: Duration) async {
         for busName in core.registry.clients.keys { clientLeft(busName) }
-        root?.exported?.unregister()
+        root?.unexport()
         let states = Array(links.values)
         // Past the grace the links stop, which releases anyone waiting on them.
         let deadline = Task {
@@ -210,8 +210,7 @@ final class DaemonService {
         object.usageDescriptions = request.usageDescriptions
         managers[ObjectIdentifier(manager)] = object
         do {
-            object.exported = try exportOwned([ManagerObject.interface.bind(object), ManagerObject.upstreamInterface.bind(object)],
-                                              at: object.path, owner: busName)
+            try object.export()
         } catch {
             apply(effects + core.release(manager))
             throw error
@@ -221,16 +220,6 @@ final class DaemonService {
         await followSession(of: busName, for: object)
         logger.info("manager created", metadata: ["client": "\(busName)", "manager": "\(object.path)", "app": "\(appId)"])
         return object.path
-    }
-
-    /// Exports an object only its creator may call; the bus refuses it when
-    /// out of memory or on a path clash.
-    private func exportOwned(_ bindings: [InterfaceBinding], at path: ObjectPath, owner busName: String) throws(NearbyError) -> ExportedObject {
-        do {
-            return try connection.export(bindings, at: path, access: .owner(busName, denied: .notYours))
-        } catch {
-            throw .limitExceeded("the bus refused a new object: \(error.message)")
-        }
     }
 
     /// The client behind `busName`; a new one is watched from now on, so its
@@ -334,30 +323,14 @@ final class DaemonService {
         return requested
     }
 
-    /// Publish and Subscribe: `body` runs once the app may use Nearby, at once
-    /// when that is decided; otherwise the call waits for the answer.
-    func whenPermitted(_ owner: ManagerObject, mediums: Set<Medium>, handler: ObjectPath?, call: MethodCall,
-                       _ body: @escaping @BusActor @Sendable () throws(NearbyError) -> ObjectPath) throws(DBusError) {
-        if core.isPermitted(owner.manager) {
-            let path = try checked(body)
-            return call.reply { writer throws(DBusError) in try writer.append(path) }
-        }
-        let request = PermissionBroker.Request(
+    /// Asks whether the app of `owner` may use Nearby on `mediums` (its
+    /// user's agent, or the `handler` the call named); throws when it may not.
+    func authorize(_ owner: ManagerObject, mediums: Set<Medium>, handler: ObjectPath?) async throws(NearbyError) {
+        let busName = owner.manager.client.busName
+        try await permissions.authorize(PermissionBroker.Request(
             key: owner.permissionKey, mediums: mediums, handler: handler,
-            caller: callers[owner.manager.client.busName]
-                ?? PermissionBroker.Caller(busName: owner.manager.client.busName, uid: owner.manager.client.uid, pid: nil, session: nil),
-            descriptions: owner.usageDescriptions)
-        let reply = call.deferReply()
-        Task { @BusActor in
-            do throws(NearbyError) {
-                try await self.permissions.authorize(request)
-                guard owner.exported != nil else { throw .doesNotExist("the manager was released while permission was asked") }
-                let path = try body()
-                reply.reply { writer throws(DBusError) in try writer.append(path) }
-            } catch {
-                reply.fail(error.dbusError)
-            }
-        }
+            caller: callers[busName] ?? PermissionBroker.Caller(busName: busName, uid: owner.manager.client.uid, pid: nil, session: nil),
+            descriptions: owner.usageDescriptions))
     }
 
     /// A decision changed: the app's managers say so, and their objects stop or resume.
@@ -382,22 +355,13 @@ final class DaemonService {
 
     // MARK: Publications and subscriptions
 
-    /// The `Strategy` entry of Publish or Subscribe params, checked.
-    func strategy(_ params: Options, for owner: Strategy.Owner) throws(NearbyError) -> Strategy {
-        let strategyKey = NearbyBusContract.PublishOrSubscribeOption.strategy
-        let options = try params.options(strategyKey.name, allowed: StrategyOptions.allowed, context: strategyKey.name)
-        if options == nil, let strategy = defaultStrategies[owner] { return strategy }
-        return try StrategyOptions.parse(options, for: owner, enabled: enabledMediums)
-    }
-
     @discardableResult
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> PublicationObject {
         let (publication, effects) = try core.publish(message, strategy: strategy, in: owner.manager)
         let object = PublicationObject(publication: publication, path: ObjectPath(publication), service: self)
         publications[publication.id] = object
         do {
-            object.exported = try exportOwned([PublicationObject.interface.bind(object)], at: object.path,
-                                              owner: owner.manager.client.busName)
+            try object.export()
         } catch {
             apply(effects + core.end(publication.id))
             throw error
@@ -412,8 +376,7 @@ final class DaemonService {
         let object = SubscriptionObject(subscription: subscription, path: ObjectPath(subscription), service: self)
         subscriptions[subscription.id] = object
         do {
-            object.exported = try exportOwned([SubscriptionObject.interface.bind(object)], at: object.path,
-                                              owner: owner.manager.client.busName)
+            try object.export()
         } catch {
             apply(effects + core.end(subscription.id))
             throw error
@@ -461,13 +424,11 @@ final class DaemonService {
                 publications[id]?.emitExpired()
                 subscriptions[id]?.emitExpired()
             case .ended(let id):
-                publications.removeValue(forKey: id)?.exported?.unregister()
-                subscriptions.removeValue(forKey: id)?.exported?.unregister()
+                publications.removeValue(forKey: id)?.unexport()
+                subscriptions.removeValue(forKey: id)?.unexport()
             case .managerEnded(let manager):
                 guard let object = managers.removeValue(forKey: ObjectIdentifier(manager)) else { continue }
-                object.exported?.unregister()
-                // A call waiting on the manager (a Publish asking permission) sees it gone.
-                object.exported = nil
+                object.unexport()
                 if object.directChannel { upstream.managersChanged(manager.account) }
             case .openLink(let account):
                 openLink(for: account)
@@ -641,9 +602,8 @@ final class DaemonService {
 
     // MARK: Helpers
 
-    /// Emits `PropertiesChanged` for one of `Nearby1`'s properties.
     private func announce(_ property: NearbyBusContract.Property) {
-        try? root?.exported?.emitPropertiesChanged(interface: RootObject.interfaceName, [property.name])
+        root?.announce(property)
     }
 
     /// A duration from the configuration, for people: `30 s`.

@@ -9,10 +9,16 @@ protocol LiveObject: AnyObject {
     static var interfaceName: String { get }
     var entry: Entry { get }
     var path: ObjectPath { get }
-    var exported: ExportedObject? { get }
+    var exported: ExportedObject? { get set }
 }
 
 extension LiveObject {
+    /// Takes the object off the bus.
+    func unexport() {
+        exported?.unregister()
+        exported = nil
+    }
+
     func changed(_ names: [String]) {
         try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
     }

@@ -27,6 +27,19 @@ final class ManagerObject {
         permissionKey = PermissionKey(uid: manager.client.uid, appId: manager.appId)
     }
 
+    /// Exports the object, callable by its client alone.
+    func export() throws(NearbyError) {
+        exported = try service.connection.exportOwned([Self.interface.bind(self), Self.upstreamInterface.bind(self)], at: path,
+                                                      owner: manager.client.busName)
+    }
+
+    /// Takes the object off the bus: a call waiting on it (a Publish asking
+    /// permission) sees it gone.
+    func unexport() {
+        exported?.unregister()
+        exported = nil
+    }
+
     /// `Background`, as the core keeps it (the client's wish or its login session's).
     var background: Bool { service.core.isBackground(manager) }
     private var errors: MediumErrors { service.core.state(of: manager)?.errors ?? MediumErrors() }
@@ -69,9 +82,9 @@ final class ManagerObject {
     /// Publish: checked at once; made once the app may use Nearby.
     private func publish(_ call: MethodCall) throws(DBusError) {
         let (message, strategy, handler) = try Self.readPublish(Arguments(call)) { params throws(NearbyError) in
-            try service.strategy(params, for: .publication)
+            try self.strategy(params, for: .publication)
         }
-        try service.whenPermitted(self, mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+        try whenPermitted(mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
             try service.publish(message, strategy: strategy, in: self).path
         }
     }
@@ -79,13 +92,42 @@ final class ManagerObject {
     /// Subscribe: checked at once; made once the app may use Nearby.
     private func subscribe(_ call: MethodCall) throws(DBusError) {
         let (filter, strategy, deviceTypes, handler) = try Self.readSubscribe(Arguments(call)) { params throws(NearbyError) in
-            try service.strategy(params, for: .subscription)
+            try self.strategy(params, for: .subscription)
         }
         var mediums: Set<Medium> = deviceTypes.nearby ? strategy.mediums : []
         if deviceTypes.beacons != nil { mediums.insert(.ble) }
-        try service.whenPermitted(self, mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+        try whenPermitted(mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
             try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
         }
+    }
+
+    /// Publish and Subscribe: `body` runs once the app may use Nearby, at once
+    /// when that is decided; otherwise the call waits for the answer.
+    private func whenPermitted(mediums: Set<Medium>, handler: ObjectPath?, call: MethodCall,
+                               _ body: @escaping @BusActor @Sendable () throws(NearbyError) -> ObjectPath) throws(DBusError) {
+        if service.core.isPermitted(manager) {
+            let path = try checked(body)
+            return call.reply { writer throws(DBusError) in try writer.append(path) }
+        }
+        let reply = call.deferReply()
+        Task { @BusActor [self] in
+            do throws(NearbyError) {
+                try await service.authorize(self, mediums: mediums, handler: handler)
+                guard exported != nil else { throw .doesNotExist("the manager was released while permission was asked") }
+                let path = try body()
+                reply.reply { writer throws(DBusError) in try writer.append(path) }
+            } catch {
+                reply.fail(error.dbusError)
+            }
+        }
+    }
+
+    /// The `Strategy` entry of Publish or Subscribe params, checked.
+    private func strategy(_ params: Options, for owner: Strategy.Owner) throws(NearbyError) -> Strategy {
+        let strategyKey = NearbyBusContract.PublishOrSubscribeOption.strategy
+        let options = try params.options(strategyKey.name, allowed: StrategyOptions.allowed, context: strategyKey.name)
+        if options == nil, let strategy = service.defaultStrategies[owner] { return strategy }
+        return try StrategyOptions.parse(options, for: owner, enabled: service.enabledMediums)
     }
 
     /// Publish's arguments, read and checked; `strategy` reads the params' Strategy.

@@ -20,6 +20,11 @@ final class PublicationObject: LiveObject {
         self.service = service
     }
 
+    /// Exports the object, callable by its client alone.
+    func export() throws(NearbyError) {
+        exported = try service.connection.exportOwned([Self.interface.bind(self)], at: path, owner: publication.manager.client.busName)
+    }
+
     static let interface = Interface<PublicationObject>(
         interfaceName,
         methods: [

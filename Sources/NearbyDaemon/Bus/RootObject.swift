@@ -15,6 +15,20 @@ final class RootObject {
         self.service = service
     }
 
+    func export() throws(DBusError) {
+        exported = try service.connection.export([Self.interface.bind(self)], at: Self.path)
+    }
+
+    func unexport() {
+        exported?.unregister()
+        exported = nil
+    }
+
+    /// Emits `PropertiesChanged` for one of `Nearby1`'s properties.
+    func announce(_ property: NearbyBusContract.Property) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, [property.name])
+    }
+
     static let createManagerOptions = Options.allowed(NearbyBusContract.CreateManagerOption.all)
     static let permissionOptions = Options.allowed(NearbyBusContract.PermissionOption.all)
 

@@ -20,6 +20,11 @@ final class SubscriptionObject: LiveObject {
         self.service = service
     }
 
+    /// Exports the object, callable by its client alone.
+    func export() throws(NearbyError) {
+        exported = try service.connection.exportOwned([Self.interface.bind(self)], at: path, owner: subscription.manager.client.busName)
+    }
+
     /// The names of the arguments every signal of a message starts with.
     static let messageArguments = ["content", "namespace", "type"]
 
