@@ -219,13 +219,13 @@ import Upstream
             }
         }
 
-        /// The answer to `id`'s SendMessage, once it comes.
+        /// The answer to `id`'s SendMessage, once it comes: nil when accepted.
         func answer(_ id: String, within seconds: Double = 5) async throws -> NearbyError? {
             let answer = try await heard.first(within: seconds, "the answer to \(id)") {
                 if case .answered(_, id, _) = $0 { true } else { false }
             }
-            guard case .answered(_, _, let error) = answer else { return nil }
-            return error
+            if case .answered(_, _, let error) = answer { return error }
+            return nil
         }
 
         /// The verdict `manager` hears of `id`, once it comes.
@@ -234,8 +234,8 @@ import Upstream
             let told = try await heard.first(within: seconds, "\(name) told of \(id)") {
                 if case .verdict(name, id, _) = $0 { true } else { false }
             }
-            guard case .verdict(_, _, let verdict) = told else { return nil }
-            return verdict
+            if case .verdict(_, _, let verdict) = told { return verdict }
+            return nil
         }
 
         /// Everything `manager` heard so far.
@@ -258,8 +258,10 @@ import Upstream
         try UpstreamService.openOutbox(stateDirectory: directory.path, limits: limits)
     }
 
-    static func wire(_ id: String, app: String = "org.example.shop", acceptedAtMs: UInt64, ttl: UInt64 = 60) -> ChannelRequest {
-        .send(ChannelUpstream(app: app, messageId: id, to: "shop@nearby.example", data: ["k": id], expiresAtMs: acceptedAtMs + ttl * 1000))
+    /// A message of the shop as the channel carries it.
+    static func wire(_ id: String, acceptedAtMs: UInt64, ttl: UInt64 = 60) -> ChannelRequest {
+        .send(ChannelUpstream(app: "org.example.shop", messageId: id, to: "shop@nearby.example", data: ["k": id],
+                              expiresAtMs: acceptedAtMs + ttl * 1000))
     }
 
     // MARK: SendMessage
@@ -293,11 +295,13 @@ import Upstream
         #expect(try await run.answer("m4") == .limitExceeded("this app has 3 upstream messages pending already ([upstream] max-pending)"))
         // A message against CCS's rules never reaches the outbox.
         run.send("", from: shop)
-        #expect(try await run.answer("") == .invalidArguments("message_id must be 1 to \(CCSRules.maximumIDBytes) bytes without control characters"))
+        #expect(try await run.answer("")
+                == .invalidArguments("message_id must be 1 to \(CCSRules.maximumIDBytes) bytes without control characters"))
         await run.service.stop()
         #expect(store.adds.values == ["m1", "m1", "m2", "m3", "m4"])
     }
 
+    /// SendFailed of a TTL-0 message without a channel.
     static let noChannel = Outbox.Failure(error: "SERVICE_NOT_AVAILABLE",
                                           description: "no direct channel to the connection server, and the TTL is 0")
 
@@ -321,6 +325,8 @@ import Upstream
         #expect(store.adds.values == ["now"])
         #expect(run.heard(by: shop).filter { if case .verdict = $0 { true } else { false } }.count == 1)
     }
+
+    // MARK: The direct channels
 
     @Test func theChannelIsWantedWhileAManagerInTheForegroundAsksForIt() async throws {
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -373,6 +379,8 @@ import Upstream
         await run.service.stop()
         #expect(run.channels.allSatisfy { !$0.wanted })
     }
+
+    // MARK: Verdicts
 
     @Test func aVerdictGoesToEveryManagerOfTheAppAndToNoOtherUsersApp() async throws {
         defer { try? FileManager.default.removeItem(at: directory) }
