@@ -132,7 +132,7 @@ final class DaemonService {
         }
         tasks.append(Task { [sessions] in await sessions.start() })
         upstream.start { [weak self] in
-            self.map { Array($0.managers.values) } ?? []
+            self?.managers.values.map { $0 } ?? []
         }
         for (medium, backend) in backends {
             let (wishes, sink) = AsyncStream.makeStream(of: MediumWish.self, bufferingPolicy: .bufferingNewest(1))

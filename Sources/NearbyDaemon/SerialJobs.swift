@@ -1,32 +1,40 @@
 import DBus
 
 /// Work of the bus actor that waits (for the disk) and must still happen one
-/// piece at a time, in the order asked for: each job starts when the one
-/// before it has finished, and while a job waits the bus thread serves
-/// everyone else.
+/// piece at a time, in the order asked for, within its lane: each job starts
+/// when the one before it in the same lane has finished. Lanes do not wait
+/// for each other, and while a job waits the bus thread serves everyone else;
+/// so a job that never ends (a disk that hangs on one write) holds up its own
+/// lane and nothing more.
 @BusActor
-final class SerialJobs {
+final class SerialJobs<Lane: Hashable & Sendable> {
     typealias Job = @BusActor @Sendable () async -> Void
 
-    private let sink: AsyncStream<Job>.Continuation
-    private let runner: Task<Void, Never>
+    /// The last job of each lane that has work: the next job of the lane waits
+    /// for it. A lane is forgotten once its last job is done.
+    private var tails: [Lane: (number: UInt64, task: Task<Void, Never>)] = [:]
+    private var added: UInt64 = 0
+    private var finished = false
 
-    init() {
-        let (jobs, sink) = AsyncStream.makeStream(of: Job.self)
-        self.sink = sink
-        runner = Task { @BusActor in
-            for await job in jobs { await job() }
-        }
-    }
+    init() {}
 
-    /// Runs `job` after every job added before it.
-    func add(_ job: @escaping Job) {
-        sink.yield(job)
+    /// Runs `job` after every job added to `lane` before it.
+    func add(_ lane: Lane, _ job: @escaping Job) {
+        guard !finished else { return }
+        added += 1
+        let number = added
+        let previous = tails[lane]?.task
+        tails[lane] = (number, Task { [self] in
+            await previous?.value
+            await job()
+            if tails[lane]?.number == number { tails[lane] = nil }
+        })
     }
 
     /// Runs what was added so far, then stops taking jobs.
     func finish() async {
-        sink.finish()
-        await runner.value
+        finished = true
+        // Each tail forgets itself when done: nothing is added once finished.
+        while let tail = tails.values.first { await tail.task.value }
     }
 }

@@ -5,8 +5,12 @@ import ServerAPI
 import Upstream
 
 /// `org.nearbyd.Upstream1`, on the manager's object: messages to and from the
-/// app's application server (doc/dbus-api.md).
-extension ManagerObject {
+/// app's application server (doc/dbus-api.md). The object is the service's
+/// ``UpstreamManager``: its owner hears the signals.
+extension ManagerObject: UpstreamManager {
+    var account: Account { manager.account }
+    var appID: String { manager.appId }
+
     nonisolated static let upstreamInterfaceName = NearbyBusContract.upstream.name
 
     static let upstreamInterface = Interface<ManagerObject>(
@@ -14,7 +18,15 @@ extension ManagerObject {
         methods: [
             Method(NearbyBusContract.Upstream1.sendMessage, inputs: ["data", "to", "message_id", "ttl_seconds"]) {
                 object, call throws(DBusError) in
-                try object.service.upstream.send(readSendMessage(Arguments(call)), from: object, call: call)
+                let message = try readSendMessage(Arguments(call))
+                // The service answers when it knows: at once, or once the message is on disk.
+                let reply = call.deferReply()
+                object.service.upstream.send(message, from: object) { outcome in
+                    switch outcome {
+                    case .success: reply.reply()
+                    case .failure(let error): reply.fail(error.dbusError)
+                    }
+                }
             },
         ],
         properties: [
@@ -49,7 +61,7 @@ extension ManagerObject {
     }
 
     /// `SendFailed` to this manager's owner.
-    func emitSendFailed(_ messageID: String, error: String, description: String) {
+    private func emitSendFailed(_ messageID: String, error: String, description: String) {
         try? exported?.emitSignal(interface: Self.upstreamInterfaceName, member: NearbyBusContract.Upstream1.sendFailed.name) {
             writer throws(DBusError) in
             try writer.append(messageID)

@@ -27,25 +27,38 @@ import Upstream
 /// after a reconnect.
 ///
 /// The outbox is read and written off the bus thread, one job at a time in
-/// the order asked (``SerialJobs``): `SendMessage` is answered once its
-/// message is on disk, and a message accepted before another is sent before it.
+/// the order asked within a lane (``SerialJobs``): each app's messages and
+/// verdicts in its own lane, and what spans the apps (the TTLs, the
+/// retention, the pending messages when a channel opens) in one more. So
+/// `SendMessage` is answered once its message is on disk, a message accepted
+/// before another of its app is sent before it, and an app whose write is
+/// slow (or never ends) holds up no other app's messages and verdicts.
+///
+/// It knows nothing of D-Bus calls: the bus face (``ManagerObject``'s
+/// `Upstream1`) reads the call, hands the message over, and answers the call
+/// when told. Its managers, channels and outbox are the protocols of
+/// UpstreamParts.swift, so the logic is tested with stand-ins and a manual clock.
 @BusActor
 final class UpstreamService {
-    private let outbox: Outbox
+    /// How `SendMessage` ends: accepted (on disk), or refused with a named error.
+    typealias Answer = @BusActor @Sendable (Result<Void, NearbyError>) -> Void
+
+    private let outbox: any OutboxStore
     private let logger: Logger
     /// Makes the channel of an account.
-    private let makeChannel: @BusActor (Account) -> DirectChannel
+    private let makeChannel: @BusActor (Account) -> any UpstreamChannel
     /// Every live manager, for the signals and the channels' wishes.
-    private var liveManagers: @BusActor () -> [ManagerObject] = { [] }
+    private var liveManagers: @BusActor () -> [any UpstreamManager] = { [] }
     /// The channels wanted now.
-    private var channels: [Account: DirectChannel] = [:]
-    private let jobs = SerialJobs()
+    private var channels: [Account: any UpstreamChannel] = [:]
+    private let jobs = SerialJobs<Lane>()
     /// When messages are accepted, expire and are settled.
     private let clock: any WallClock
     private var expiryTimer: BusTimer?
     private var retentionTimer: BusTimer?
 
-    init(outbox: Outbox, clock: any WallClock, logger: Logger, makeChannel: @escaping @BusActor (Account) -> DirectChannel) {
+    init(outbox: any OutboxStore, clock: any WallClock, logger: Logger,
+         makeChannel: @escaping @BusActor (Account) -> any UpstreamChannel) {
         self.outbox = outbox
         self.clock = clock
         self.logger = logger
@@ -59,9 +72,9 @@ final class UpstreamService {
 
     /// Picks up what an earlier run left pending; `managers` lists the live
     /// managers whenever a message is settled or a channel's wish may change.
-    func start(managers: @escaping @BusActor () -> [ManagerObject]) {
+    func start(managers: @escaping @BusActor () -> [any UpstreamManager]) {
         liveManagers = managers
-        jobs.add { [self] in
+        jobs.add(.shared) { [self] in
             do {
                 let kept = try await outbox.all()
                 if !kept.isEmpty { logger.info("upstream messages kept from before", metadata: ["count": "\(kept.count)"]) }
@@ -77,32 +90,38 @@ final class UpstreamService {
     func stop() async {
         for channel in channels.values { channel.wanted = false }
         channels.removeAll()
+        await jobs.finish()
+        // After the jobs: the last of them may have armed a timer again.
         expiryTimer?.cancel()
         retentionTimer?.cancel()
-        await jobs.finish()
     }
 
-    /// `SendMessage` from `manager`'s owner: answered once the message is on
-    /// disk, or refused with a named error.
-    func send(_ message: UpstreamMessage, from manager: ManagerObject, call: MethodCall) throws(DBusError) {
-        try checked { () throws(NearbyError) in try message.validate() }
-        let account = manager.manager.account
+    /// `SendMessage` from `manager`'s owner. `answer` hears once how it ends:
+    /// at once when the message is refused or fails on the spot (before its
+    /// `SendFailed`), otherwise once the message is on disk or the outbox
+    /// refused it.
+    func send(_ message: UpstreamMessage, from manager: any UpstreamManager, answer: @escaping Answer) {
+        do throws(NearbyError) {
+            try message.validate()
+        } catch {
+            return answer(.failure(error))
+        }
+        let account = manager.account
         guard message.ttlSeconds > 0 || isChannelOpen(account) else {
             // Now or never, and there is no channel: failed once the call has answered.
-            call.reply()
-            manager.emitSendFailed(message.messageID, error: "SERVICE_NOT_AVAILABLE",
-                                   description: "no direct channel to the connection server, and the TTL is 0")
+            answer(.success(()))
+            manager.emitVerdict(message.messageID, .failed(Outbox.Failure(
+                error: "SERVICE_NOT_AVAILABLE", description: "no direct channel to the connection server, and the TTL is 0")))
             return
         }
-        let entry = Outbox.Entry(account: account, appID: manager.manager.appId, message: message, acceptedAtMs: clock.nowMs)
-        let reply = call.deferReply()
-        jobs.add { [self] in
+        let entry = Outbox.Entry(account: account, appID: manager.appID, message: message, acceptedAtMs: clock.nowMs)
+        jobs.add(.app(AppKey(account: account, appID: entry.appID))) { [self] in
             do {
                 try await outbox.add(entry)
             } catch {
-                return reply.fail(Self.refusal(error, logger: logger).dbusError)
+                return answer(.failure(Self.refusal(error, logger: logger)))
             }
-            reply.reply()
+            answer(.success(()))
             logger.debug("upstream message accepted", metadata: ["app": "\(entry.appID)", "message": "\(message.messageID)",
                                                                  "ttl": "\(message.ttlSeconds)", "account": "\(account)"])
             if let channel = channels[account], channel.isOpen {
@@ -140,7 +159,7 @@ final class UpstreamService {
     /// is wanted while one of them has `DirectChannel` set and is not in the
     /// background. Called whenever one of those may have changed.
     func managersChanged(_ account: Account) {
-        let wishes = liveManagers().filter { $0.manager.account == account }
+        let wishes = liveManagers().filter { $0.account == account }
             .map { manager -> (directChannel: Bool, background: Bool) in (manager.directChannel, manager.background) }
         let wanted = Self.wantsChannel(wishes)
         if wanted, channels[account] == nil {
@@ -164,9 +183,10 @@ final class UpstreamService {
     }
 
     private func channel(_ account: Account, isOpen: Bool) {
-        for manager in liveManagers() where manager.manager.account == account { manager.directChannelConnectedChanged() }
+        for manager in liveManagers() where manager.account == account { manager.directChannelConnectedChanged() }
         if isOpen, let channel = channels[account] {
-            jobs.add { [self] in
+            // In the shared lane, after any expiry under way: what it failed is not sent.
+            jobs.add(.shared) { [self] in
                 // It may have closed (or another opened) while the jobs before this ran.
                 guard channels[account] === channel, channel.isOpen else { return }
                 do {
@@ -182,7 +202,7 @@ final class UpstreamService {
         armExpiry()
     }
 
-    private func handle(_ event: ChannelEvent, on channel: DirectChannel) {
+    private func handle(_ event: ChannelEvent, on channel: any UpstreamChannel) {
         switch event {
         case .sent(let refs):
             for ref in refs { settle(channel.account, ref.app, ref.messageId, .succeeded) }
@@ -190,7 +210,7 @@ final class UpstreamService {
             settle(channel.account, failure.app, failure.messageId,
                    .failed(Outbox.Failure(error: failure.error, description: failure.description)))
         case .message(let message):
-            let managers = liveManagers().filter { $0.manager.account == channel.account }
+            let managers = liveManagers().filter { $0.account == channel.account }
             logger.debug("downstream message", metadata: ["message": "\(message.messageId)", "from": "\(message.from)",
                                                           "managers": "\(managers.count)"])
             for manager in managers { manager.emitMessageReceived(message) }
@@ -199,7 +219,7 @@ final class UpstreamService {
     }
 
     private func settle(_ account: Account, _ appID: String, _ messageID: String, _ verdict: Outbox.Verdict) {
-        jobs.add { [self] in
+        jobs.add(.app(AppKey(account: account, appID: appID))) { [self] in
             // With the app here it is told at once, in one transaction; otherwise kept for its next manager.
             let appIsHere = !managers(account, appID).isEmpty
             do {
@@ -223,7 +243,7 @@ final class UpstreamService {
 
     /// A timer for the next TTL to run out, outside the accounts whose channel is open.
     private func armExpiry() {
-        jobs.add { [self] in
+        jobs.add(.shared) { [self] in
             expiryTimer?.cancel()
             expiryTimer = nil
             let next: UInt64?
@@ -243,7 +263,7 @@ final class UpstreamService {
     }
 
     private func expire() {
-        jobs.add { [self] in
+        jobs.add(.shared) { [self] in
             do {
                 let failed = try await outbox.failExpired(nowMs: clock.nowMs, sparing: openAccounts)
                 for entry in failed {
@@ -263,7 +283,7 @@ final class UpstreamService {
     /// Verdicts no app came back for within `[upstream] verdict-retention-days`
     /// go; looked for at start and every hour.
     private func dropUntoldVerdicts() {
-        jobs.add { [self] in
+        jobs.add(.shared) { [self] in
             do {
                 let dropped = try await outbox.dropUntold(nowMs: clock.nowMs)
                 if dropped > 0 { logger.notice("upstream verdicts nobody came back for were dropped", metadata: ["count": "\(dropped)"]) }
@@ -281,16 +301,24 @@ final class UpstreamService {
         let appID: String
     }
 
+    /// Where a job waits its turn (``SerialJobs``).
+    private enum Lane: Hashable {
+        /// One app's messages and verdicts, in the order they came.
+        case app(AppKey)
+        /// What spans the apps: the TTLs, the retention, the pending messages when a channel opens.
+        case shared
+    }
+
     /// A new manager: its app hears of the verdicts it has not been told,
     /// once CreateManager has answered (the caller learns the path from it).
-    func managerCreated(_ object: ManagerObject) {
-        tellVerdicts(object.manager.account, appID: object.manager.appId)
+    func managerCreated(_ manager: any UpstreamManager) {
+        tellVerdicts(manager.account, appID: manager.appID)
     }
 
     /// `SendSucceeded` and `SendFailed` for an app's settled messages, to its
     /// live managers; kept while it has none.
     private func tellVerdicts(_ account: Account, appID: String) {
-        jobs.add { [self] in
+        jobs.add(.app(AppKey(account: account, appID: appID))) { [self] in
             guard !managers(account, appID).isEmpty else { return }
             do {
                 let settled = try await outbox.takeSettled(account, appID: appID)
@@ -309,11 +337,11 @@ final class UpstreamService {
         }
     }
 
-    private func managers(_ account: Account, _ appID: String) -> [ManagerObject] {
-        liveManagers().filter { $0.manager.account == account && $0.manager.appId == appID }
+    private func managers(_ account: Account, _ appID: String) -> [any UpstreamManager] {
+        liveManagers().filter { $0.account == account && $0.appID == appID }
     }
 
-    private func tell(_ entry: Outbox.Entry, _ verdict: Outbox.Verdict, to managers: [ManagerObject]) {
+    private func tell(_ entry: Outbox.Entry, _ verdict: Outbox.Verdict, to managers: [any UpstreamManager]) {
         logger.debug("upstream verdict told", metadata: ["app": "\(entry.appID)", "message": "\(entry.message.messageID)",
                                                          "verdict": "\(verdict)", "managers": "\(managers.count)"])
         for manager in managers { manager.emitVerdict(entry.message.messageID, verdict) }
