@@ -168,7 +168,12 @@ private func rawConnection(_ path: String, samplesFollow: Bool) async throws -> 
             // A link closed by its device can be opened again.
             link.close()
             try await closed(link)
-            let again = try await within { try await AirAudioLink(socketPath: path, device: "A") }
+            // The stream ends when this side closes; the air frees the device's
+            // link when it reads the close, which its device list then shows.
+            try await within {
+                while try await devices(a).map(\.audio) != [false] { await Task.yield() }
+            }
+            let again = try await AirAudioLink(socketPath: path, device: "A")
             _ = try await blocks(again, 1, from: -1)
             again.close()
             a.close()
