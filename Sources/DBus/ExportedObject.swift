@@ -54,7 +54,7 @@ public final class ExportedObject {
 
     /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` with the current
     /// values of `names`. sd-bus's own emitter broadcasts; this one honours ``access``.
-    public func emitPropertiesChanged(interface: String, _ names: [String]) throws(DBusError) {
+    public func emitPropertiesChanged(interface: String, _ names: some Sequence<String>) throws(DBusError) {
         guard let implementation = interfaces[interface] else { return }
         let caller = Caller(uniqueName: access.destination ?? connection.uniqueName)
         try connection.emitSignal(path: path, interface: "org.freedesktop.DBus.Properties",

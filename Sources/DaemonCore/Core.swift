@@ -124,10 +124,15 @@ public final class Core {
         self.permits = permits
     }
 
-    /// The effects of the command that just ran, handed over.
+    /// The effects of the command that just ran, handed over: the buffer
+    /// goes with them, so none is copied or allocated for the next command
+    /// until it has an effect.
     private func done() -> [Effect] {
-        defer { effects.removeAll(keepingCapacity: true) }
-        return effects
+        let done = effects
+        effects = []
+        // Room for a Publish's effects at once, rather than growing by doubling.
+        effects.reserveCapacity(8)
+        return done
     }
 
     // MARK: Queries
@@ -303,8 +308,11 @@ public final class Core {
 
     /// Unpublish or Unsubscribe: the object ends.
     public func end(_ id: String) -> [Effect] {
-        if let publication = publications[id] { remove(publication) }
-        if let subscription = subscriptions[id] { remove(subscription) }
+        if let publication = publications[id] {
+            remove(publication)
+        } else if let subscription = subscriptions[id] {
+            remove(subscription)
+        }
         return done()
     }
 
@@ -487,8 +495,11 @@ public final class Core {
         case .none: break
         case .all: refreshStatuses(of: account)
         case .object(let id):
-            if let publication = publications[id] { refreshStatus(of: publication) }
-            if let subscription = subscriptions[id] { refreshStatus(of: subscription) }
+            if let publication = publications[id] {
+                refreshStatus(of: publication)
+            } else if let subscription = subscriptions[id] {
+                refreshStatus(of: subscription)
+            }
         }
         if change.tokenChanged {
             if let token = links[account]?.token {
@@ -558,10 +569,12 @@ public final class Core {
     }
 
     private func refreshStatus(of publication: Publication) {
-        guard runs.nearby(publication.id) != nil, let view = links[publication.manager.account] else {
+        // Read in place: a copy of the view would retain each of its tables.
+        guard runs.nearby(publication.id) != nil,
+              let (status, reason) = links[publication.manager.account]?.status(of: publication.id, mediums: publication.strategy.mediums,
+                                                                                 available: availableMediums) else {
             return set(.inactive, Placement.waitingReason(permitted: isPermitted(publication.manager)), of: publication)
         }
-        let (status, reason) = view.status(of: publication.id, mediums: publication.strategy.mediums, available: availableMediums)
         set(status, reason, of: publication)
     }
 
@@ -579,21 +592,21 @@ public final class Core {
     }
 
     private func set(_ status: ObjectStatus, _ reason: String, of object: some RegisteredObject) {
-        var changed: [NearbyBusContract.Property] = []
-        if status != object.status {
-            object.status = status
-            changed.append(NearbyBusContract.PublicationOrSubscription.status)
-        }
-        if reason != object.statusReason {
-            object.statusReason = reason
-            changed.append(NearbyBusContract.PublicationOrSubscription.statusReason)
-        }
-        guard !changed.isEmpty else { return }
-        effects.append(.objectChanged(object.id, changed))
-        if changed.first == NearbyBusContract.PublicationOrSubscription.status, state(of: object.manager)?.exempt == true {
+        let statusChanged = status != object.status
+        let reasonChanged = reason != object.statusReason
+        guard statusChanged || reasonChanged else { return }
+        object.status = status
+        object.statusReason = reason
+        // One of three lists made once: a status changes on every Publish.
+        effects.append(.objectChanged(object.id, statusChanged ? (reasonChanged ? Self.statusAndReason : Self.status) : Self.reason))
+        if statusChanged, state(of: object.manager)?.exempt == true {
             effects.append(.daemonChanged(NearbyBusContract.Nearby1.staticPublications))
         }
     }
+
+    private static let status = [NearbyBusContract.PublicationOrSubscription.status]
+    private static let reason = [NearbyBusContract.PublicationOrSubscription.statusReason]
+    private static let statusAndReason = status + reason
 
     /// The manager's error properties, as ``MediumErrors`` says, announced when they change.
     private func refreshErrors(of manager: Manager) {

@@ -406,15 +406,15 @@ final class DaemonService {
             switch effect {
             case .managerChanged(let manager, let properties):
                 guard let object = managers[ObjectIdentifier(manager)] else { continue }
-                object.changed(properties.map(\.name))
+                object.changed(properties.lazy.map(\.name))
                 if properties.contains(NearbyBusContract.Manager1.background), object.directChannel {
                     upstream.managersChanged(manager.account)
                 }
             case .objectChanged(let id, let properties):
                 if let object = publications[id] {
-                    object.changed(properties.map(\.name))
+                    object.changed(properties.lazy.map(\.name))
                 } else if let object = subscriptions[id] {
-                    object.changed(properties.map(\.name))
+                    object.changed(properties.lazy.map(\.name))
                 }
             case .daemonChanged(let property):
                 announce(property)
@@ -424,8 +424,11 @@ final class DaemonService {
                 publications[id]?.emitExpired()
                 subscriptions[id]?.emitExpired()
             case .ended(let id):
-                publications.removeValue(forKey: id)?.unexport()
-                subscriptions.removeValue(forKey: id)?.unexport()
+                if let object = publications.removeValue(forKey: id) {
+                    object.unexport()
+                } else {
+                    subscriptions.removeValue(forKey: id)?.unexport()
+                }
             case .managerEnded(let manager):
                 guard let object = managers.removeValue(forKey: ObjectIdentifier(manager)) else { continue }
                 object.unexport()

@@ -19,7 +19,7 @@ extension LiveObject {
         exported = nil
     }
 
-    func changed(_ names: [String]) {
+    func changed(_ names: some Sequence<String>) {
         try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
     }
 

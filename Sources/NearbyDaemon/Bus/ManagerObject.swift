@@ -188,7 +188,7 @@ final class ManagerObject {
     }
 
     /// Emits PropertiesChanged for `names` to the owner.
-    func changed(_ names: [String]) {
+    func changed(_ names: some Sequence<String>) {
         try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
     }
 }
