@@ -62,25 +62,10 @@ public final class Client {
 public struct Account: Hashable, Sendable, CustomStringConvertible {
     public let uid: UInt32
     public let apiKey: String
-    /// The key's FNV-1a digest, worked out once: an account keys the daemon's
-    /// tables of links and runs, looked up several times a call, and hashing
-    /// a whole API key each time showed in the D-Bus benchmark's profile.
-    private let keyDigest: UInt64
 
     public init(uid: UInt32, apiKey: String) {
         self.uid = uid
         self.apiKey = apiKey
-        keyDigest = apiKey.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
-    }
-
-    public static func == (lhs: Account, rhs: Account) -> Bool {
-        lhs.uid == rhs.uid && lhs.keyDigest == rhs.keyDigest && lhs.apiKey == rhs.apiKey
-    }
-
-    /// Equal accounts have equal digests, so the digest stands for the key.
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(uid)
-        hasher.combine(keyDigest)
     }
 
     /// For logs: the uid and the start of the key (the whole key is a secret of sorts).

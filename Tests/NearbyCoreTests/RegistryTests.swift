@@ -155,15 +155,4 @@ import Testing
         #expect(abs(PathLoss.distance(rssi: -79, txPower: -59) - 10) < 1e-9)
         #expect(abs(PathLoss.rssi(distance: 10, txPower: -59) - -79) < 1e-9)
     }
-
-    @Test func anAccountIsItsUserAndKeyWhateverTheKeysStorage() {
-        let key = "AIzaSy" + String(repeating: "k", count: 33)
-        let same = Account(uid: 1000, apiKey: String(decoding: Array(key.utf8), as: UTF8.self))
-        #expect(Account(uid: 1000, apiKey: key) == same)
-        #expect(Set([Account(uid: 1000, apiKey: key), same]).count == 1)
-        #expect(Account(uid: 1001, apiKey: key) != same, "another user's registration under the same key")
-        #expect(Account(uid: 1000, apiKey: key + "x") != same)
-        let accounts = Set((0..<1_000).map { Account(uid: 1000, apiKey: "key-\($0)") })
-        #expect(accounts.count == 1_000)
-    }
 }
