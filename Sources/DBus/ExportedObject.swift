@@ -54,17 +54,23 @@ public final class ExportedObject {
 
     /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` with the current
     /// values of `names`. sd-bus's own emitter broadcasts; this one honours ``access``.
-    public func emitPropertiesChanged(interface: String, _ names: some Sequence<String>) throws(DBusError) {
+    public func emitPropertiesChanged(interface: String, _ names: [String]) throws(DBusError) {
         guard let implementation = interfaces[interface] else { return }
         let caller = Caller(uniqueName: access.destination ?? connection.uniqueName)
         try connection.emitSignal(path: path, interface: "org.freedesktop.DBus.Properties",
                                   member: "PropertiesChanged", destination: access.destination) { writer throws(DBusError) in
             try writer.append(interface)
-            var changed: [DictEntry] = []
-            for name in names {
-                changed.append(DictEntry(.string(name), .variant(try implementation.get(name, caller))))
+            // Written entry by entry: a status change goes out on every Publish, and a
+            // `DBusValue.dictionary` would be built, and its signatures checked, first.
+            try writer.container(UInt8(ascii: "a"), "{sv}") { () throws(DBusError) in
+                for name in names {
+                    let value = try implementation.get(name, caller)
+                    try writer.container(UInt8(ascii: "e"), "sv") { () throws(DBusError) in
+                        try writer.appendString(UInt8(ascii: "s"), name)
+                        try writer.append(DBusValue.variant(value))
+                    }
+                }
             }
-            try writer.append(DBusValue.dictionary(key: "s", value: "v", changed))
             try writer.append([String]())
         }
     }

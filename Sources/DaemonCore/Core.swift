@@ -323,8 +323,7 @@ public final class Core {
         record("publication ended", by: publication.manager, ["object": "\(publication.path)"])
         apply(runs.end(publication.id).change)
         let account = publication.manager.account
-        links[account]?.ended(publication.id)
-        if links[account] != nil { effects.append(.link(account, .unpublish(publication.id))) }
+        if links[account]?.ended(publication.id) != nil { effects.append(.link(account, .unpublish(publication.id))) }
         effects.append(.ended(publication.id))
     }
 
@@ -337,8 +336,7 @@ public final class Core {
         if transition.beacons == .stopped { effects.append(.unwatchBeacons(subscription)) }
         apply(transition.change)
         let account = subscription.manager.account
-        if subscription.deviceTypes.nearby, links[account] != nil {
-            links[account]?.ended(subscription.id)
+        if subscription.deviceTypes.nearby, links[account]?.ended(subscription.id) != nil {
             effects.append(.link(account, .unsubscribe(subscription.id)))
         }
         effects.append(.ended(subscription.id))
@@ -679,9 +677,13 @@ extension Manager {
 
 extension Publication {
     /// Its object's path, under its manager's.
-    public var path: String { "\(manager.path)/publication\(number)" }
+    public var path: String { "\(manager.path)/\(pathElement)" }
+    /// The last element of ``path``.
+    public var pathElement: String { "publication\(number)" }
 }
 
 extension Subscription {
-    public var path: String { "\(manager.path)/subscription\(number)" }
+    public var path: String { "\(manager.path)/\(pathElement)" }
+    /// The last element of ``path``.
+    public var pathElement: String { "subscription\(number)" }
 }

@@ -30,7 +30,8 @@ public struct Expiries: Sendable {
     /// already comes first.
     public mutating func schedule(_ id: String, expiresAtMs: UInt64, renewed: Bool = false) -> UInt64? {
         let deadline = renewed ? expiresAtMs - min(expiresAtMs, Self.renewalMarginMs) : expiresAtMs
-        if renewed { self.renewed.insert(id) } else { self.renewed.remove(id) }
+        // Only static publications are renewed: most daemons hold none, and a Publish hashes nothing here.
+        if renewed { self.renewed.insert(id) } else if !self.renewed.isEmpty { self.renewed.remove(id) }
         queue.schedule(id, at: deadline)
         guard deadline < armedFor else { return nil }
         armedFor = deadline
@@ -40,7 +41,7 @@ public struct Expiries: Sendable {
     /// `id` ended before its time: it is not due.
     public mutating func cancel(_ id: String) {
         queue.cancel(id)
-        renewed.remove(id)
+        if !renewed.isEmpty { renewed.remove(id) }
     }
 
     /// The timer fired: what is due at `nowMs`, in deadline order. The

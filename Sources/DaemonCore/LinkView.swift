@@ -127,7 +127,8 @@ public struct LinkView: Sendable {
     /// The object ended: what the server said of it says nothing any more.
     public mutating func ended(_ id: String) {
         registered.remove(id)
-        refused[id] = nil
+        // Refusals are rare: most ends hash nothing more.
+        if !refused.isEmpty { refused[id] = nil }
     }
 
     /// A publication's or subscription's nearby part, while it runs: active

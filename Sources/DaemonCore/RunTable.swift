@@ -124,8 +124,11 @@ public struct RunChange: Sendable, Equatable {
 /// the runs (``recomputed()`` is what the tests hold them to).
 public struct RunTable: Sendable {
     @_spi(Testing) public private(set) var runs: [String: Run] = [:]
-    private var linkUsage: [Account: [Medium: LinkUsage]] = [:]
-    private var managerMediums: [ObjectIdentifier: [Medium: Int]] = [:]
+    // A Publish and an Unpublish each pass here: one entry per link and per
+    // manager, each medium a field, so a change hashes the account once to
+    // read and once to write, and allocates nothing.
+    private var linkUsage: [Account: MediumUsages] = [:]
+    private var managerMediums: [ObjectIdentifier: MediumUsers] = [:]
 
     public init() {}
 
@@ -149,33 +152,50 @@ public struct RunTable: Sendable {
 
     /// The mediums the manager's running objects use, whatever their placement.
     public func mediums(usedBy manager: ObjectIdentifier) -> Set<Medium> {
-        Set(managerMediums[manager, default: [:]].keys)
+        Set(Medium.allCases.filter { managerMediums[manager]?[$0] ?? 0 > 0 })
     }
 
     /// The object now runs as `run` (nil or waiting: not at all), and what that changed.
     @discardableResult
     @_spi(Testing) public mutating func set(_ id: String, to run: Run?) -> RunChange {
+        update(id, to: run).change
+    }
+
+    /// Which parts of an object run.
+    private struct Parts: Equatable {
+        var nearby = false
+        var beacons = false
+
+        init(_ run: Run?) {
+            nearby = run?.nearby != nil
+            beacons = run?.beacons ?? false
+        }
+    }
+
+    /// ``set(_:to:)``, with which parts ran before and run after.
+    private mutating func update(_ id: String, to run: Run?) -> (before: Parts, after: Parts, change: RunChange) {
         let new = run.flatMap { $0.waits ? nil : $0 }
-        let old = runs[id]
-        guard old != new else { return RunChange() }
-        // What the old run's and the new one's totals were before, as each
-        // is first touched: a Publish passes here, so no more is looked at.
-        var touched = Touched()
-        if let old { apply(old, sign: -1, recording: &touched) }
-        runs[id] = new
-        if let new { apply(new, sign: 1, recording: &touched) }
+        let old: Run?
+        if let new { old = runs.updateValue(new, forKey: id) } else { old = runs.removeValue(forKey: id) }
+        let (before, after) = (Parts(old), Parts(new))
+        guard old != new else { return (before, after, RunChange()) }
+        let taken = old.map { apply($0, sign: -1) }
+        let given = new.map { apply($0, sign: 1) }
         var change = RunChange()
-        for (account, medium, before) in touched.links {
-            let after = usage(of: account, on: medium).wish
-            guard after != before else { continue }
-            change.mediumsChanged = true
-            if after.scans, !before.scans { change.startedListening[account, default: []].insert(medium) }
+        // An object's runs keep its account and manager: then the first share's
+        // "before" and the last one's "after" are the whole change.
+        if let old, let new, old.account == new.account, old.manager == new.manager, let taken, let given {
+            change.record(new.account, from: taken.link?.before ?? given.link?.before, to: given.link?.after ?? taken.link?.after)
+            change.record(new.manager, from: taken.used.before, to: given.used.after)
+        } else {
+            for (run, share) in [(old, taken), (new, given)] {
+                guard let run, let share else { continue }
+                change.record(run.account, from: share.link?.before, to: share.link?.after)
+                change.record(run.manager, from: share.used.before, to: share.used.after)
+            }
         }
-        if (old?.beacons ?? false) != (new?.beacons ?? false) { change.mediumsChanged = true }
-        for (manager, before) in touched.managers where usedMask(of: manager) != before {
-            change.managers.insert(manager)
-        }
-        return change
+        if before.beacons != after.beacons { change.mediumsChanged = true }
+        return (before, after, change)
     }
 
     /// Runs the object as its app's permission and its manager's background
@@ -199,12 +219,11 @@ public struct RunTable: Sendable {
     }
 
     private mutating func place(_ id: String, _ run: Run?) -> Transition {
-        let before = runs[id]
+        let (before, after, change) = update(id, to: run)
         var transition = Transition()
-        transition.change = set(id, to: run)
-        let after = runs[id]
-        transition.nearby = Self.part(before?.nearby != nil, after?.nearby != nil)
-        transition.beacons = Self.part(before?.beacons ?? false, after?.beacons ?? false)
+        transition.change = change
+        transition.nearby = Self.part(before.nearby, after.nearby)
+        transition.beacons = Self.part(before.beacons, after.beacons)
         return transition
     }
 
@@ -220,71 +239,146 @@ public struct RunTable: Sendable {
         public var managers: [ObjectIdentifier: [Medium: Int]]
     }
 
-    @_spi(Testing) public var totals: Totals { Totals(links: linkUsage, managers: managerMediums) }
+    @_spi(Testing) public var totals: Totals {
+        func used<Value: Equatable>(_ value: (Medium) -> Value, unless none: Value) -> [Medium: Value] {
+            Dictionary(uniqueKeysWithValues: Medium.allCases.map { ($0, value($0)) }.filter { $0.1 != none })
+        }
+        return Totals(links: linkUsage.mapValues { usages in used({ usages[$0] }, unless: LinkUsage()) },
+                      managers: managerMediums.mapValues { users in used({ users[$0] }, unless: 0) })
+    }
 
     /// The totals worked out afresh from the runs: what ``totals`` must equal.
     @_spi(Testing) public func recomputed() -> Totals {
         var table = RunTable()
-        var touched = Touched()
-        for run in runs.values { table.apply(run, sign: 1, recording: &touched) }
+        for run in runs.values { table.apply(run, sign: 1) }
         return table.totals
     }
 
-    /// The totals a change touched, as they were before it.
-    private struct Touched {
-        var links: [(account: Account, medium: Medium, wish: LinkUsage.Wish)] = []
-        var managers: [(manager: ObjectIdentifier, used: UInt8)] = []
-    }
-
-    /// The mediums a manager's objects use, one bit each.
-    private func usedMask(of manager: ObjectIdentifier) -> UInt8 {
-        var mask: UInt8 = 0
-        if let used = managerMediums[manager] {
-            for medium in used.keys { mask |= Self.bit(medium) }
-        }
-        return mask
-    }
-
-    private static func bit(_ medium: Medium) -> UInt8 {
-        switch medium {
-        case .ble: 1
-        case .audio: 2
-        }
+    /// What taking out or putting in one run's share did to its link's usages
+    /// (nil: its nearby part does not run, and it touched none) and its
+    /// manager's mediums, before and after.
+    private struct Share {
+        var link: (before: MediumUsages, after: MediumUsages)?
+        var used: (before: UInt8, after: UInt8)
     }
 
     /// Adds (`sign` 1) or takes out (-1) one run's share of the totals; a
     /// total that comes to nothing is dropped, so the totals hold only what is used.
-    private mutating func apply(_ run: Run, sign: Int, recording touched: inout Touched) {
-        if !touched.managers.contains(where: { $0.manager == run.manager }) {
-            touched.managers.append((run.manager, usedMask(of: run.manager)))
-        }
+    @discardableResult
+    private mutating func apply(_ run: Run, sign: Int) -> Share {
+        var link: (before: MediumUsages, after: MediumUsages)?
         if let placement = run.nearby {
             let foreground = placement == .foreground
             let mode = run.strategy.mode
-            // Audio never runs for a manager in the background.
-            for medium in run.strategy.mediums where foreground || medium != .audio {
-                var usage = usage(of: run.account, on: medium)
-                if !touched.links.contains(where: { $0.account == run.account && $0.medium == medium }) {
-                    touched.links.append((run.account, medium, usage.wish))
+            link = Self.change(&linkUsage, run.account) { usages in
+                // Audio never runs for a manager in the background.
+                for medium in run.strategy.mediums where foreground || medium != .audio {
+                    if mode.broadcasts { usages[medium].broadcasting += sign }
+                    if mode.scans {
+                        usages[medium].scanning += sign
+                        if foreground { usages[medium].fullScanning += sign }
+                    }
                 }
-                if mode.broadcasts { usage.broadcasting += sign }
-                if mode.scans {
-                    usage.scanning += sign
-                    if foreground { usage.fullScanning += sign }
-                }
-                linkUsage[run.account, default: [:]][medium] = usage == LinkUsage() ? nil : usage
             }
-            for medium in run.strategy.mediums { count(medium, of: run.manager, by: sign) }
         }
-        if run.beacons { count(.ble, of: run.manager, by: sign) }
-        if linkUsage[run.account]?.isEmpty == true { linkUsage[run.account] = nil }
+        let users = Self.change(&managerMediums, run.manager) { users in
+            if run.nearby != nil {
+                for medium in run.strategy.mediums { users[medium] += sign }
+            }
+            if run.beacons { users[.ble] += sign }
+        }
+        return Share(link: link, used: (users.before.mask, users.after.mask))
     }
 
-    private mutating func count(_ medium: Medium, of manager: ObjectIdentifier, by sign: Int) {
-        let users = managerMediums[manager, default: [:]][medium, default: 0] + sign
-        managerMediums[manager, default: [:]][medium] = users == 0 ? nil : users
-        if managerMediums[manager]?.isEmpty == true { managerMediums[manager] = nil }
+    /// Changes `key`'s entry in place, hashing the key once where the entry
+    /// stays (a new one is added, one that comes to nothing is dropped);
+    /// returns it before and after.
+    private static func change<Key, Value: Equatable>(_ table: inout [Key: Value], _ key: Key, _ body: (inout Value) -> Void)
+        -> (before: Value, after: Value) where Value: UsageTotal {
+        guard let index = table.index(forKey: key) else {
+            var value = Value.none
+            body(&value)
+            if value != Value.none { table[key] = value }
+            return (Value.none, value)
+        }
+        let before = table.values[index]
+        body(&table.values[index])
+        let after = table.values[index]
+        if after == Value.none { table.remove(at: index) }
+        return (before, after)
     }
+}
+
+/// A link's or a manager's totals, whose ``none`` (nothing in use) the table does not keep.
+private protocol UsageTotal {
+    static var none: Self { get }
+}
+
+extension RunChange {
+    /// A link's usages went from `before` to `after` (nil: none).
+    fileprivate mutating func record(_ account: Account, from before: MediumUsages?, to after: MediumUsages?) {
+        guard let before, let after, before != after else { return }
+        for medium in Medium.allCases {
+            let (was, now) = (before[medium].wish, after[medium].wish)
+            guard was != now else { continue }
+            mediumsChanged = true
+            if now.scans, !was.scans { startedListening[account, default: []].insert(medium) }
+        }
+    }
+
+    /// A manager's mediums in use went from `before` to `after` (one bit each).
+    fileprivate mutating func record(_ manager: ObjectIdentifier, from before: UInt8, to after: UInt8) {
+        if before != after { managers.insert(manager) }
+    }
+}
+
+/// A link's use of each medium.
+private struct MediumUsages: Equatable, UsageTotal {
+    static let none = MediumUsages()
+
+    var ble = LinkUsage()
+    var audio = LinkUsage()
+
+    subscript(medium: Medium) -> LinkUsage {
+        get {
+            switch medium {
+            case .ble: ble
+            case .audio: audio
+            }
+        }
+        set {
+            switch medium {
+            case .ble: ble = newValue
+            case .audio: audio = newValue
+            }
+        }
+    }
+}
+
+/// How many of a manager's running objects use each medium.
+private struct MediumUsers: Equatable, UsageTotal {
+    static let none = MediumUsers()
+
+    var ble = 0
+    var audio = 0
+
+    subscript(medium: Medium) -> Int {
+        get {
+            switch medium {
+            case .ble: ble
+            case .audio: audio
+            }
+        }
+        set {
+            switch medium {
+            case .ble: ble = newValue
+            case .audio: audio = newValue
+            }
+        }
+    }
+
+    /// The mediums in use, one bit each.
+    var mask: UInt8 { (ble > 0 ? 1 : 0) | (audio > 0 ? 2 : 0) }
 }
 
 extension Placement {

@@ -13,29 +13,47 @@ import HeapModule
 /// refreshed many times. A cancelled key, or one moved earlier, leaves a stale
 /// entry behind; the heap is rebuilt without them once they outnumber the live
 /// ones, so it stays within twice the keys scheduled.
+///
+/// Inlinable: its users' keys (the daemon's object ids, the matcher's
+/// deadlines) are hashed and compared on every Publish and token heard, and
+/// only a copy specialized for the key type does that without looking up
+/// the type's witnesses at each step.
 public struct DeadlineQueue<Key: Hashable> {
-    fileprivate struct Entry: Comparable {
-        let deadline: UInt64
-        let key: Key
+    @usableFromInline
+    struct Entry: Comparable {
+        @usableFromInline let deadline: UInt64
+        @usableFromInline let key: Key
 
+        @inlinable
+        init(deadline: UInt64, key: Key) {
+            self.deadline = deadline
+            self.key = key
+        }
+
+        @inlinable
         static func < (lhs: Entry, rhs: Entry) -> Bool { lhs.deadline < rhs.deadline }
     }
 
-    private var heap = Heap<Entry>()
-    private var scheduled: [Key: UInt64] = [:]
+    @usableFromInline var heap = Heap<Entry>()
+    @usableFromInline var scheduled: [Key: UInt64] = [:]
 
+    @inlinable
     public init() {}
 
+    @inlinable
     public var isEmpty: Bool { heap.isEmpty }
 
     /// Entries held, stale ones included: what the queue costs in memory.
+    @inlinable
     public var count: Int { heap.count }
 
     /// The earliest deadline held; possibly of a key cancelled since, which
     /// ``popDue(now:)`` then skips: a timer armed for it fires early, not late.
+    @inlinable
     public var nextDeadline: UInt64? { heap.min?.deadline }
 
     /// Gives `key` the deadline `deadline`, unless it already has an earlier one.
+    @inlinable
     public mutating func schedule(_ key: Key, at deadline: UInt64) {
         if let earlier = scheduled[key], earlier <= deadline { return }
         scheduled[key] = deadline
@@ -44,12 +62,14 @@ public struct DeadlineQueue<Key: Hashable> {
     }
 
     /// Forgets `key`'s deadline, if it has one: it is not handed out.
+    @inlinable
     public mutating func cancel(_ key: Key) {
         guard scheduled.removeValue(forKey: key) != nil else { return }
         compactIfMostlyStale()
     }
 
     /// Removes and returns every key whose deadline is at or before `now`.
+    @inlinable
     public mutating func popDue(now: UInt64) -> [Key] {
         var due: [Key] = []
         while let first = heap.min, first.deadline <= now {
@@ -66,7 +86,8 @@ public struct DeadlineQueue<Key: Hashable> {
 
     /// Drops the stale entries once they are more than half the heap: deleted
     /// objects would otherwise stay until their deadline, up to a day away.
-    private mutating func compactIfMostlyStale() {
+    @inlinable
+    mutating func compactIfMostlyStale() {
         guard heap.count > 2 * scheduled.count else { return }
         let scheduled = self.scheduled
         var kept = Set<Key>()

@@ -358,7 +358,7 @@ final class DaemonService {
     @discardableResult
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> PublicationObject {
         let (publication, effects) = try core.publish(message, strategy: strategy, in: owner.manager)
-        let object = PublicationObject(publication: publication, path: ObjectPath(publication), service: self)
+        let object = PublicationObject(publication: publication, path: ObjectPath(publication, under: owner), service: self)
         publications[publication.id] = object
         do {
             try object.export()
@@ -373,7 +373,7 @@ final class DaemonService {
     func subscribe(_ filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes,
                    in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
         let (subscription, effects) = try core.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: owner.manager)
-        let object = SubscriptionObject(subscription: subscription, path: ObjectPath(subscription), service: self)
+        let object = SubscriptionObject(subscription: subscription, path: ObjectPath(subscription, under: owner), service: self)
         subscriptions[subscription.id] = object
         do {
             try object.export()
@@ -406,15 +406,15 @@ final class DaemonService {
             switch effect {
             case .managerChanged(let manager, let properties):
                 guard let object = managers[ObjectIdentifier(manager)] else { continue }
-                object.changed(properties.lazy.map(\.name))
+                object.changed(properties)
                 if properties.contains(NearbyBusContract.Manager1.background), object.directChannel {
                     upstream.managersChanged(manager.account)
                 }
             case .objectChanged(let id, let properties):
                 if let object = publications[id] {
-                    object.changed(properties.lazy.map(\.name))
+                    object.changed(properties)
                 } else if let object = subscriptions[id] {
-                    object.changed(properties.lazy.map(\.name))
+                    object.changed(properties)
                 }
             case .daemonChanged(let property):
                 announce(property)
@@ -639,8 +639,10 @@ final class DaemonService {
 }
 
 extension ObjectPath {
-    /// The object of a manager, publication or subscription, where the core's paths say.
+    /// The object of a manager, publication or subscription, where the core's
+    /// paths say. A publication's and a subscription's are made from their
+    /// manager object's (a Publish builds and checks only the last element).
     init(_ manager: Manager) { self.init(stringLiteral: manager.path) }
-    init(_ publication: Publication) { self.init(stringLiteral: publication.path) }
-    init(_ subscription: Subscription) { self.init(stringLiteral: subscription.path) }
+    init(_ publication: Publication, under manager: ManagerObject) { self = manager.path.child(publication.pathElement) }
+    init(_ subscription: Subscription, under manager: ManagerObject) { self = manager.path.child(subscription.pathElement) }
 }

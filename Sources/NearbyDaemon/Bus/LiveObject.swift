@@ -19,8 +19,9 @@ extension LiveObject {
         exported = nil
     }
 
-    func changed(_ names: some Sequence<String>) {
-        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
+    /// Emits PropertiesChanged for `properties` to the owner.
+    func changed(_ properties: [NearbyBusContract.Property]) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, properties.map(\.name))
     }
 
     func emitExpired() {

@@ -187,8 +187,8 @@ final class ManagerObject {
         return DeviceTypes(nearby: names.contains("nearby"), beacons: strategy)
     }
 
-    /// Emits PropertiesChanged for `names` to the owner.
-    func changed(_ names: some Sequence<String>) {
-        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, names)
+    /// Emits PropertiesChanged for `properties` to the owner.
+    func changed(_ properties: [NearbyBusContract.Property]) {
+        try? exported?.emitPropertiesChanged(interface: Self.interfaceName, properties.map(\.name))
     }
 }
