@@ -188,11 +188,9 @@ public struct RunTable: Sendable {
             change.record(new.account, from: taken.link?.before ?? given.link?.before, to: given.link?.after ?? taken.link?.after)
             change.record(new.manager, from: taken.used.before, to: given.used.after)
         } else {
-            for (run, share) in [(old, taken), (new, given)] {
-                guard let run, let share else { continue }
-                change.record(run.account, from: share.link?.before, to: share.link?.after)
-                change.record(run.manager, from: share.used.before, to: share.used.after)
-            }
+            // Made or ended (one share), or, never in practice, moved between accounts or managers.
+            if let old, let taken { change.record(old, taken) }
+            if let new, let given { change.record(new, given) }
         }
         if before.beacons != after.beacons { change.mediumsChanged = true }
         return (before, after, change)
@@ -257,7 +255,7 @@ public struct RunTable: Sendable {
     /// What taking out or putting in one run's share did to its link's usages
     /// (nil: its nearby part does not run, and it touched none) and its
     /// manager's mediums, before and after.
-    private struct Share {
+    fileprivate struct Share {
         var link: (before: MediumUsages, after: MediumUsages)?
         var used: (before: UInt8, after: UInt8)
     }
@@ -315,6 +313,12 @@ private protocol UsageTotal {
 }
 
 extension RunChange {
+    /// What one run's share changed.
+    fileprivate mutating func record(_ run: Run, _ share: RunTable.Share) {
+        record(run.account, from: share.link?.before, to: share.link?.after)
+        record(run.manager, from: share.used.before, to: share.used.after)
+    }
+
     /// A link's usages went from `before` to `after` (nil: none).
     fileprivate mutating func record(_ account: Account, from before: MediumUsages?, to after: MediumUsages?) {
         guard let before, let after, before != after else { return }
