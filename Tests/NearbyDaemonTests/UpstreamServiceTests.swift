@@ -171,12 +171,19 @@ import Upstream
             var channels: [Channel] = []
         }
 
-        init(_ store: HeldOutbox, clock: ManualWallClock, heard: Inbox<Heard>) {
+        /// `timers`: the service's timers fire as the test moves the clock; nil: on real time (``BusTimer``).
+        init(_ store: HeldOutbox, clock: ManualWallClock, timers: Timers? = nil, heard: Inbox<Heard>) {
             self.store = store
             self.heard = heard
             let made = Made()
             self.made = made
-            service = UpstreamService(outbox: store, clock: clock, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }) {
+            let armTimer: ArmUpstreamTimer = if let timers {
+                { delay, action in timers.arm(delay, action) }
+            } else {
+                { delay, action in BusTimer(after: delay, action) }
+            }
+            service = UpstreamService(outbox: store, clock: clock, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
+                                      armTimer: armTimer) {
                 account in
                 let channel = Channel(account: account)
                 made.channels.append(channel)
@@ -241,6 +248,59 @@ import Upstream
         /// Everything `manager` heard so far.
         func heard(by manager: Manager) -> [Heard] {
             heard.values.filter { $0.manager == manager.name }
+        }
+    }
+
+    /// The service's timers, on the manual clock: armed as the service asks,
+    /// fired when ``advance(byMs:)`` brings the clock to them, or, armed
+    /// already due, soon after (as a ``BusTimer`` of no delay, on the next
+    /// turn of the loop).
+    @BusActor
+    final class Timers {
+        final class Timer: UpstreamTimer {
+            let dueMs: UInt64
+            var action: (@BusActor () -> Void)?
+
+            init(dueMs: UInt64, action: @escaping @BusActor () -> Void) {
+                self.dueMs = dueMs
+                self.action = action
+            }
+
+            func cancel() { action = nil }
+        }
+
+        let clock: ManualWallClock
+        private var timers: [Timer] = []
+        /// The deadline of each timer armed, in order.
+        let armed = Inbox<UInt64>()
+        /// The deadline of each timer fired, in order.
+        private(set) var fired: [UInt64] = []
+
+        init(clock: ManualWallClock) {
+            self.clock = clock
+        }
+
+        func arm(_ delay: Duration, _ action: @escaping @BusActor () -> Void) -> any UpstreamTimer {
+            let milliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
+            let timer = Timer(dueMs: clock.nowMs + UInt64(max(0, milliseconds)), action: action)
+            timers.append(timer)
+            armed.put(timer.dueMs)
+            if timer.dueMs <= clock.nowMs { Task { @BusActor in self.fire(timer) } }
+            return timer
+        }
+
+        /// Moves the clock on and runs, earliest first, the actions of the timers it reached.
+        func advance(byMs milliseconds: UInt64) {
+            clock.advance(byMs: milliseconds)
+            for timer in timers.filter({ $0.dueMs <= clock.nowMs }).sorted(by: { $0.dueMs < $1.dueMs }) { fire(timer) }
+        }
+
+        private func fire(_ timer: Timer) {
+            timers.removeAll { $0 === timer }
+            guard let action = timer.action else { return }
+            timer.action = nil
+            fired.append(timer.dueMs)
+            action()
         }
     }
 
@@ -504,5 +564,37 @@ import Upstream
         #expect(try await run.answer("after") == nil)
         await run.service.stop()
         #expect(run.heard(by: shop).compactMap { if case .answered(_, let id, .none) = $0 { id } else { nil } } == ["stuck", "after"])
+    }
+
+    /// A TTL that runs out while the daemon runs, with no channel to take the
+    /// message: the service's timer, armed for the earliest TTL, fails it
+    /// (`TTL_EXCEEDED`) when the clock reaches it and not a millisecond
+    /// before, tells the app, and is armed again for the next.
+    @Test func aTTLRunningOutMidRunFailsTheMessageOnTimeAndArmsForTheNext() async throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let timers = Timers(clock: clock)
+        let store = HeldOutbox(try openOutbox())
+        let run = Run(store, clock: clock, timers: timers, heard: Inbox())
+        let shop = run.add(Manager("shop", heard: run.heard))
+        let start = clock.nowMs
+        run.send("short", ttl: 60, from: shop)
+        #expect(try await run.answer("short") == nil)
+        run.send("long", ttl: 600, from: shop)
+        #expect(try await run.answer("long") == nil)
+        // Each write arms the timer again for the earliest TTL: short's.
+        _ = try await timers.armed.first(within: 5, "the timer armed for short's TTL") { $0 == start + 60_000 }
+
+        timers.advance(byMs: 59_999)
+        #expect(timers.fired.isEmpty, "nothing is due a millisecond before short's TTL")
+        timers.advance(byMs: 1)
+        let expired = Outbox.Failure(error: "TTL_EXCEEDED", description: "not delivered within its TTL of 60 s")
+        #expect(try await run.verdict("short", to: shop) == .failed(expired))
+        _ = try await timers.armed.first(within: 5, "the timer armed again for long's TTL") { $0 == start + 600_000 }
+        await run.service.stop()
+        #expect(run.heard(by: shop).filter { if case .verdict = $0 { true } else { false } } == [
+            .verdict(manager: "shop", messageID: "short", .failed(expired)),
+        ])
+        // Told and gone; long waits for a channel or its own TTL.
+        #expect(try await store.outbox.all().map(\.message.messageID) == ["long"])
     }
 }

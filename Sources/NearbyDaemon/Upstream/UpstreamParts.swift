@@ -7,6 +7,20 @@ import Upstream
 // outbox, and no more: the daemon gives it its bus objects, ``DirectChannel``s
 // and ``Outbox``; the unit tests give it stand-ins, a manual clock, and no bus.
 
+/// A one-shot timer ``UpstreamService`` arms for the next TTL and for the
+/// verdicts' retention: a ``BusTimer`` in the daemon, one the unit tests fire
+/// by hand as they move their clock.
+@BusActor
+protocol UpstreamTimer: AnyObject {
+    /// The action will not run.
+    func cancel()
+}
+
+/// Arms a timer: the action runs once, after the delay, unless cancelled first.
+typealias ArmUpstreamTimer = @BusActor (Duration, @escaping @BusActor () -> Void) -> any UpstreamTimer
+
+extension BusTimer: UpstreamTimer {}
+
 /// A manager as ``UpstreamService`` sees it: whose it is, whether it wants its
 /// account's direct channel, and the signals its owner hears (``ManagerObject``
 /// on the bus).

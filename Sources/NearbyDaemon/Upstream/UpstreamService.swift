@@ -54,13 +54,17 @@ final class UpstreamService {
     private let jobs = SerialJobs<Lane>()
     /// When messages are accepted, expire and are settled.
     private let clock: any WallClock
-    private var expiryTimer: BusTimer?
-    private var retentionTimer: BusTimer?
+    /// Arms the timers, on the same time as ``clock``.
+    private let armTimer: ArmUpstreamTimer
+    private var expiryTimer: (any UpstreamTimer)?
+    private var retentionTimer: (any UpstreamTimer)?
 
     init(outbox: any OutboxStore, clock: any WallClock, logger: Logger,
+         armTimer: @escaping ArmUpstreamTimer = { delay, action in BusTimer(after: delay, action) },
          makeChannel: @escaping @BusActor (Account) -> any UpstreamChannel) {
         self.outbox = outbox
         self.clock = clock
+        self.armTimer = armTimer
         self.logger = logger
         self.makeChannel = makeChannel
     }
@@ -254,7 +258,7 @@ final class UpstreamService {
             }
             guard let next else { return }
             let delay = Duration.milliseconds(Int64(clamping: next) - Int64(clamping: clock.nowMs))
-            expiryTimer = BusTimer(after: max(delay, .zero)) { [weak self] in self?.expire() }
+            expiryTimer = armTimer(max(delay, .zero)) { [weak self] in self?.expire() }
         }
     }
 
@@ -290,7 +294,7 @@ final class UpstreamService {
             } catch {
                 logger.error("cannot write the upstream outbox: \(error)")
             }
-            retentionTimer = BusTimer(after: .seconds(3600)) { [weak self] in self?.dropUntoldVerdicts() }
+            retentionTimer = armTimer(.seconds(3600)) { [weak self] in self?.dropUntoldVerdicts() }
         }
     }
 
