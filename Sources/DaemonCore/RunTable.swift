@@ -268,7 +268,7 @@ public struct RunTable: Sendable {
         if let placement = run.nearby {
             let foreground = placement == .foreground
             let mode = run.strategy.mode
-            link = Self.change(&linkUsage, run.account) { usages in
+            link = Self.change(&linkUsage, run.account, none: .none) { usages in
                 // Audio never runs for a manager in the background.
                 for medium in run.strategy.mediums where foreground || medium != .audio {
                     if mode.broadcasts { usages[medium].broadcasting += sign }
@@ -279,7 +279,7 @@ public struct RunTable: Sendable {
                 }
             }
         }
-        let users = Self.change(&managerMediums, run.manager) { users in
+        let users = Self.change(&managerMediums, run.manager, none: .none) { users in
             if run.nearby != nil {
                 for medium in run.strategy.mediums { users[medium] += sign }
             }
@@ -291,25 +291,20 @@ public struct RunTable: Sendable {
     /// Changes `key`'s entry in place, hashing the key once where the entry
     /// stays (a new one is added, one that comes to nothing is dropped);
     /// returns it before and after.
-    private static func change<Key, Value: Equatable>(_ table: inout [Key: Value], _ key: Key, _ body: (inout Value) -> Void)
-        -> (before: Value, after: Value) where Value: UsageTotal {
+    private static func change<Key, Value: Equatable>(_ table: inout [Key: Value], _ key: Key, none: Value,
+                                                      _ body: (inout Value) -> Void) -> (before: Value, after: Value) {
         guard let index = table.index(forKey: key) else {
-            var value = Value.none
+            var value = none
             body(&value)
-            if value != Value.none { table[key] = value }
-            return (Value.none, value)
+            if value != none { table[key] = value }
+            return (none, value)
         }
         let before = table.values[index]
         body(&table.values[index])
         let after = table.values[index]
-        if after == Value.none { table.remove(at: index) }
+        if after == none { table.remove(at: index) }
         return (before, after)
     }
-}
-
-/// A link's or a manager's totals, whose ``none`` (nothing in use) the table does not keep.
-private protocol UsageTotal {
-    static var none: Self { get }
 }
 
 extension RunChange {
@@ -336,14 +331,12 @@ extension RunChange {
     }
 }
 
-/// A link's use of each medium.
-private struct MediumUsages: Equatable, UsageTotal {
-    static let none = MediumUsages()
+/// A value for each medium, as fields: a change to one hashes nothing.
+private struct PerMedium<Value: Equatable & Sendable>: Equatable, Sendable {
+    var ble: Value
+    var audio: Value
 
-    var ble = LinkUsage()
-    var audio = LinkUsage()
-
-    subscript(medium: Medium) -> LinkUsage {
+    subscript(medium: Medium) -> Value {
         get {
             switch medium {
             case .ble: ble
@@ -359,27 +352,20 @@ private struct MediumUsages: Equatable, UsageTotal {
     }
 }
 
+/// A link's use of each medium.
+private typealias MediumUsages = PerMedium<LinkUsage>
+
 /// How many of a manager's running objects use each medium.
-private struct MediumUsers: Equatable, UsageTotal {
-    static let none = MediumUsers()
+private typealias MediumUsers = PerMedium<Int>
 
-    var ble = 0
-    var audio = 0
+extension PerMedium where Value == LinkUsage {
+    /// No use of any medium: the table keeps no such entry.
+    static var none: PerMedium { PerMedium(ble: LinkUsage(), audio: LinkUsage()) }
+}
 
-    subscript(medium: Medium) -> Int {
-        get {
-            switch medium {
-            case .ble: ble
-            case .audio: audio
-            }
-        }
-        set {
-            switch medium {
-            case .ble: ble = newValue
-            case .audio: audio = newValue
-            }
-        }
-    }
+extension PerMedium where Value == Int {
+    /// No object uses any medium: the table keeps no such entry.
+    static var none: PerMedium { PerMedium(ble: 0, audio: 0) }
 
     /// The mediums in use, one bit each.
     var mask: UInt8 { (ble > 0 ? 1 : 0) | (audio > 0 ? 2 : 0) }

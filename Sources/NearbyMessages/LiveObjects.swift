@@ -36,6 +36,8 @@ final class DaemonObject: Sendable {
                         state.found.remove(at: index)
                     }
                 case .expired: state.ended = true
+                case .propertiesChanged(let properties) where properties[DaemonObject.statusProperty] != nil:
+                    state.statusUnsaid = false
                 default: break
                 }
             }
@@ -52,6 +54,9 @@ final class DaemonObject: Sendable {
         var ended = false
         /// The messages found and not lost since, reported lost when nearbyd goes.
         var found: [(message: Message, info: MessageInfo)] = []
+        /// The library said `starting` when nearbyd went, and the new nearbyd
+        /// has not said the status since: made again, the object reads it.
+        var statusUnsaid = false
     }
 
     /// The daemon's object for it now (the last one while it is being made again).
@@ -118,6 +123,7 @@ final class DaemonObject: Sendable {
             defer {
                 state.found = []
                 state.current = false
+                state.statusUnsaid = !state.ended
             }
             return (state.path, state.found, state.ended)
         }
@@ -151,8 +157,13 @@ final class DaemonObject: Sendable {
                 state.current = true
             }
         } catch {
-            couldNotRevive(error)
+            return couldNotRevive(error)
         }
+        // The new object says its status only when it changes: one made as it
+        // stays (`inactive` in the background, say) would leave the app at `starting`.
+        guard let status = try? await status, let reason = try? await statusReason,
+              shared.state.withLock({ state in defer { state.statusUnsaid = false }; return state.statusUnsaid }) else { return }
+        handler(.propertiesChanged([Self.statusProperty: .string(status), Self.statusReasonProperty: .string(reason)]))
     }
 
     /// The object, or its manager, could not be made again: the status says why.
@@ -165,7 +176,7 @@ final class DaemonObject: Sendable {
 
     /// The properties the status is in: the library's own changes of it
     /// (nearbyd gone) reach the handler under the same names as nearbyd's.
-    private static let statusProperty = NearbyBusContract.PublicationOrSubscription.status.name
+    fileprivate static let statusProperty = NearbyBusContract.PublicationOrSubscription.status.name
     private static let statusReasonProperty = NearbyBusContract.PublicationOrSubscription.statusReason.name
 
     var status: String {

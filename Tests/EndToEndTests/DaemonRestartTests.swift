@@ -21,7 +21,8 @@ import TestSupport
             // Another manager of the app on B, in the background, with a subscription for an hour.
             let other = try await MessageManager(b, apiKey: key)
             try await other.setBackground(true)
-            let lasting = try await other.record(strategy: Strategy(ttlSeconds: 3600))
+            let lastingStatus = Inbox<String>()
+            let lasting = try await other.record(strategy: Strategy(ttlSeconds: 3600), statusChanged: { lastingStatus.put($0) })
 
             // B's nearbyd dies: what B found is lost at once, and the subscription says why nothing runs.
             try await cluster.killDaemon("B")
@@ -29,6 +30,8 @@ import TestSupport
             _ = try await subscriptionStatus.first(within: 15, "starting") { $0 == "starting" }
             await #expect(throws: NearbyMessagesError.self) { _ = try await subscription.subscription.status }
             subscriptionStatus.clear()
+            _ = try await lastingStatus.first(within: 15, "the background subscription starting") { $0 == "starting" }
+            lastingStatus.clear()
 
             // B's nearbyd is back: both managers and their subscriptions are made again.
             try await cluster.startDaemonAgain("B")
@@ -37,6 +40,8 @@ import TestSupport
             }
             _ = try await subscriptionStatus.first(within: 10, "active again") { $0 == "active" }
             #expect(try await subscription.subscription.status == "active")
+            // The managers are made again one after the other: the second's is done once its subscription says so.
+            _ = try await lastingStatus.first(within: 10, "the background subscription made again") { $0 != "starting" }
             #expect(try await other.background)
             #expect(try await lasting.subscription.status != "")
 
