@@ -161,7 +161,8 @@ final class DaemonObject: Sendable {
         }
         // The new object says its status only when it changes: one made as it
         // stays (`inactive` in the background, say) would leave the app at `starting`.
-        guard let status = try? await status, let reason = try? await statusReason,
+        // Asked only while the gap is unsaid, and reported only if it still is once read.
+        guard shared.state.withLock({ $0.statusUnsaid }), let status = try? await status, let reason = try? await statusReason,
               shared.state.withLock({ state in defer { state.statusUnsaid = false }; return state.statusUnsaid }) else { return }
         handler(.propertiesChanged([Self.statusProperty: .string(status), Self.statusReasonProperty: .string(reason)]))
     }
