@@ -282,7 +282,7 @@ public final class Core {
                                                       expiresAtMs: expiresAtMs)
         publications[publication.id] = publication
         schedule(publication.id, at: expiresAtMs, renewed: state(of: manager)?.exempt ?? false)
-        reconcile(publication)
+        reconcile(publication, made: true)
         record("published", by: manager, ["object": "\(publication.path)", "type": "\(message.type)",
                                           "medium": "\(Medium.names(strategy.mediums))"])
         return (publication, done())
@@ -299,7 +299,7 @@ public final class Core {
                                                         deviceTypes: deviceTypes, expiresAtMs: expiresAtMs)
         subscriptions[subscription.id] = subscription
         if expiresAtMs > 0 { schedule(subscription.id, at: expiresAtMs, renewed: false) }
-        reconcile(subscription)
+        reconcile(subscription, made: true)
         record("subscribed", by: manager, ["object": "\(subscription.path)", "type": "\(filter.type)",
                                            "medium": "\(Medium.names(deviceTypes.nearby ? strategy.mediums : [.ble]))",
                                            "beacons": "\(deviceTypes.beacons != nil)"])
@@ -351,7 +351,9 @@ public final class Core {
         for subscription in manager.subscriptions.values { reconcile(subscription) }
     }
 
-    private func reconcile(_ publication: Publication) {
+    /// `made`: the publication is being made, and its first status is no
+    /// change to anyone (see ``set(_:_:of:made:)``).
+    private func reconcile(_ publication: Publication, made: Bool = false) {
         let manager = publication.manager
         let transition = runs.reconcile(publication.id, RunRequest(publication), permitted: isPermitted(manager),
                                         background: isBackground(manager))
@@ -367,10 +369,10 @@ public final class Core {
         case .unchanged:
             break
         }
-        refreshStatus(of: publication)
+        refreshStatus(of: publication, made: made)
     }
 
-    private func reconcile(_ subscription: Subscription) {
+    private func reconcile(_ subscription: Subscription, made: Bool = false) {
         let manager = subscription.manager
         let transition = runs.reconcile(subscription.id, RunRequest(subscription), permitted: isPermitted(manager),
                                         background: isBackground(manager))
@@ -399,7 +401,7 @@ public final class Core {
         if transition.nearby == .stopped || transition.beacons == .stopped {
             record("subscription waiting", by: manager, ["object": "\(subscription.path)"])
         }
-        refreshStatus(of: subscription)
+        refreshStatus(of: subscription, made: made)
     }
 
     /// Brings the mediums, the links' listening and the managers' error
@@ -566,37 +568,44 @@ public final class Core {
         for subscription in subscriptions.values where subscription.manager.account == account { refreshStatus(of: subscription) }
     }
 
-    private func refreshStatus(of publication: Publication) {
+    private func refreshStatus(of publication: Publication, made: Bool = false) {
         // Read in place: a copy of the view would retain each of its tables.
         guard runs.nearby(publication.id) != nil,
               let (status, reason) = links[publication.manager.account]?.status(of: publication.id, mediums: publication.strategy.mediums,
                                                                                  available: availableMediums) else {
-            return set(.inactive, Placement.waitingReason(permitted: isPermitted(publication.manager)), of: publication)
+            return set(.inactive, Placement.waitingReason(permitted: isPermitted(publication.manager)), of: publication, made: made)
         }
-        set(status, reason, of: publication)
+        set(status, reason, of: publication, made: made)
     }
 
-    private func refreshStatus(of subscription: Subscription) {
+    private func refreshStatus(of subscription: Subscription, made: Bool = false) {
         let nearbyRuns = runs.nearby(subscription.id) != nil
         let beaconsRun = runs.beaconsRun(subscription.id)
         guard nearbyRuns || beaconsRun else {
-            return set(.inactive, Placement.waitingReason(permitted: isPermitted(subscription.manager)), of: subscription)
+            return set(.inactive, Placement.waitingReason(permitted: isPermitted(subscription.manager)), of: subscription, made: made)
         }
         let nearby = nearbyRuns ? links[subscription.manager.account].map {
             $0.status(of: subscription.id, mediums: subscription.strategy.mediums, available: availableMediums)
         } : nil
         let (status, reason) = LinkView.subscriptionStatus(nearby: nearby, beaconsRun: beaconsRun, available: availableMediums)
-        set(status, reason, of: subscription)
+        set(status, reason, of: subscription, made: made)
     }
 
-    private func set(_ status: ObjectStatus, _ reason: String, of object: some RegisteredObject) {
+    /// `made`: the object is being made by the call now answered. No client
+    /// knows its path before the reply, so its first status is its initial
+    /// value, read with the object, not a change to signal: a signal sent
+    /// then would reach nobody and cost every Publish and Subscribe a
+    /// message through the bus.
+    private func set(_ status: ObjectStatus, _ reason: String, of object: some RegisteredObject, made: Bool = false) {
         let statusChanged = status != object.status
         let reasonChanged = reason != object.statusReason
         guard statusChanged || reasonChanged else { return }
         object.status = status
         object.statusReason = reason
-        // One of three lists made once: a status changes on every Publish.
-        effects.append(.objectChanged(object.id, statusChanged ? (reasonChanged ? Self.statusAndReason : Self.status) : Self.reason))
+        if !made {
+            // One of three lists made once.
+            effects.append(.objectChanged(object.id, statusChanged ? (reasonChanged ? Self.statusAndReason : Self.status) : Self.reason))
+        }
         if statusChanged, state(of: object.manager)?.exempt == true {
             effects.append(.daemonChanged(NearbyBusContract.Nearby1.staticPublications))
         }

@@ -107,6 +107,8 @@ import Testing
         #expect(Self.linkLines(effects) == ["link key: publish \(publication.id)"])
         #expect(Self.lines(effects).contains("tick at +300000 ms"))
         #expect(publication.status == .starting && publication.statusReason == "connecting to nearby-server")
+        #expect(!Self.lines(effects).contains { $0.hasPrefix("\(publication.id) changed") },
+                "a status set while the object is made is its initial value: no client knows its path yet")
 
         #expect(Self.lines(connect(manager.account)).contains("Nearby1 changed Server"))
         #expect(core.serverStatus == "connected: https://nearby.example")
