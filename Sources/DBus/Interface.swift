@@ -73,9 +73,12 @@ public struct Caller: Sendable, Hashable {
 @BusActor
 public final class Interface<Object: AnyObject> {
     public let name: String
-    /// Searched by name with strcmp: for the few methods of an interface that
-    /// beats making a String of each call's member and hashing it.
     let methods: [Method<Object>]
+    /// The methods' names as C strings, in the order of `methods`: a call's
+    /// member is found with strcmp, which for an interface's few methods beats
+    /// making a String of it and hashing it, and, unlike searching `methods`
+    /// (generic code, not specialized for `Object`), copies nothing.
+    private let methodNames: [[CChar]]
     let properties: [String: Property<Object>]
     let vtable: OpaquePointer
 
@@ -83,6 +86,7 @@ public final class Interface<Object: AnyObject> {
                 signals: [SignalDescription] = []) {
         self.name = name
         self.methods = methods
+        methodNames = methods.map { Array($0.name.utf8CString) }
         self.properties = Dictionary(uniqueKeysWithValues: properties.map { ($0.name, $0) })
         guard let vtable = nearby_vtable_new(methods.count + properties.count + signals.count) else {
             fatalError("out of memory building the vtable of \(name)")
@@ -121,6 +125,14 @@ public final class Interface<Object: AnyObject> {
     }
 
     /// Pairs this interface with the object that implements it, for ``BusConnection/export(_:at:access:)``.
+    /// The method called `member`.
+    func method(named member: UnsafePointer<CChar>) -> Method<Object>? {
+        for index in methodNames.indices where methodNames[index].withUnsafeBufferPointer({ strcmp($0.baseAddress!, member) }) == 0 {
+            return methods[index]
+        }
+        return nil
+    }
+
     public func bind(_ object: Object) -> InterfaceBinding {
         InterfaceBinding(name: name, vtable: vtable, definition: self,
                          implementation: BoundInterface(interface: self, object: object))
@@ -170,7 +182,7 @@ final class BoundInterface<Object: AnyObject>: InterfaceImplementation {
 
     func call(_ call: MethodCall) throws(DBusError) {
         guard let member = call.memberName,
-              let method = interface.methods.first(where: { $0.name.withCString { strcmp($0, member) == 0 } }) else {
+              let method = interface.method(named: member) else {
             throw DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.member) on \(interface.name)")
         }
         try method.handler(object, call)

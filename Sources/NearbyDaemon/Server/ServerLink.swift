@@ -92,6 +92,7 @@ final class ServerLink {
     /// meanwhile. Waking as each change came due cost a timer and two thread
     /// hops per change: a seventh of nearbyd's CPU under `nearby-bench dbus`.
     private var nextRound = ContinuousClock.now
+    private let roundGap: Duration
     private var token: IssuedToken?
     /// Against which the token's refresh and expiry times are read.
     private let clock: any WallClock
@@ -106,6 +107,7 @@ final class ServerLink {
         self.credentials = credentials
         self.backoff = backoff
         self.batchDelay = batchDelay
+        roundGap = batchDelay / 2
         self.logger = logger
     }
 
@@ -418,7 +420,7 @@ final class ServerLink {
                 if due > .now { try await Task.sleep(until: due) }
             }
             let changes = takeChanges(madeBy: .now - batchDelay)
-            nextRound = .now + batchDelay / 2
+            nextRound = .now + roundGap
             if !changes.isEmpty {
                 try await apply(changes, device)
             } else if let head = operations.first, !head.operation.isChange {
