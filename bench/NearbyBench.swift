@@ -71,8 +71,11 @@ struct Locations: ParsableArguments {
     @Option(help: ArgumentHelp("Directory of the C reference programs.", valueName: "dir"))
     var reference = "bench/reference/bin"
 
+    /// Prepares a benchmark's run: the programs it starts are the built ones
+    /// in `bin`, and a signal that ends nearby-bench ends them (``SignalExit``).
     func apply() {
         setenv("NEARBYD_BIN_DIR", URL(fileURLWithPath: bin).standardizedFileURL.path, 1)
+        SignalExit.install()
     }
 
     func program(_ name: String) -> String {

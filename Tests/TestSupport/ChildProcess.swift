@@ -38,7 +38,7 @@ public final class ChildProcess: Sendable {
                 if takesInput {
                     status = try await run(configuration, input: .inputWriter, output: .sequence,
                                            error: .combinedWithOutput) { execution in
-                        started.put(.success(execution.processIdentifier.value))
+                        started.put(.success(Self.began(execution.processIdentifier.value)))
                         let writer = execution.standardInputWriter
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             // A program that stops reading (or has exited) leaves the rest unwritten.
@@ -53,7 +53,7 @@ public final class ChildProcess: Sendable {
                 } else {
                     status = try await run(configuration, input: .none, output: .sequence,
                                            error: .combinedWithOutput) { execution in
-                        started.put(.success(execution.processIdentifier.value))
+                        started.put(.success(Self.began(execution.processIdentifier.value)))
                         for try await line in execution.standardOutput.strings() { lines.put(line) }
                     }.terminationStatus
                 }
@@ -65,8 +65,26 @@ public final class ChildProcess: Sendable {
                 started.put(.failure(ChildProcessError(message: "\(name): \(error)")))
                 exited.put(-1)
             }
+            if case .success(let pid) = started.values.first { _ = Self.running.withLock { $0.remove(pid) } }
         }
         pid = try await started.first(within: 30, "\(name) to start") { _ in true }.get()
+    }
+
+    /// The programs started and not yet ended, for ``killAll()``.
+    private static let running = Mutex<Set<Int32>>([])
+
+    /// Notes `pid` as running until its runner has seen it end: both on the
+    /// runner's task, so an end is never noted before its start.
+    private static func began(_ pid: Int32) -> Int32 {
+        _ = running.withLock { $0.insert(pid) }
+        return pid
+    }
+
+    /// SIGKILLs every program started here that is still running: for a
+    /// process about to end on a signal, which runs no deinit, so that it
+    /// leaves no bus, server or daemon behind.
+    public static func killAll() {
+        for pid in running.withLock({ $0 }) { kill(pid, SIGKILL) }
     }
 
     deinit {
