@@ -124,7 +124,6 @@ public final class Interface<Object: AnyObject> {
         nearby_vtable_free(vtable)
     }
 
-    /// Pairs this interface with the object that implements it, for ``BusConnection/export(_:at:access:)``.
     /// The method called `member`.
     func method(named member: UnsafePointer<CChar>) -> Method<Object>? {
         for index in methodNames.indices where methodNames[index].withUnsafeBufferPointer({ strcmp($0.baseAddress!, member) }) == 0 {
@@ -133,6 +132,7 @@ public final class Interface<Object: AnyObject> {
         return nil
     }
 
+    /// Pairs this interface with the object that implements it, for ``BusConnection/export(_:at:access:)``.
     public func bind(_ object: Object) -> InterfaceBinding {
         InterfaceBinding(name: name, vtable: vtable, definition: self,
                          implementation: BoundInterface(interface: self, object: object))
