@@ -67,3 +67,48 @@ private final class TimerAction {
         action?()
     }
 }
+
+extension BusTimer {
+    /// Suspends the calling task for `delay` on the bus thread's event loop.
+    /// Unlike `Task.sleep`, which leaves the bus actor for a dispatch timer and
+    /// comes back through the bus thread's eventfd, no other thread takes
+    /// part: for a bus-actor loop that pauses often (a server link's rounds).
+    /// Throws `CancellationError` as soon as the task is cancelled.
+    public static func sleep(for delay: Duration) async throws {
+        let sleeper = Sleeper()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { sleeper.start(delay, $0) }
+        } onCancel: {
+            Task { @BusActor in sleeper.cancel() }
+        }
+    }
+}
+
+/// One ``BusTimer/sleep(for:)``: its timer and its waiting task, ended by
+/// whichever comes first, the timer or the task's cancellation.
+@BusActor
+private final class Sleeper {
+    private var timer: BusTimer?
+    private var waiting: CheckedContinuation<Void, any Error>?
+    private var cancelled = false
+
+    func start(_ delay: Duration, _ continuation: CheckedContinuation<Void, any Error>) {
+        // Cancelled before it began: the cancellation's hop came first.
+        guard !cancelled else { return continuation.resume(throwing: CancellationError()) }
+        waiting = continuation
+        timer = BusTimer(after: delay) { [self] in end(nil) }
+    }
+
+    func cancel() {
+        cancelled = true
+        end(CancellationError())
+    }
+
+    private func end(_ error: CancellationError?) {
+        timer?.cancel()
+        timer = nil
+        guard let waiting else { return }
+        self.waiting = nil
+        if let error { waiting.resume(throwing: error) } else { waiting.resume() }
+    }
+}

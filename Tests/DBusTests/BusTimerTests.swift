@@ -43,4 +43,36 @@ private final class TimerOwner {
         _ = try await fired.first(within: 10, "the timer's action") { _ in true }
         #expect(released == nil)
     }
+
+    @Test @BusActor func sleepReturnsOnTheBusThreadOnceTheDelayHasPassed() async throws {
+        let start = ContinuousClock.now
+        try await BusTimer.sleep(for: .milliseconds(30))
+        #expect(ContinuousClock.now - start >= .milliseconds(30))
+        BusLoop.shared.checkIsolated()
+    }
+
+    @Test func aCancelledSleepEndsAtOnceWithCancellationError() async throws {
+        let started = Inbox<Void>()
+        let sleeping = Task { @BusActor in
+            started.put(())
+            try await BusTimer.sleep(for: .seconds(600))
+        }
+        _ = try await started.first(within: 10, "the sleep to begin") { _ in true }
+        sleeping.cancel()
+        let ended = Inbox<Result<Void, any Error>>()
+        Task { ended.put(await sleeping.result) }
+        let result = try await ended.first(within: 10, "the cancelled sleep to end") { _ in true }
+        #expect(throws: CancellationError.self) { try result.get() }
+    }
+
+    @Test func aSleepCancelledBeforeItBeginsDoesNotWait() async throws {
+        let sleeping = Task { @BusActor in
+            withUnsafeCurrentTask { $0?.cancel() }
+            try await BusTimer.sleep(for: .seconds(600))
+        }
+        let ended = Inbox<Result<Void, any Error>>()
+        Task { ended.put(await sleeping.result) }
+        let result = try await ended.first(within: 10, "the sleep of a cancelled task to end") { _ in true }
+        #expect(throws: CancellationError.self) { try result.get() }
+    }
 }

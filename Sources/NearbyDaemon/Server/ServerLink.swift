@@ -91,6 +91,8 @@ final class ServerLink {
     /// of changes the link wakes every half `batchDelay` for all that came due
     /// meanwhile. Waking as each change came due cost a timer and two thread
     /// hops per change: a seventh of nearbyd's CPU under `nearby-bench dbus`.
+    /// The pause is a ``BusTimer``, on the bus thread: even once a round, a
+    /// `Task.sleep`'s hops to a dispatch thread and back cost a few percent.
     private var nextRound = ContinuousClock.now
     private let roundGap: Duration
     private var token: IssuedToken?
@@ -417,7 +419,7 @@ final class ServerLink {
             // A change goes out `batchDelay` after it was made at the earliest: one undone sooner costs nothing.
             if let head = operations.first, head.operation.isChange {
                 let due = max(head.queuedAt + batchDelay, nextRound)
-                if due > .now { try await Task.sleep(until: due) }
+                if due > .now { try await BusTimer.sleep(for: due - .now) }
             }
             let changes = takeChanges(madeBy: .now - batchDelay)
             nextRound = .now + roundGap
