@@ -9,7 +9,7 @@ private final class TimerOwner {
     var fired = false
 }
 
-@Suite struct BusTimerTests {
+@Suite(.timeLimit(.minutes(1))) struct BusTimerTests {
     @Test @BusActor func aTimerRunsItsActionOnceAfterTheDelay() async throws {
         let fired = Inbox<Void>()
         let timer = BusTimer(after: .milliseconds(20)) { fired.put(()) }
@@ -44,35 +44,44 @@ private final class TimerOwner {
         #expect(released == nil)
     }
 
-    @Test @BusActor func sleepReturnsOnTheBusThreadOnceTheDelayHasPassed() async throws {
+    /// How `sleeping` ended, waited for at most ten seconds: a sleep that
+    /// never ends fails the test by name instead of holding it.
+    private func end(of sleeping: Task<Void, any Error>, _ what: String) async throws -> Result<Void, any Error> {
+        let ended = Inbox<Result<Void, any Error>>()
+        Task { ended.put(await sleeping.result) }
+        return try await ended.first(within: 10, what) { _ in true }
+    }
+
+    @Test func sleepReturnsOnTheBusThreadOnceTheDelayHasPassed() async throws {
         let start = ContinuousClock.now
-        try await BusTimer.sleep(for: .milliseconds(30))
+        let onBusThread = Inbox<Bool?>()
+        let sleeping = Task { @BusActor in
+            try await BusTimer.sleep(for: .milliseconds(30))
+            onBusThread.put(BusLoop.shared.isIsolatingCurrentContext())
+        }
+        try await end(of: sleeping, "the 30 ms sleep to end").get()
         #expect(ContinuousClock.now - start >= .milliseconds(30))
-        BusLoop.shared.checkIsolated()
+        #expect(onBusThread.values == [true])
     }
 
     @Test func aCancelledSleepEndsAtOnceWithCancellationError() async throws {
         let started = Inbox<Void>()
         let sleeping = Task { @BusActor in
             started.put(())
-            try await BusTimer.sleep(for: .seconds(600))
+            try await BusTimer.sleep(for: .seconds(60))
         }
         _ = try await started.first(within: 10, "the sleep to begin") { _ in true }
         sleeping.cancel()
-        let ended = Inbox<Result<Void, any Error>>()
-        Task { ended.put(await sleeping.result) }
-        let result = try await ended.first(within: 10, "the cancelled sleep to end") { _ in true }
+        let result = try await end(of: sleeping, "the cancelled sleep to end")
         #expect(throws: CancellationError.self) { try result.get() }
     }
 
     @Test func aSleepCancelledBeforeItBeginsDoesNotWait() async throws {
         let sleeping = Task { @BusActor in
             withUnsafeCurrentTask { $0?.cancel() }
-            try await BusTimer.sleep(for: .seconds(600))
+            try await BusTimer.sleep(for: .seconds(60))
         }
-        let ended = Inbox<Result<Void, any Error>>()
-        Task { ended.put(await sleeping.result) }
-        let result = try await ended.first(within: 10, "the sleep of a cancelled task to end") { _ in true }
+        let result = try await end(of: sleeping, "the sleep of a cancelled task to end")
         #expect(throws: CancellationError.self) { try result.get() }
     }
 }

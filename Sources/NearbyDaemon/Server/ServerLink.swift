@@ -418,8 +418,8 @@ final class ServerLink {
             defer { performing = false }
             // A change goes out `batchDelay` after it was made at the earliest: one undone sooner costs nothing.
             if let head = operations.first, head.operation.isChange {
-                let due = max(head.queuedAt + batchDelay, nextRound)
-                if due > .now { try await BusTimer.sleep(for: due - .now) }
+                let wait = max(head.queuedAt + batchDelay, nextRound) - .now
+                if wait > .zero { try await BusTimer.sleep(for: wait) }
             }
             let changes = takeChanges(madeBy: .now - batchDelay)
             nextRound = .now + roundGap
