@@ -271,7 +271,9 @@ public struct MessageReader {
     }
 
     func inContainer<T>(_ code: UInt8, _ contents: String, _ body: () throws(DBusError) -> T) throws(DBusError) -> T {
-        try check(sd_bus_message_enter_container(message, CChar(bitPattern: code), contents), "entering '\(contents)'")
+        // `withCString`, not the implicit conversion: that copied the contents to the heap on every container.
+        try check(contents.withCString { sd_bus_message_enter_container(message, CChar(bitPattern: code), $0) },
+                  "entering '\(contents)'")
         let value = try body()
         try check(sd_bus_message_exit_container(message), "leaving '\(contents)'")
         return value
