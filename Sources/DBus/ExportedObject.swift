@@ -36,7 +36,10 @@ public final class ExportedObject {
     public let path: ObjectPath
     public let access: Access
     private let connection: BusConnection
-    private var interfaces: [String: any InterfaceImplementation] = [:]
+    /// Each interface's implementation and its entry in the connection's
+    /// table: an object has one to three, so a list, searched in order, and
+    /// unexporting reaches the table's entries without hashing their names.
+    private var interfaces: [(objects: ObjectTable.InterfaceObjects, implementation: any InterfaceImplementation)] = []
 
     fileprivate init(connection: BusConnection, path: ObjectPath, access: Access) {
         self.connection = connection
@@ -55,7 +58,7 @@ public final class ExportedObject {
     /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` with the current
     /// values of `names`. sd-bus's own emitter broadcasts; this one honours ``access``.
     public func emitPropertiesChanged(interface: String, _ names: [String]) throws(DBusError) {
-        guard let implementation = interfaces[interface] else { return }
+        guard let implementation = interfaces.first(where: { $0.objects.name == interface })?.implementation else { return }
         let caller = Caller(uniqueName: access.destination ?? connection.uniqueName)
         try connection.emitSignal(path: path, interface: "org.freedesktop.DBus.Properties",
                                   member: "PropertiesChanged", destination: access.destination) { writer throws(DBusError) in
@@ -77,14 +80,14 @@ public final class ExportedObject {
 
     /// Removes the object from the bus; calls to its path fail from now on.
     public func unregister() {
-        for name in interfaces.keys { connection.objects.remove(path, interface: name) }
+        for (objects, _) in interfaces { objects.targets.removeValue(forKey: PathKey(path)) }
         interfaces.removeAll()
     }
 
     fileprivate func add(_ binding: InterfaceBinding) throws(DBusError) {
-        try connection.objects.add(SlotTarget(implementation: binding.implementation, access: access),
-                                   at: path, for: binding, on: connection.bus)
-        interfaces[binding.name] = binding.implementation
+        let objects = try connection.objects.add(SlotTarget(implementation: binding.implementation, access: access),
+                                                 at: path, for: binding, on: connection.bus)
+        interfaces.append((objects, binding.implementation))
     }
 }
 
@@ -152,11 +155,13 @@ public final class ObjectManagerRegistration {
 final class ObjectTable {
     /// The objects of one interface, and its sd-bus registration.
     final class InterfaceObjects {
+        let name: String
         let definition: AnyObject
-        var targets: [String: SlotTarget] = [:]
+        var targets: [PathKey: SlotTarget] = [:]
         var slot: OpaquePointer?
 
-        init(definition: AnyObject) {
+        init(name: String, definition: AnyObject) {
+            self.name = name
             self.definition = definition
         }
     }
@@ -164,21 +169,21 @@ final class ObjectTable {
     private var interfaces: [String: InterfaceObjects] = [:]
     private var enumerator: OpaquePointer?
 
-    func add(_ target: SlotTarget, at path: ObjectPath, for binding: InterfaceBinding, on bus: OpaquePointer) throws(DBusError) {
+    /// Enters `target` at `path`; returns the interface's objects, where the
+    /// caller removes it again.
+    func add(_ target: SlotTarget, at path: ObjectPath, for binding: InterfaceBinding,
+             on bus: OpaquePointer) throws(DBusError) -> InterfaceObjects {
         let objects = try registered(binding, on: bus)
-        guard objects.targets[path.rawValue] == nil else {
+        guard objects.targets[PathKey(path)] == nil else {
             throw DBusError("org.freedesktop.DBus.Error.FileExists", "\(path) already implements \(binding.name)")
         }
-        objects.targets[path.rawValue] = target
-    }
-
-    func remove(_ path: ObjectPath, interface: String) {
-        interfaces[interface]?.targets.removeValue(forKey: path.rawValue)
+        objects.targets[PathKey(path)] = target
+        return objects
     }
 
     /// Every exported path, for introspection's child nodes.
     var paths: Set<String> {
-        interfaces.values.reduce(into: Set<String>()) { $0.formUnion($1.targets.keys) }
+        interfaces.values.reduce(into: Set<String>()) { $0.formUnion($1.targets.keys.lazy.map(\.string)) }
     }
 
     func close() {
@@ -203,7 +208,7 @@ final class ObjectTable {
                       "listing exported objects")
             enumerator = slot
         }
-        let objects = InterfaceObjects(definition: binding.definition)
+        let objects = InterfaceObjects(name: binding.name, definition: binding.definition)
         var slot: OpaquePointer?
         try check(sd_bus_add_fallback_vtable(bus, &slot, "/", binding.name, nearby_vtable_array(binding.vtable),
                                              findTrampoline, Unmanaged.passUnretained(objects).toOpaque()),
@@ -211,6 +216,53 @@ final class ObjectTable {
         objects.slot = slot
         interfaces[binding.name] = objects
         return objects
+    }
+}
+
+/// An object path as ``ObjectTable``'s key: the path's own string when an
+/// object is entered, sd-bus's C string when one is looked up, so finding the
+/// object of each call copies nothing (a `String` made from it allocated for
+/// every path longer than 15 bytes). Equal and hashed by the path's bytes.
+struct PathKey: Hashable {
+    private enum Bytes {
+        case owned(String)
+        /// Valid only for the lookup the key is made for.
+        case borrowed(UnsafePointer<CChar>)
+    }
+
+    private let bytes: Bytes
+
+    init(_ path: ObjectPath) {
+        bytes = .owned(path.rawValue)
+    }
+
+    /// A key for one lookup: `path` must outlive it.
+    init(borrowing path: UnsafePointer<CChar>) {
+        bytes = .borrowed(path)
+    }
+
+    var string: String {
+        switch bytes {
+        case .owned(let string): string
+        case .borrowed(let pointer): String(cString: pointer)
+        }
+    }
+
+    private func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        switch bytes {
+        case .owned(var string): string.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .borrowed(let pointer): body(UnsafeRawBufferPointer(start: pointer, count: strlen(pointer)))
+        }
+    }
+
+    static func == (lhs: PathKey, rhs: PathKey) -> Bool {
+        lhs.withBytes { a in
+            rhs.withBytes { b in a.count == b.count && (a.isEmpty || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0) }
+        }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        withBytes { hasher.combine(bytes: $0) }
     }
 }
 
@@ -231,7 +283,7 @@ final class SlotTarget {
 private let findTrampoline: sd_bus_object_find_t = { _, path, _, userdata, found, _ in
     BusActor.assumeIsolated((path, userdata, found)) { path, userdata, found in
         let objects = Unmanaged<ObjectTable.InterfaceObjects>.fromOpaque(userdata!).takeUnretainedValue()
-        guard let path, let target = objects.targets[String(cString: path)] else { return 0 }
+        guard let path, let target = objects.targets[PathKey(borrowing: path)] else { return 0 }
         found?.pointee = Unmanaged.passUnretained(target).toOpaque()
         return 1
     }

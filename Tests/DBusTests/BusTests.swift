@@ -313,6 +313,36 @@ final class EchoFixture {
         await fixture.finish()
     }
 
+    /// Calls find their object by the whole path, however long (the table is
+    /// searched with sd-bus's own string, not a copy), and a path is free again
+    /// once its object is gone.
+    @Test @BusActor func objectsAreFoundByTheirWholePath() async throws {
+        let fixture = try await EchoFixture()
+        let long: ObjectPath = "/org/nearbyd/client_1_23/manager7/publication123456"
+        let (first, second, again) = (EchoService(), EchoService(), EchoService())
+        try first.export(on: fixture.service, at: long)
+        try second.export(on: fixture.service, at: long.child("x"))
+        func label(at path: ObjectPath) async throws(DBusError) -> DBusValue {
+            try await fixture.client.call(destination: fixture.service.uniqueName, path: path,
+                                          interface: "org.freedesktop.DBus.Properties", member: "Get",
+                                          arguments: { writer throws(DBusError) in
+                                              try writer.append(EchoService.interfaceName); try writer.append("Label")
+                                          }) { reader throws(DBusError) in try reader.read(Variant.self).value }
+        }
+        first.label = "first"
+        second.label = "second"
+        #expect(try await label(at: long) == .string("first"))
+        #expect(try await label(at: long.child("x")) == .string("second"))
+        #expect(throws: DBusError.self) { try EchoService().export(on: fixture.service, at: long) }
+        first.exported?.unregister()
+        await expectError("org.freedesktop.DBus.Error.UnknownObject") { _ = try await label(at: long) }
+        #expect(try await label(at: long.child("x")) == .string("second"))
+        again.label = "again"
+        try again.export(on: fixture.service, at: long)
+        #expect(try await label(at: long) == .string("again"))
+        await fixture.finish()
+    }
+
     @Test @BusActor func wellKnownNamesAreExclusive() async throws {
         let fixture = try await EchoFixture()
         try fixture.service.requestName("org.nearbyd.Test")
