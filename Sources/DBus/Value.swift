@@ -25,7 +25,12 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
     public func child(_ element: String) -> ObjectPath {
         // Only the new element needs checking: `self` is valid already.
         precondition(!element.isEmpty && element.utf8.allSatisfy(Self.isElementByte), "invalid object path element '\(element)'")
-        return ObjectPath(trusted: rawValue == "/" ? "/" + element : rawValue + "/" + element)
+        // Built in one buffer: `rawValue + "/" + element` made a string for each `+`.
+        var path = rawValue == "/" ? "" : rawValue
+        path.reserveCapacity(path.utf8.count + 1 + element.utf8.count)
+        path += "/"
+        path += element
+        return ObjectPath(trusted: path)
     }
 
     /// Whether `self` is `other` or lies below it.

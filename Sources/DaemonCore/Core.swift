@@ -316,6 +316,17 @@ public final class Core {
         return done()
     }
 
+    /// Changes `account`'s link view in place; false when it has none. Through
+    /// the dictionary's index: `links[account]?.…` went through the
+    /// dictionary's modify accessor, which allocated a frame for a value this
+    /// size on every Unpublish.
+    @discardableResult
+    private func changeLink(of account: Account, _ change: (inout LinkView) -> Void) -> Bool {
+        guard let index = links.index(forKey: account) else { return false }
+        change(&links.values[index])
+        return true
+    }
+
     private func remove(_ publication: Publication) {
         guard registry.remove(publication) else { return }
         publications.removeValue(forKey: publication.id)
@@ -323,7 +334,7 @@ public final class Core {
         record("publication ended", by: publication.manager, ["object": "\(publication.path)"])
         apply(runs.end(publication.id).change)
         let account = publication.manager.account
-        if links[account]?.ended(publication.id) != nil { effects.append(.link(account, .unpublish(publication.id))) }
+        if changeLink(of: account, { $0.ended(publication.id) }) { effects.append(.link(account, .unpublish(publication.id))) }
         effects.append(.ended(publication.id))
     }
 
@@ -336,7 +347,7 @@ public final class Core {
         if transition.beacons == .stopped { effects.append(.unwatchBeacons(subscription)) }
         apply(transition.change)
         let account = subscription.manager.account
-        if subscription.deviceTypes.nearby, links[account]?.ended(subscription.id) != nil {
+        if subscription.deviceTypes.nearby, changeLink(of: account, { $0.ended(subscription.id) }) {
             effects.append(.link(account, .unsubscribe(subscription.id)))
         }
         effects.append(.ended(subscription.id))
@@ -363,7 +374,7 @@ public final class Core {
         case .started:
             effects.append(.link(account, .publish(publication)))
         case .stopped:
-            links[account]?.stopped(publication.id)
+            changeLink(of: account) { $0.stopped(publication.id) }
             effects.append(.link(account, .unpublish(publication.id)))
             record("publication waiting", by: manager, ["object": "\(publication.path)"])
         case .unchanged:
@@ -392,7 +403,7 @@ public final class Core {
         case .started:
             effects.append(.link(account, .subscribe(subscription)))
         case .stopped:
-            links[account]?.stopped(subscription.id)
+            changeLink(of: account) { $0.stopped(subscription.id) }
             effects.append(.link(account, .unsubscribe(subscription.id)))
             _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
         case .unchanged:

@@ -47,6 +47,8 @@ public final class Client {
     public let uid: UInt32
     public fileprivate(set) var managers: [UInt64: Manager] = [:]
     fileprivate var nextManager: UInt64 = 1
+    /// Set when the registry forgets the client: nothing of it counts any more.
+    fileprivate var forgotten = false
 
     init(number: UInt64, busName: String, uid: UInt32) {
         self.number = number
@@ -84,6 +86,9 @@ public final class Manager {
     public fileprivate(set) var publications: [UInt64: Publication] = [:]
     public fileprivate(set) var subscriptions: [UInt64: Subscription] = [:]
     fileprivate var nextObject: UInt64 = 1
+    /// Set when the registry forgets the manager (it, or its client, was
+    /// removed): its objects no longer count towards the limits.
+    fileprivate var forgotten = false
 
     init(number: UInt64, client: Client, apiKey: String, appId: String, debugLogging: Bool) {
         self.number = number
@@ -212,6 +217,7 @@ public final class Registry {
     @discardableResult
     public func removeClient(busName: String) -> Client? {
         guard let client = clients.removeValue(forKey: busName) else { return nil }
+        client.forgotten = true
         for manager in client.managers.values { forgetManager(manager) }
         users[client.uid]?.clients -= 1
         if users[client.uid]?.isEmpty == true { users[client.uid] = nil }
@@ -245,6 +251,7 @@ public final class Registry {
 
     /// Takes a manager and its objects out of its user's usage.
     private func forgetManager(_ manager: Manager) {
+        manager.forgotten = true
         let uid = manager.client.uid
         users[uid]?.managers -= 1
         users[uid]?.objects -= manager.objectCount
@@ -290,11 +297,16 @@ public final class Registry {
         return true
     }
 
-    /// Counts an object of a manager still in the registry (its client's
-    /// managers): objects of a manager already forgotten count no more.
+    /// Counts an object of a manager still in the registry: objects of a
+    /// manager already forgotten count no more.
     private func counted(_ manager: Manager, _ delta: Int) {
-        guard manager.client.managers[manager.number] === manager, clients[manager.client.busName] === manager.client else { return }
-        users[manager.client.uid]?.objects += delta
+        guard !manager.forgotten, !manager.client.forgotten else { return }
+        // Read and written back rather than changed in place through `?.`:
+        // the dictionary's modify accessor allocated a frame on every call.
+        if var usage = users[manager.client.uid] {
+            usage.objects += delta
+            users[manager.client.uid] = usage
+        }
         objectCount += delta
     }
 
