@@ -251,6 +251,8 @@ public final class Registry {
 
     /// Takes a manager and its objects out of its user's usage.
     private func forgetManager(_ manager: Manager) {
+        // Once: a client's removal leaves its managers listed in it, and the daemon may remove one after.
+        guard !manager.forgotten else { return }
         manager.forgotten = true
         let uid = manager.client.uid
         users[uid]?.managers -= 1

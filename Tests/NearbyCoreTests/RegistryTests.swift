@@ -76,6 +76,24 @@ import Testing
         limit("max-objects-per-user") { _ = try registry.addPublication(to: stranger, message: message, strategy: Strategy(), expiresAtMs: 1) }
     }
 
+    @Test func whatIsForgottenGivesItsShareBackOnce() throws {
+        let registry = Registry(limits: RegistryLimits(maxManagersPerUser: 1, maxObjectsPerUser: 1), idPrefix: "t")
+        let client = try registry.addClient(busName: ":1.1", uid: 1000)
+        let manager = try registry.addManager(to: client, apiKey: "k", appId: "a", debugLogging: false)
+        let publication = try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1)
+        registry.removeClient(busName: ":1.1")
+        // Its manager and object, ended after it, count no more and give back nothing more.
+        registry.removeManager(manager)
+        registry.remove(publication)
+        #expect(registry.objectCount == 0)
+        let again = try registry.addClient(busName: ":1.2", uid: 1000)
+        let next = try registry.addManager(to: again, apiKey: "k", appId: "b", debugLogging: false)
+        #expect(throws: NearbyError.self) { try registry.addManager(to: again, apiKey: "k", appId: "c", debugLogging: false) }
+        _ = try registry.addPublication(to: next, message: message, strategy: Strategy(), expiresAtMs: 1)
+        #expect(throws: NearbyError.self) { try registry.addPublication(to: next, message: message, strategy: Strategy(), expiresAtMs: 1) }
+        #expect(registry.objectCount == 1)
+    }
+
     @Test func numbersAndIdsAreNeverReused() throws {
         let registry = Registry(limits: RegistryLimits(), idPrefix: "run")
         let first = try registry.addClient(busName: ":1.1", uid: 0)
