@@ -22,7 +22,7 @@ extension Property {
     init(_ property: NearbyBusContract.Property, emitsChange: Bool = true,
          get: @escaping @BusActor @Sendable (Object, Caller) throws(DBusError) -> DBusValue,
          set: (@BusActor @Sendable (Object, DBusValue, Caller) throws(DBusError) -> Void)? = nil) {
-        self.init(property.name, Signature(stringLiteral: property.type), emitsChange: emitsChange, get: get, set: set)
+        self.init(property.name, Signature(contract: property.type), emitsChange: emitsChange, get: get, set: set)
     }
 }
 
@@ -36,7 +36,16 @@ extension SignalDescription {
 /// `names` paired in order with the complete types of `types`, one name each
 /// (zip alone would drop the extra ones of a miscount).
 private func namedArguments(_ names: [String], _ types: String, of member: String) -> [Argument] {
-    let types = Signature(stringLiteral: types).completeTypes
+    let types = Signature(contract: types).completeTypes
     precondition(names.count == types.count, "\(member): \(names.count) argument names for \(types.count) types")
     return zip(names, types).map { Argument($0, $1) }
+}
+
+extension Signature {
+    /// A type the contract writes. Checked in every build, unlike a literal:
+    /// it is read once, as the interfaces are made, and an invalid one would
+    /// otherwise become a member with no arguments. A programming error.
+    init(contract type: String) {
+        do { try self.init(type) } catch { preconditionFailure("the contract's type '\(type)' is invalid: \(error)") }
+    }
 }

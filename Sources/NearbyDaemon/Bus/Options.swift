@@ -25,8 +25,7 @@ struct Options {
 
     /// The keys of one of the contract's dictionaries, with their types, as `allowed`.
     static func allowed(_ keys: [NearbyBusContract.Key]) -> [String: Signature] {
-        // The contract writes its types as literals: an invalid one is a programming error, as with Signature's literals.
-        Dictionary(uniqueKeysWithValues: keys.map { ($0.name, Signature(stringLiteral: $0.type)) })
+        Dictionary(uniqueKeysWithValues: keys.map { ($0.name, Signature(contract: $0.type)) })
     }
 
     static func unknownKey(_ key: String, in context: String, allowed: [String: Signature]) -> NearbyError {
