@@ -315,12 +315,13 @@ private func sender(ofCurrentMessageOn bus: OpaquePointer?) -> UnsafePointer<CCh
 let methodTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
     BusActor.assumeIsolated((message, userdata)) { message, userdata in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
-        let call = MethodCall(message!)
-        do throws(DBusError) {
-            try target.access.check(call.senderName)
-            try target.implementation.call(call)
-        } catch {
-            call.fail(error)
+        MethodCall.handling(message!) { call in
+            do throws(DBusError) {
+                try target.access.check(call.senderName)
+                try target.implementation.call(call)
+            } catch {
+                call.fail(error)
+            }
         }
         return 1
     }

@@ -8,13 +8,35 @@ import CSystemd
 /// deinit on the bus actor.
 @BusActor
 public final class MethodCall {
-    public let arguments: MessageReader
+    public private(set) var arguments: MessageReader
     private var answer: Answer
     private var deferred = false
 
-    init(_ message: OpaquePointer) {
+    private init(_ message: OpaquePointer) {
         answer = Answer(message: message)
         arguments = MessageReader(message)
+    }
+
+    /// The call object of the last call handled, kept for the next one: the
+    /// bus thread handles one call at a time, so a daemon answering thousands
+    /// a second allocates none of them.
+    private static var spare: MethodCall?
+
+    /// Runs `handle` with `message` as a call object.
+    static func handling(_ message: OpaquePointer, _ handle: (MethodCall) -> Void) {
+        var call: MethodCall
+        if let spare = spare.take() {
+            spare.answer = Answer(message: message)
+            spare.arguments = MessageReader(message)
+            spare.deferred = false
+            call = spare
+        } else {
+            call = MethodCall(message)
+        }
+        handle(call)
+        // A handler that kept the call, against the rule above, keeps it to
+        // itself: only a call no one else holds is used again.
+        if isKnownUniquelyReferenced(&call) { spare = call }
     }
 
     private var message: OpaquePointer { answer.message }

@@ -23,13 +23,25 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// The path of a child element the caller builds from known-valid parts
     /// (letters, digits, underscores); anything else is a programming error.
     public func child(_ element: String) -> ObjectPath {
+        child(element, "")
+    }
+
+    /// The path of a numbered child element, `prefix` followed by `number`
+    /// in decimal (`publication12`); `prefix` as for ``child(_:)``.
+    public func child(_ prefix: String, number: UInt64) -> ObjectPath {
+        child(prefix, String(number))
+    }
+
+    private func child(_ prefix: String, _ suffix: String) -> ObjectPath {
         // Only the new element needs checking: `self` is valid already.
-        precondition(!element.isEmpty && element.utf8.allSatisfy(Self.isElementByte), "invalid object path element '\(element)'")
+        precondition(!(prefix.isEmpty && suffix.isEmpty) && prefix.utf8.allSatisfy(Self.isElementByte)
+                     && suffix.utf8.allSatisfy(Self.isElementByte), "invalid object path element '\(prefix)\(suffix)'")
         // Built in one buffer: `rawValue + "/" + element` made a string for each `+`.
         var path = rawValue == "/" ? "" : rawValue
-        path.reserveCapacity(path.utf8.count + 1 + element.utf8.count)
+        path.reserveCapacity(path.utf8.count + 1 + prefix.utf8.count + suffix.utf8.count)
         path += "/"
-        path += element
+        path += prefix
+        path += suffix
         return ObjectPath(trusted: path)
     }
 

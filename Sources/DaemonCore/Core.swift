@@ -111,6 +111,8 @@ public final class Core {
     public private(set) var availableMediums: Set<Medium> = []
     /// What the command under way has done so far.
     private var effects: [Effect] = []
+    /// A buffer handed back (``recycle(_:)``), emptied, for the next command's effects.
+    private var spareEffects: [Effect]?
 
     public init(registry: Registry, enabledMediums: Set<Medium>, serverURLs: [String], refusedRetry: String,
                 sightings: SightingTracker, clock: any WallClock, logger: Logger, permits: @escaping (Manager) -> Bool) {
@@ -125,14 +127,27 @@ public final class Core {
     }
 
     /// The effects of the command that just ran, handed over: the buffer
-    /// goes with them, so none is copied or allocated for the next command
-    /// until it has an effect.
+    /// goes with them, so none is copied. The next command appends to the
+    /// buffer last handed back (``recycle(_:)``), or to a new one.
     private func done() -> [Effect] {
         let done = effects
-        effects = []
-        // Room for a Publish's effects at once, rather than growing by doubling.
-        effects.reserveCapacity(8)
+        if let spare = spareEffects.take() {
+            effects = spare
+        } else {
+            effects = []
+            // Room for a Publish's effects at once, rather than growing by doubling.
+            effects.reserveCapacity(8)
+        }
         return done
+    }
+
+    /// Takes back the effects of a command once they are done with: a later
+    /// command reuses their buffer instead of allocating one, which saves an
+    /// allocation on every Publish and Unpublish.
+    public func recycle(_ done: consuming [Effect]) {
+        guard spareEffects == nil else { return }
+        done.removeAll(keepingCapacity: true)
+        spareEffects = done
     }
 
     // MARK: Queries
@@ -698,12 +713,14 @@ extension Manager {
 extension Publication {
     /// Its object's path, under its manager's.
     public var path: String { "\(manager.path)/\(pathElement)" }
-    /// The last element of ``path``.
-    public var pathElement: String { "publication\(number)" }
+    /// The last element of ``path``: this prefix and ``Publication/number``.
+    public static let pathElementPrefix = "publication"
+    public var pathElement: String { "\(Self.pathElementPrefix)\(number)" }
 }
 
 extension Subscription {
     public var path: String { "\(manager.path)/\(pathElement)" }
-    /// The last element of ``path``.
-    public var pathElement: String { "subscription\(number)" }
+    /// The last element of ``path``: this prefix and ``Subscription/number``.
+    public static let pathElementPrefix = "subscription"
+    public var pathElement: String { "\(Self.pathElementPrefix)\(number)" }
 }

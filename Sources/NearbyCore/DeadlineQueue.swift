@@ -12,7 +12,10 @@ import HeapModule
 /// that keeps the heap at about one entry per live key even though edges are
 /// refreshed many times. A cancelled key, or one moved earlier, leaves a stale
 /// entry behind; the heap is rebuilt without them once they outnumber the live
-/// ones, so it stays within twice the keys scheduled.
+/// ones, so it stays within twice the keys scheduled. Each entry carries the
+/// serial number of the scheduling that made it, and only the key's latest is
+/// live: an entry left by a cancelled key is stale even when the key comes
+/// back with the same deadline, so one look-up per entry tells them apart.
 ///
 /// Inlinable: its users' keys (the daemon's object ids, the matcher's
 /// deadlines) are hashed and compared on every Publish and token heard, and
@@ -22,11 +25,13 @@ public struct DeadlineQueue<Key: Hashable> {
     @usableFromInline
     struct Entry: Comparable {
         @usableFromInline let deadline: UInt64
+        @usableFromInline let serial: UInt64
         @usableFromInline let key: Key
 
         @inlinable
-        init(deadline: UInt64, key: Key) {
+        init(deadline: UInt64, serial: UInt64, key: Key) {
             self.deadline = deadline
+            self.serial = serial
             self.key = key
         }
 
@@ -35,7 +40,9 @@ public struct DeadlineQueue<Key: Hashable> {
     }
 
     @usableFromInline var heap = Heap<Entry>()
-    @usableFromInline var scheduled: [Key: UInt64] = [:]
+    /// Each key's deadline, and the serial number of its live entry.
+    @usableFromInline var scheduled: [Key: (deadline: UInt64, serial: UInt64)] = [:]
+    @usableFromInline var lastSerial: UInt64 = 0
 
     @inlinable
     public init() {}
@@ -55,9 +62,10 @@ public struct DeadlineQueue<Key: Hashable> {
     /// Gives `key` the deadline `deadline`, unless it already has an earlier one.
     @inlinable
     public mutating func schedule(_ key: Key, at deadline: UInt64) {
-        if let earlier = scheduled[key], earlier <= deadline { return }
-        scheduled[key] = deadline
-        heap.insert(Entry(deadline: deadline, key: key))
+        if let earlier = scheduled[key], earlier.deadline <= deadline { return }
+        lastSerial += 1
+        scheduled[key] = (deadline, lastSerial)
+        heap.insert(Entry(deadline: deadline, serial: lastSerial, key: key))
         compactIfMostlyStale()
     }
 
@@ -74,9 +82,9 @@ public struct DeadlineQueue<Key: Hashable> {
         var due: [Key] = []
         while let first = heap.min, first.deadline <= now {
             _ = heap.removeMin()
-            // Only the entry for the earliest deadline counts; later ones are stale.
-            if scheduled[first.key] == first.deadline {
-                scheduled[first.key] = nil
+            // Only the key's live entry counts; the others are stale.
+            if let index = scheduled.index(forKey: first.key), scheduled.values[index].serial == first.serial {
+                scheduled.remove(at: index)
                 due.append(first.key)
             }
         }
@@ -90,8 +98,7 @@ public struct DeadlineQueue<Key: Hashable> {
     mutating func compactIfMostlyStale() {
         guard heap.count > 2 * scheduled.count else { return }
         let scheduled = self.scheduled
-        var kept = Set<Key>()
-        heap.removeAll { entry in scheduled[entry.key] != entry.deadline || !kept.insert(entry.key).inserted }
+        heap.removeAll { entry in scheduled[entry.key]?.serial != entry.serial }
     }
 }
 

@@ -400,9 +400,10 @@ final class DaemonService {
 
     // MARK: What the core's commands do
 
-    /// Does what a command of the core returned, in order.
-    private func apply(_ effects: [Effect]) {
-        for effect in effects {
+    /// Does what a command of the core returned, in order, and gives the
+    /// core their buffer back.
+    private func apply(_ effects: consuming [Effect]) {
+        for effect in copy effects {
             switch effect {
             case .managerChanged(let manager, let properties):
                 guard let object = managers[ObjectIdentifier(manager)] else { continue }
@@ -459,6 +460,7 @@ final class DaemonService {
                 }
             }
         }
+        core.recycle(effects)
     }
 
     private func signal(_ change: FoundChange) {
@@ -643,6 +645,12 @@ extension ObjectPath {
     /// paths say. A publication's and a subscription's are made from their
     /// manager object's (a Publish builds and checks only the last element).
     init(_ manager: Manager) { self.init(stringLiteral: manager.path) }
-    init(_ publication: Publication, under manager: ManagerObject) { self = manager.path.child(publication.pathElement) }
-    init(_ subscription: Subscription, under manager: ManagerObject) { self = manager.path.child(subscription.pathElement) }
+
+    init(_ publication: Publication, under manager: ManagerObject) {
+        self = manager.path.child(Publication.pathElementPrefix, number: publication.number)
+    }
+
+    init(_ subscription: Subscription, under manager: ManagerObject) {
+        self = manager.path.child(Subscription.pathElementPrefix, number: subscription.number)
+    }
 }

@@ -343,6 +343,28 @@ final class EchoFixture {
         await fixture.finish()
     }
 
+    /// A handler that keeps its call object, against the rule, keeps it to
+    /// itself: the object the bus reuses for the next call is never one held
+    /// elsewhere.
+    @Test @BusActor func aCallObjectKeptByItsHandlerServesNoOtherCall() async throws {
+        let fixture = try await EchoFixture()
+        let echo = EchoService()
+        try echo.export(on: fixture.service, at: "/test/keep")
+        for _ in 0..<3 {
+            try await fixture.client.call(destination: fixture.service.uniqueName, path: "/test/keep",
+                                          interface: EchoService.interfaceName, member: "Keep")
+            let value = try await fixture.client.call(destination: fixture.service.uniqueName, path: "/test/keep",
+                                                      interface: EchoService.interfaceName, member: "Echo",
+                                                      arguments: { writer throws(DBusError) in try writer.append(Variant(.uint32(9))) }) {
+                reader throws(DBusError) in try reader.read(Variant.self).value
+            }
+            #expect(value == .uint32(9))
+        }
+        #expect(echo.kept.count == 3)
+        #expect(Set(echo.kept.map(ObjectIdentifier.init)).count == 3, "each kept call is an object of its own")
+        await fixture.finish()
+    }
+
     @Test @BusActor func wellKnownNamesAreExclusive() async throws {
         let fixture = try await EchoFixture()
         try fixture.service.requestName("org.nearbyd.Test")

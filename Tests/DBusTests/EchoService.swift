@@ -5,6 +5,8 @@ import DBus
 final class EchoService {
     var label = "initial"
     var waiting: [PendingReply] = []
+    /// The calls `Keep` kept, against MethodCall's rule.
+    var kept: [MethodCall] = []
     var exported: ExportedObject?
 
     static let interfaceName = "test.Echo"
@@ -35,6 +37,10 @@ final class EchoService {
                 let value = try call.arguments.read(UInt32.self)
                 for pending in service.waiting { pending.reply { writer throws(DBusError) in try writer.append(value) } }
                 service.waiting.removeAll()
+            },
+            // Keeps the call object itself, which a handler must not: the bus must not hand it to another call.
+            Method("Keep") { service, call in
+                service.kept.append(call)
             },
             Method("Fail") { _, _ throws(DBusError) in
                 throw DBusError("test.Error.Custom", "failed on purpose")

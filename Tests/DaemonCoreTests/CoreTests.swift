@@ -121,6 +121,22 @@ import Testing
         #expect(publication.status == .active)
     }
 
+    @Test func effectsHandedBackLeaveNoneOfThemToTheNextCommand() throws {
+        let (manager, _) = try self.manager()
+        let (publication, published) = try core.publish(message("p"), strategy: strategy(), in: manager)
+        let (twin, twinPublished) = try core.publish(message("q"), strategy: strategy(), in: manager)
+        #expect(Self.linkLines(published) == ["link key: publish \(publication.id)"])
+        core.recycle(published)
+        core.recycle(twinPublished) // one buffer is kept; this one goes
+        let ended = Self.lines(core.end(publication.id))
+        #expect(ended == ["link key: unpublish \(publication.id)", "\(publication.id) ended"],
+                "the end's effects, and nothing of the Publish whose buffer it reused")
+        // Not handed back: the next command gets a buffer of its own all the same.
+        // The last publication gone, the mediums stop.
+        #expect(Self.lines(core.end(twin.id)) == ["mediums", "app changed BluetoothPowerError",
+                                                  "link key: unpublish \(twin.id)", "\(twin.id) ended"])
+    }
+
     @Test func aRevokedPermissionStopsEveryObjectOfTheAppAndAGrantResumesThem() throws {
         let (manager, _) = try self.manager()
         let (other, _) = try self.manager(":1.11", appId: "other")

@@ -35,6 +35,20 @@ import Testing
         #expect(queue.isEmpty)
     }
 
+    @Test func aKeyCancelledAndScheduledAgainForTheSameTimeIsDueOnce() {
+        var queue = DeadlineQueue<String>()
+        queue.schedule("live", at: 50)
+        for _ in 0..<1000 {
+            queue.schedule("a", at: 10)
+            queue.cancel("a")
+        }
+        queue.schedule("a", at: 10)
+        #expect(queue.count <= 4, "the stale entries of the same time are dropped too: \(queue.count) held for 2 keys")
+        #expect(queue.popDue(now: 10) == ["a"])
+        #expect(queue.popDue(now: 100) == ["live"])
+        #expect(queue.isEmpty)
+    }
+
     /// Random schedules (earlier and later), cancels and sweeps against a
     /// dictionary: the same keys come due, in deadline order, and stale
     /// entries never outnumber the live ones.

@@ -84,7 +84,10 @@ final class ManagerObject {
         let (message, strategy, handler) = try Self.readPublish(Arguments(call)) { params throws(NearbyError) in
             try self.strategy(params, for: .publication)
         }
-        try whenPermitted(mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+        if try answeredAtOnce(call, { () throws(NearbyError) in try service.publish(message, strategy: strategy, in: self).path }) {
+            return
+        }
+        waitForPermission(mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
             try service.publish(message, strategy: strategy, in: self).path
         }
     }
@@ -96,19 +99,32 @@ final class ManagerObject {
         }
         var mediums: Set<Medium> = deviceTypes.nearby ? strategy.mediums : []
         if deviceTypes.beacons != nil { mediums.insert(.ble) }
-        try whenPermitted(mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+        if try answeredAtOnce(call, { () throws(NearbyError) in
+            try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
+        }) {
+            return
+        }
+        waitForPermission(mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
             try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
         }
     }
 
-    /// Publish and Subscribe: `body` runs once the app may use Nearby, at once
-    /// when that is decided; otherwise the call waits for the answer.
-    private func whenPermitted(mediums: Set<Medium>, handler: ObjectPath?, call: MethodCall,
-                               _ body: @escaping @BusActor @Sendable () throws(NearbyError) -> ObjectPath) throws(DBusError) {
-        if service.core.isPermitted(manager) {
-            let path = try checked(body)
-            return call.reply { writer throws(DBusError) in try writer.append(path) }
-        }
+    /// Publish and Subscribe when the app may use Nearby: `make` runs now and
+    /// the call is answered with its object; false, and nothing done, while
+    /// that is not decided (``waitForPermission``). Kept apart from the
+    /// waiting: a closure kept for later is allocated, and this one, run on
+    /// every Publish, need not be.
+    private func answeredAtOnce(_ call: MethodCall, _ make: () throws(NearbyError) -> ObjectPath) throws(DBusError) -> Bool {
+        guard service.core.isPermitted(manager) else { return false }
+        let path = try checked(make)
+        call.reply { writer throws(DBusError) in try writer.append(path) }
+        return true
+    }
+
+    /// Publish and Subscribe: `body` runs once the app may use Nearby; the
+    /// call waits for the answer.
+    private func waitForPermission(mediums: Set<Medium>, handler: ObjectPath?, call: MethodCall,
+                                   _ body: @escaping @BusActor @Sendable () throws(NearbyError) -> ObjectPath) {
         let reply = call.deferReply()
         Task { @BusActor [self] in
             do throws(NearbyError) {

@@ -52,7 +52,9 @@ final class ServerLink {
     private let refusedRetry: Duration
     /// Refused by the server, waiting for their next offer.
     private var refused: Set<Operation> = []
-    /// Ids the server refused once: their later refusals are not warned of again.
+    /// Ids the server refused once: their later refusals are not warned of
+    /// again. Nearly always empty, like ``restarted``: each Publish and
+    /// Unpublish looks into them only when they are not, and hashes no id.
     private var refusedBefore: Set<String> = []
     private var refusedRetryTask: Task<Void, Never>?
     /// The reason of the last failed attempt to connect, told once.
@@ -123,14 +125,14 @@ final class ServerLink {
             enqueue(.publication(publication.id))
         case .unpublish(let id):
             if publications.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
-            refusedBefore.remove(id)
+            if !refusedBefore.isEmpty { refusedBefore.remove(id) }
             enqueue(.publication(id))
         case .subscribe(let subscription):
             subscriptions[subscription.id] = subscription
             enqueue(.subscription(subscription.id))
         case .unsubscribe(let id):
             if subscriptions.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
-            refusedBefore.remove(id)
+            if !refusedBefore.isEmpty { refusedBefore.remove(id) }
             enqueue(.subscription(id))
         case .seen(let sightings):
             for sighting in sightings {
@@ -449,14 +451,14 @@ final class ServerLink {
             switch operation {
             case .publication(let id):
                 if let publication = publications[id] {
-                    if restarted.contains(id) { taken.append(.deletePublication(id: id)) }
+                    if !restarted.isEmpty, restarted.contains(id) { taken.append(.deletePublication(id: id)) }
                     taken.append(.putPublication(id: id, Self.spec(of: publication)))
                 } else if onServer.contains(id) {
                     taken.append(.deletePublication(id: id))
                 }
             case .subscription(let id):
                 if let subscription = subscriptions[id] {
-                    if restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
+                    if !restarted.isEmpty, restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
                     taken.append(.putSubscription(id: id, Self.spec(of: subscription)))
                 } else if onServer.contains(id) {
                     taken.append(.deleteSubscription(id: id))
@@ -468,7 +470,7 @@ final class ServerLink {
                 bytes += taken.reduce(0) { $0 + Self.estimatedBytes($1) }
                 if !changes.isEmpty, bytes > ClientBatchLimits.maxChangeBatchBytes { break }
                 for change in taken where !change.isPut { onServer.remove(change.id) }
-                restarted.remove(taken[0].id)
+                if !restarted.isEmpty { restarted.remove(taken[0].id) }
                 changes += taken
             }
             operations.removeFirst()
@@ -482,7 +484,7 @@ final class ServerLink {
     private func apply(_ changes: [ChangeBatch.Change], _ device: DeviceRegistration) async throws {
         for change in try await send(changes, device) where change.isPut {
             onServer.insert(change.id)
-            refusedBefore.remove(change.id)
+            if !refusedBefore.isEmpty { refusedBefore.remove(change.id) }
             notify(.registered(change.id))
         }
     }
