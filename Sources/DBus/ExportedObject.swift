@@ -36,10 +36,10 @@ public final class ExportedObject {
     public let path: ObjectPath
     public let access: Access
     private let connection: BusConnection
-    /// Each interface's implementation and its entry in the connection's
-    /// table: an object has one to three, so a list, searched in order, and
-    /// unexporting reaches the table's entries without hashing their names.
-    private var interfaces: [(objects: ObjectTable.InterfaceObjects, implementation: any InterfaceImplementation)] = []
+    /// Its interfaces' entries in the connection's table, chained: an object
+    /// has one to three, found in order, and exporting one allocates no list.
+    /// Unexporting reaches the table's entries without hashing their names.
+    private var first: SlotTarget?
 
     fileprivate init(connection: BusConnection, path: ObjectPath, access: Access) {
         self.connection = connection
@@ -50,7 +50,7 @@ public final class ExportedObject {
     /// Emits one of the object's signals (to the owner only, for owned objects).
     public func emitSignal(interface: String, member: String,
                            arguments: @BusActor (MessageWriter) throws(DBusError) -> Void) throws(DBusError) {
-        guard !interfaces.isEmpty else { return }
+        guard first != nil else { return }
         try connection.emitSignal(path: path, interface: interface, member: member,
                                   destination: access.destination, arguments: arguments)
     }
@@ -58,7 +58,7 @@ public final class ExportedObject {
     /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` with the current
     /// values of `names`. sd-bus's own emitter broadcasts; this one honours ``access``.
     public func emitPropertiesChanged(interface: String, _ names: [String]) throws(DBusError) {
-        guard let implementation = interfaces.first(where: { $0.objects.name == interface })?.implementation else { return }
+        guard let implementation = target(of: interface)?.implementation else { return }
         let caller = Caller(uniqueName: access.destination ?? connection.uniqueName)
         try connection.emitSignal(path: path, interface: "org.freedesktop.DBus.Properties",
                                   member: "PropertiesChanged", destination: access.destination) { writer throws(DBusError) in
@@ -80,14 +80,28 @@ public final class ExportedObject {
 
     /// Removes the object from the bus; calls to its path fail from now on.
     public func unregister() {
-        for (objects, _) in interfaces { objects.targets.removeValue(forKey: PathKey(path)) }
-        interfaces.removeAll()
+        while let target = first {
+            target.objects.targets.removeValue(forKey: PathKey(path))
+            first = target.next
+            target.next = nil
+        }
     }
 
     fileprivate func add(_ binding: InterfaceBinding) throws(DBusError) {
-        let objects = try connection.objects.add(SlotTarget(implementation: binding.implementation, access: access),
-                                                 at: path, for: binding, on: connection.bus)
-        interfaces.append((objects, binding.implementation))
+        let target = try connection.objects.add(binding, access: access, at: path, on: connection.bus)
+        // Last in the chain: the interfaces are found in the order given.
+        guard var last = first else {
+            first = target
+            return
+        }
+        while let next = last.next { last = next }
+        last.next = target
+    }
+
+    private func target(of interface: String) -> SlotTarget? {
+        var target = first
+        while let current = target, current.objects.name != interface { target = current.next }
+        return target
     }
 }
 
@@ -169,16 +183,17 @@ final class ObjectTable {
     private var interfaces: [String: InterfaceObjects] = [:]
     private var enumerator: OpaquePointer?
 
-    /// Enters `target` at `path`; returns the interface's objects, where the
-    /// caller removes it again.
-    func add(_ target: SlotTarget, at path: ObjectPath, for binding: InterfaceBinding,
-             on bus: OpaquePointer) throws(DBusError) -> InterfaceObjects {
+    /// Enters `binding`'s implementation at `path`, callable as `access`
+    /// says; returns its entry, which knows where the caller removes it again.
+    func add(_ binding: InterfaceBinding, access: Access, at path: ObjectPath,
+             on bus: OpaquePointer) throws(DBusError) -> SlotTarget {
         let objects = try registered(binding, on: bus)
         guard objects.targets[PathKey(path)] == nil else {
             throw DBusError("org.freedesktop.DBus.Error.FileExists", "\(path) already implements \(binding.name)")
         }
+        let target = SlotTarget(implementation: binding.implementation, access: access, objects: objects)
         objects.targets[PathKey(path)] = target
-        return objects
+        return target
     }
 
     /// Every exported path, for introspection's child nodes.
@@ -189,6 +204,8 @@ final class ObjectTable {
     func close() {
         for objects in interfaces.values {
             if let slot = objects.slot { sd_bus_slot_unref(slot) }
+            // Each entry holds its table: emptied, neither keeps the other.
+            objects.targets.removeAll()
         }
         interfaces.removeAll()
         if let enumerator { sd_bus_slot_unref(enumerator) }
@@ -272,10 +289,15 @@ struct PathKey: Hashable {
 final class SlotTarget {
     let implementation: any InterfaceImplementation
     let access: Access
+    /// The interface's table, which holds this entry.
+    let objects: ObjectTable.InterfaceObjects
+    /// The same object's next interface (``ExportedObject``).
+    var next: SlotTarget?
 
-    init(implementation: any InterfaceImplementation, access: Access) {
+    init(implementation: any InterfaceImplementation, access: Access, objects: ObjectTable.InterfaceObjects) {
         self.implementation = implementation
         self.access = access
+        self.objects = objects
     }
 }
 

@@ -167,7 +167,6 @@ protocol InterfaceImplementation: AnyObject {
     func call(_ call: MethodCall) throws(DBusError)
     func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue
     func set(_ property: String, _ value: DBusValue, _ caller: Caller) throws(DBusError)
-    func signature(of property: String) -> Signature?
 }
 
 @BusActor
@@ -214,9 +213,5 @@ final class BoundInterface<Object: AnyObject>: InterfaceImplementation {
             throw .invalidArgs("\(property) takes '\(definition.signature)', not '\(value.signature)'")
         }
         try setter(object, value, caller)
-    }
-
-    func signature(of property: String) -> Signature? {
-        interface.properties[property]?.signature
     }
 }

@@ -343,6 +343,45 @@ final class EchoFixture {
         await fixture.finish()
     }
 
+    /// An object of several interfaces answers on each, and an export that
+    /// fails on one of them leaves none of the others behind.
+    @Test @BusActor func anObjectOfSeveralInterfacesAnswersOnEachAndGoesWhole() async throws {
+        let fixture = try await EchoFixture()
+        let echo = EchoService()
+        echo.label = "two"
+        let path: ObjectPath = "/test/two"
+        func get(_ interface: String, _ property: String, at path: ObjectPath = path) async throws(DBusError) -> DBusValue {
+            try await fixture.client.call(destination: fixture.service.uniqueName, path: path,
+                                          interface: "org.freedesktop.DBus.Properties", member: "Get",
+                                          arguments: { writer throws(DBusError) in
+                                              try writer.append(interface); try writer.append(property)
+                                          }) { reader throws(DBusError) in try reader.read(Variant.self).value }
+        }
+        echo.exported = try fixture.service.export([EchoService.interface.bind(echo), Self.second.bind(echo)], at: path)
+        #expect(try await get(EchoService.interfaceName, "Label") == .string("two"))
+        #expect(try await get("test.Second", "Name") == .string("second of two"))
+        try echo.exported?.emitPropertiesChanged(interface: "test.Second", ["Name"])
+
+        // The second interface is taken at the new path already: the first is not left there.
+        let clash: ObjectPath = "/test/clash"
+        _ = try fixture.service.export([Self.second.bind(EchoService())], at: clash)
+        #expect(throws: DBusError.self) {
+            try fixture.service.export([EchoService.interface.bind(echo), Self.second.bind(echo)], at: clash)
+        }
+        // sd-bus's answer for an interface the path's object lacks.
+        await expectError("org.freedesktop.DBus.Error.UnknownProperty") { _ = try await get(EchoService.interfaceName, "Label", at: clash) }
+
+        echo.exported?.unregister()
+        await expectError("org.freedesktop.DBus.Error.UnknownObject") { _ = try await get(EchoService.interfaceName, "Label") }
+        await expectError("org.freedesktop.DBus.Error.UnknownObject") { _ = try await get("test.Second", "Name") }
+        await fixture.finish()
+    }
+
+    @BusActor private static let second = Interface<EchoService>(
+        "test.Second",
+        properties: [Property("Name", "s") { echo, _ in .string("second of \(echo.label)") }]
+    )
+
     /// A handler that keeps its call object, against the rule, keeps it to
     /// itself: the object the bus reuses for the next call is never one held
     /// elsewhere.
