@@ -37,7 +37,7 @@ public final class ExportedObject {
     public let access: Access
     private let connection: BusConnection
     /// Its interfaces' entries in the connection's table, chained: an object
-    /// has one to three, found in order, and exporting one allocates no list.
+    /// has one to three, and exporting one allocates no list.
     /// Unexporting reaches the table's entries without hashing their names.
     private var first: SlotTarget?
 
@@ -89,13 +89,9 @@ public final class ExportedObject {
 
     fileprivate func add(_ binding: InterfaceBinding) throws(DBusError) {
         let target = try connection.objects.add(binding, access: access, at: path, on: connection.bus)
-        // Last in the chain: the interfaces are found in the order given.
-        guard var last = first else {
-            first = target
-            return
-        }
-        while let next = last.next { last = next }
-        last.next = target
+        // A path has each interface once (the table refuses a second): the order does not matter.
+        target.next = first
+        first = target
     }
 
     private func target(of interface: String) -> SlotTarget? {

@@ -143,9 +143,10 @@ public final class Core {
 
     /// Takes back the effects of a command once they are done with: a later
     /// command reuses their buffer instead of allocating one, which saves an
-    /// allocation on every Publish and Unpublish.
+    /// allocation on every Publish and Unpublish. A buffer grown large (a
+    /// tick that ended thousands of objects) is let go instead of kept.
     public func recycle(_ done: consuming [Effect]) {
-        guard spareEffects == nil else { return }
+        guard spareEffects == nil, done.capacity <= 64 else { return }
         done.removeAll(keepingCapacity: true)
         spareEffects = done
     }

@@ -360,7 +360,18 @@ final class EchoFixture {
         echo.exported = try fixture.service.export([EchoService.interface.bind(echo), Self.second.bind(echo)], at: path)
         #expect(try await get(EchoService.interfaceName, "Label") == .string("two"))
         #expect(try await get("test.Second", "Name") == .string("second of two"))
+        let changes = Inbox<String>()
+        let match = try await fixture.client.addMatch(
+            "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(path)'"
+        ) { signal in
+            guard let interface = try? signal.arguments.read(String.self),
+                  let changed = try? signal.arguments.read([String: Variant].self) else { return }
+            changes.put("\(interface) \(changed.mapValues(\.value))")
+        }
         try echo.exported?.emitPropertiesChanged(interface: "test.Second", ["Name"])
+        let change = try await changes.first(within: 10, "PropertiesChanged of test.Second") { _ in true }
+        #expect(change == "test.Second \(["Name": DBusValue.string("second of two")])")
+        match.cancel()
 
         // The second interface is taken at the new path already: the first is not left there.
         let clash: ObjectPath = "/test/clash"

@@ -84,12 +84,11 @@ final class ManagerObject {
         let (message, strategy, handler) = try Self.readPublish(Arguments(call)) { params throws(NearbyError) in
             try self.strategy(params, for: .publication)
         }
-        if try answeredAtOnce(call, { () throws(NearbyError) in try service.publish(message, strategy: strategy, in: self).path }) {
-            return
-        }
-        waitForPermission(mediums: strategy.mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+        func make() throws(NearbyError) -> ObjectPath {
             try service.publish(message, strategy: strategy, in: self).path
         }
+        if try answeredAtOnce(call, make) { return }
+        waitForPermission(mediums: strategy.mediums, handler: handler, call: call, make)
     }
 
     /// Subscribe: checked at once; made once the app may use Nearby.
@@ -99,21 +98,18 @@ final class ManagerObject {
         }
         var mediums: Set<Medium> = deviceTypes.nearby ? strategy.mediums : []
         if deviceTypes.beacons != nil { mediums.insert(.ble) }
-        if try answeredAtOnce(call, { () throws(NearbyError) in
-            try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
-        }) {
-            return
-        }
-        waitForPermission(mediums: mediums, handler: handler, call: call) { [self] () throws(NearbyError) in
+        func make() throws(NearbyError) -> ObjectPath {
             try service.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: self)
         }
+        if try answeredAtOnce(call, make) { return }
+        waitForPermission(mediums: mediums, handler: handler, call: call, make)
     }
 
     /// Publish and Subscribe when the app may use Nearby: `make` runs now and
     /// the call is answered with its object; false, and nothing done, while
     /// that is not decided (``waitForPermission``). Kept apart from the
-    /// waiting: a closure kept for later is allocated, and this one, run on
-    /// every Publish, need not be.
+    /// waiting: `make` kept for later has its captures allocated, and taken
+    /// here, on every Publish, it has them on the stack.
     private func answeredAtOnce(_ call: MethodCall, _ make: () throws(NearbyError) -> ObjectPath) throws(DBusError) -> Bool {
         guard service.core.isPermitted(manager) else { return false }
         let path = try checked(make)

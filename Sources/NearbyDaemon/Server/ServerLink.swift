@@ -53,8 +53,9 @@ final class ServerLink {
     /// Refused by the server, waiting for their next offer.
     private var refused: Set<Operation> = []
     /// Ids the server refused once: their later refusals are not warned of
-    /// again. Nearly always empty, like ``restarted``: each Publish and
-    /// Unpublish looks into them only when they are not, and hashes no id.
+    /// again. Nearly always empty, like ``restarted``: an id is removed from
+    /// them only when they are not, since removing hashes it even from an
+    /// empty set (looking one up does not).
     private var refusedBefore: Set<String> = []
     private var refusedRetryTask: Task<Void, Never>?
     /// The reason of the last failed attempt to connect, told once.
@@ -451,14 +452,14 @@ final class ServerLink {
             switch operation {
             case .publication(let id):
                 if let publication = publications[id] {
-                    if !restarted.isEmpty, restarted.contains(id) { taken.append(.deletePublication(id: id)) }
+                    if restarted.contains(id) { taken.append(.deletePublication(id: id)) }
                     taken.append(.putPublication(id: id, Self.spec(of: publication)))
                 } else if onServer.contains(id) {
                     taken.append(.deletePublication(id: id))
                 }
             case .subscription(let id):
                 if let subscription = subscriptions[id] {
-                    if !restarted.isEmpty, restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
+                    if restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
                     taken.append(.putSubscription(id: id, Self.spec(of: subscription)))
                 } else if onServer.contains(id) {
                     taken.append(.deleteSubscription(id: id))
