@@ -299,10 +299,10 @@ public struct ReceivedSignal {
     public let arguments: MessageReader
 
     init(_ message: OpaquePointer) {
-        sender = sd_bus_message_get_sender(message).map { String(cString: $0) } ?? ""
-        path = ObjectPath(trusted: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "/")
-        interface = sd_bus_message_get_interface(message).map { String(cString: $0) } ?? ""
-        member = sd_bus_message_get_member(message).map { String(cString: $0) } ?? ""
+        sender = CString.string(sd_bus_message_get_sender(message))
+        path = ObjectPath(trusted: CString.string(sd_bus_message_get_path(message), absent: "/"))
+        interface = CString.string(sd_bus_message_get_interface(message))
+        member = CString.string(sd_bus_message_get_member(message))
         arguments = MessageReader(message)
     }
 }

@@ -18,7 +18,7 @@ public enum Access: Sendable {
         case .anyone:
             return
         case .owner(let owner, let denied):
-            guard let sender, owner.withCString({ strcmp($0, sender) }) == 0 else { throw denied }
+            guard let sender, CString.equals(sender, owner) else { throw denied }
         case .service(let service, let denied):
             guard let sender, service.isOwner(String(cString: sender)) else { throw denied }
         }
@@ -177,6 +177,10 @@ final class ObjectTable {
     }
 
     private var interfaces: [String: InterfaceObjects] = [:]
+    /// The same tables, found by their definition's identity: a connection
+    /// exports a handful of interfaces, and comparing a few pointers on each
+    /// export costs less than hashing the interface's name.
+    private var registrations: [InterfaceObjects] = []
     private var enumerator: OpaquePointer?
 
     /// Enters `binding`'s implementation at `path`, callable as `access`
@@ -184,11 +188,13 @@ final class ObjectTable {
     func add(_ binding: InterfaceBinding, access: Access, at path: ObjectPath,
              on bus: OpaquePointer) throws(DBusError) -> SlotTarget {
         let objects = try registered(binding, on: bus)
-        guard objects.targets[PathKey(path)] == nil else {
+        let target = SlotTarget(implementation: binding.implementation, access: access, objects: objects)
+        // One hash of the path where the path is free, as nearly always; the entry
+        // found there otherwise is put back.
+        if let existing = objects.targets.updateValue(target, forKey: PathKey(path)) {
+            objects.targets[PathKey(path)] = existing
             throw DBusError("org.freedesktop.DBus.Error.FileExists", "\(path) already implements \(binding.name)")
         }
-        let target = SlotTarget(implementation: binding.implementation, access: access, objects: objects)
-        objects.targets[PathKey(path)] = target
         return target
     }
 
@@ -204,11 +210,13 @@ final class ObjectTable {
             objects.targets.removeAll()
         }
         interfaces.removeAll()
+        registrations.removeAll()
         if let enumerator { sd_bus_slot_unref(enumerator) }
         enumerator = nil
     }
 
     private func registered(_ binding: InterfaceBinding, on bus: OpaquePointer) throws(DBusError) -> InterfaceObjects {
+        for objects in registrations where objects.definition === binding.definition { return objects }
         if let objects = interfaces[binding.name] {
             guard objects.definition === binding.definition else {
                 throw .failed("two different definitions of \(binding.name) cannot be exported on one connection")
@@ -228,6 +236,7 @@ final class ObjectTable {
                   "exporting \(binding.name)")
         objects.slot = slot
         interfaces[binding.name] = objects
+        registrations.append(objects)
         return objects
     }
 }
@@ -311,7 +320,7 @@ private let findTrampoline: sd_bus_object_find_t = { _, path, _, userdata, found
 private let enumerateTrampoline: sd_bus_node_enumerator_t = { _, prefix, userdata, nodes, _ in
     BusActor.assumeIsolated((prefix, userdata, nodes)) { prefix, userdata, nodes in
         let table = Unmanaged<ObjectTable>.fromOpaque(userdata!).takeUnretainedValue()
-        let below = prefix.map { String(cString: $0) } ?? "/"
+        let below = CString.string(prefix, absent: "/")
         let paths = table.paths.filter { ObjectPath(trusted: $0).isDescendant(of: ObjectPath(trusted: below)) }
         // A NULL-terminated array of strings that sd-bus frees.
         guard let array = calloc(paths.count + 1, MemoryLayout<UnsafeMutablePointer<CChar>?>.size)?
@@ -320,10 +329,6 @@ private let enumerateTrampoline: sd_bus_node_enumerator_t = { _, prefix, userdat
         nodes?.pointee = array
         return 0
     }
-}
-
-private func string(_ pointer: UnsafePointer<CChar>?) -> String {
-    pointer.map { String(cString: $0) } ?? ""
 }
 
 private func sender(ofCurrentMessageOn bus: OpaquePointer?) -> UnsafePointer<CChar>? {
@@ -349,10 +354,10 @@ let propertyGetTrampoline: sd_bus_property_get_t = { bus, _, _, property, reply,
     BusActor.assumeIsolated((bus, property, reply, userdata, errorOut)) { bus, property, reply, userdata, errorOut in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
         let sender = sender(ofCurrentMessageOn: bus)
-        let caller = Caller(uniqueName: string(sender))
+        let caller = Caller(uniqueName: CString.string(sender))
         do throws(DBusError) {
             try target.access.check(sender)
-            let value = try target.implementation.get(string(property), caller)
+            let value = try target.implementation.get(CString.string(property), caller)
             try MessageWriter(reply!).append(value)
             return 1
         } catch {
@@ -365,10 +370,10 @@ let propertySetTrampoline: sd_bus_property_set_t = { bus, _, _, property, value,
     BusActor.assumeIsolated((bus, property, value, userdata, errorOut)) { bus, property, value, userdata, errorOut in
         let target = Unmanaged<SlotTarget>.fromOpaque(userdata!).takeUnretainedValue()
         let sender = sender(ofCurrentMessageOn: bus)
-        let caller = Caller(uniqueName: string(sender))
+        let caller = Caller(uniqueName: CString.string(sender))
         do throws(DBusError) {
             try target.access.check(sender)
-            let name = string(property)
+            let name = CString.string(property)
             let newValue = try MessageReader(value!).readValue()
             try target.implementation.set(name, newValue, caller)
             return 1

@@ -13,7 +13,7 @@ public struct MessageReader {
 
     /// The signature of the whole body.
     public var signature: Signature {
-        Signature(trusted: sd_bus_message_get_signature(message, 1).map { String(cString: $0) } ?? "")
+        Signature(trusted: CString.string(sd_bus_message_get_signature(message, 1)))
     }
 
     /// Whether every value of the current container has been read.
@@ -201,7 +201,7 @@ public struct MessageReader {
         let result = sd_bus_message_peek_type(message, &type, &contents)
         try check(result, "reading message")
         guard result > 0 else { throw .invalidArgs("message has fewer arguments than expected") }
-        return (UInt8(bitPattern: type), contents.map { String(cString: $0) } ?? "")
+        return (UInt8(bitPattern: type), CString.string(contents))
     }
 
     /// Throws unless the next value has exactly `signature`. Compares in
@@ -213,8 +213,7 @@ public struct MessageReader {
         try check(result, "reading message")
         guard result > 0 else { throw .invalidArgs("message has fewer arguments than expected") }
         let code = UInt8(bitPattern: type)
-        var expected = signature.rawValue
-        let matches = expected.withUTF8 { bytes -> Bool in
+        let matches = CString.withUTF8(signature.rawValue) { bytes -> Bool in
             switch code {
             case UInt8(ascii: "a"):
                 guard let contents, bytes.first == code else { return false }
@@ -227,7 +226,7 @@ public struct MessageReader {
             }
         }
         guard matches else {
-            let inner = contents.map { String(cString: $0) } ?? ""
+            let inner = CString.string(contents)
             let found = switch code {
             case UInt8(ascii: "a"): "a" + inner
             case UInt8(ascii: "r"): "(" + inner + ")"
@@ -246,7 +245,7 @@ public struct MessageReader {
     func readString(_ code: UInt8) throws(DBusError) -> String {
         var pointer: UnsafePointer<CChar>?
         try check(sd_bus_message_read_basic(message, CChar(bitPattern: code), &pointer), "reading a string")
-        return pointer.map { String(cString: $0) } ?? ""
+        return CString.string(pointer)
     }
 
     /// A string-like value (`s`, `o`, `g`) of at most `maxBytes` bytes, measured
@@ -272,7 +271,7 @@ public struct MessageReader {
 
     func inContainer<T>(_ code: UInt8, _ contents: String, _ body: () throws(DBusError) -> T) throws(DBusError) -> T {
         // `withCString`, not the implicit conversion: that copied the contents to the heap on every container.
-        try check(contents.withCString { sd_bus_message_enter_container(message, CChar(bitPattern: code), $0) },
+        try check(CString.with(contents) { sd_bus_message_enter_container(message, CChar(bitPattern: code), $0) },
                   "entering '\(contents)'")
         let value = try body()
         try check(sd_bus_message_exit_container(message), "leaving '\(contents)'")

@@ -84,12 +84,8 @@ public struct MessageWriter {
     }
 
     func appendString(_ code: UInt8, _ value: String) throws(DBusError) {
-        // memchr where the bytes are contiguous (native strings): a byte-by-byte search of a
-        // large string costs seconds in a debug build (dbus-fuzz's 30 MiB strings).
-        let hasNUL = value.utf8.withContiguousStorageIfAvailable { $0.count > 0 && memchr($0.baseAddress!, 0, $0.count) != nil }
-            ?? value.utf8.contains(0)
-        guard !hasNUL else { throw .invalidArgs("strings cannot contain NUL") }
-        let result = value.withCString { sd_bus_message_append_basic(message, CChar(bitPattern: code), $0) }
+        guard !CString.containsNUL(value) else { throw .invalidArgs("strings cannot contain NUL") }
+        let result = CString.with(value) { sd_bus_message_append_basic(message, CChar(bitPattern: code), $0) }
         try check(result, "appending a string")
     }
 

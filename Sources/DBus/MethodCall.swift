@@ -45,12 +45,12 @@ public final class MethodCall {
 
     /// The connection that made the call.
     public var caller: Caller {
-        Caller(uniqueName: senderName.map { String(cString: $0) } ?? "")
+        Caller(uniqueName: CString.string(senderName))
     }
 
     /// The method's name.
     public var member: String {
-        memberName.map { String(cString: $0) } ?? ""
+        CString.string(memberName)
     }
 
     var senderName: UnsafePointer<CChar>? {
@@ -63,7 +63,7 @@ public final class MethodCall {
 
     /// The object path the call was made on.
     public var path: ObjectPath {
-        ObjectPath(trusted: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "/")
+        ObjectPath(trusted: CString.string(sd_bus_message_get_path(message), absent: "/"))
     }
 
     /// Replied, failed, or deferred.

@@ -322,13 +322,16 @@ public final class Core {
         return (subscription, done())
     }
 
-    /// Unpublish or Unsubscribe: the object ends.
-    public func end(_ id: String) -> [Effect] {
-        if let publication = publications[id] {
-            remove(publication)
-        } else if let subscription = subscriptions[id] {
-            remove(subscription)
-        }
+    /// Unpublish: the publication ends; nothing, if it already has. The bus
+    /// face has the object at hand, so the core need not find it by id.
+    public func end(_ publication: Publication) -> [Effect] {
+        remove(publication)
+        return done()
+    }
+
+    /// Unsubscribe: the subscription ends; nothing, if it already has.
+    public func end(_ subscription: Subscription) -> [Effect] {
+        remove(subscription)
         return done()
     }
 

@@ -73,8 +73,19 @@ final class DaemonService {
     private var expiryTimer: BusTimer?
 
     let enabledMediums: Set<Medium>
-    /// The strategy of a call that gives none, worked out once.
-    let defaultStrategies: [Strategy.Owner: Strategy]
+    /// The strategy of a call that gives none, worked out once for each kind
+    /// of object (nil: the configuration leaves it no medium). Two fields, not
+    /// a dictionary: every Publish reads one, and a field hashes nothing.
+    private let defaultPublicationStrategy: Strategy?
+    private let defaultSubscriptionStrategy: Strategy?
+
+    /// The strategy of a call of `owner`'s kind that gives none.
+    func defaultStrategy(for owner: Strategy.Owner) -> Strategy? {
+        switch owner {
+        case .publication: defaultPublicationStrategy
+        case .subscription: defaultSubscriptionStrategy
+        }
+    }
 
     /// `serverTLS`: how an `https://` server's certificate is checked (``ServerTLS``).
     init(configuration: DaemonConfiguration, connection: BusConnection, backends: [any MediumBackend],
@@ -84,11 +95,8 @@ final class DaemonService {
         self.clock = clock
         self.configuration = configuration
         enabledMediums = configuration.enabledMediums
-        var defaults: [Strategy.Owner: Strategy] = [:]
-        for owner in [Strategy.Owner.publication, .subscription] {
-            defaults[owner] = try? StrategyOptions.parse(nil, for: owner, enabled: enabledMediums)
-        }
-        defaultStrategies = defaults
+        defaultPublicationStrategy = try? StrategyOptions.parse(nil, for: .publication, enabled: enabledMediums)
+        defaultSubscriptionStrategy = try? StrategyOptions.parse(nil, for: .subscription, enabled: enabledMediums)
         self.connection = connection
         self.logger = logger
         let permissions = PermissionBroker(configuration: configuration, connection: connection, clock: clock, logger: logger)
@@ -363,7 +371,7 @@ final class DaemonService {
         do {
             try object.export()
         } catch {
-            apply(effects + core.end(publication.id))
+            apply(effects + core.end(publication))
             throw error
         }
         apply(effects)
@@ -378,7 +386,7 @@ final class DaemonService {
         do {
             try object.export()
         } catch {
-            apply(effects + core.end(subscription.id))
+            apply(effects + core.end(subscription))
             throw error
         }
         apply(effects)
@@ -391,11 +399,11 @@ final class DaemonService {
     }
 
     func unpublish(_ object: PublicationObject) {
-        apply(core.end(object.publication.id))
+        apply(core.end(object.publication))
     }
 
     func unsubscribe(_ object: SubscriptionObject) {
-        apply(core.end(object.subscription.id))
+        apply(core.end(object.subscription))
     }
 
     // MARK: What the core's commands do

@@ -154,6 +154,14 @@ final class EchoFixture {
         await expectError("org.freedesktop.DBus.Error.UnknownMethod") {
             try await fixture.call("NoSuchMethod") { _ throws(DBusError) in () }
         }
+        // A method with outputs whose handler answers nothing fails; one without gets an empty reply.
+        do {
+            try await fixture.call("Silent") { _ throws(DBusError) in () }
+            Issue.record("Silent succeeded")
+        } catch {
+            #expect(error == .failed("Silent sent no reply"))
+        }
+        try await fixture.call("Keep") { _ throws(DBusError) in () }
         await fixture.finish()
     }
 
@@ -379,6 +387,8 @@ final class EchoFixture {
         #expect(throws: DBusError.self) {
             try fixture.service.export([EchoService.interface.bind(echo), Self.second.bind(echo)], at: clash)
         }
+        // The object that held the path keeps it.
+        #expect(try await get("test.Second", "Name", at: clash) == .string("second of initial"))
         // sd-bus's answer for an interface the path's object lacks.
         await expectError("org.freedesktop.DBus.Error.UnknownProperty") { _ = try await get(EchoService.interfaceName, "Label", at: clash) }
 

@@ -42,6 +42,8 @@ final class EchoService {
             Method("Keep") { service, call in
                 service.kept.append(call)
             },
+            // Declares an output and answers nothing: the bus fails the call for it.
+            Method("Silent", outputs: [Argument("value", "u")]) { _, _ in },
             Method("Fail") { _, _ throws(DBusError) in
                 throw DBusError("test.Error.Custom", "failed on purpose")
             },

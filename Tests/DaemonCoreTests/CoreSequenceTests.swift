@@ -123,7 +123,14 @@ struct CoreSequenceTests {
             case 6:
                 guard let id = world.objects.sorted().randomElement(using: &random) else { continue }
                 command = "end \(id)"
-                effects = core.end(id)
+                if let publication = core.publications[id] {
+                    effects = core.end(publication)
+                } else if let subscription = core.subscriptions[id] {
+                    effects = core.end(subscription)
+                } else {
+                    Issue.record("\(id) is live in the model, not in the core")
+                    continue
+                }
             case 7:
                 if Bool.random(using: &random) {
                     guard let manager = live.randomElement(using: &random) else { continue }

@@ -128,12 +128,12 @@ import Testing
         #expect(Self.linkLines(published) == ["link key: publish \(publication.id)"])
         core.recycle(published)
         core.recycle(twinPublished) // one buffer is kept; this one goes
-        let ended = Self.lines(core.end(publication.id))
+        let ended = Self.lines(core.end(publication))
         #expect(ended == ["link key: unpublish \(publication.id)", "\(publication.id) ended"],
                 "the end's effects, and nothing of the Publish whose buffer it reused")
         // Not handed back: the next command gets a buffer of its own all the same.
         // The last publication gone, the mediums stop.
-        #expect(Self.lines(core.end(twin.id)) == ["mediums", "app changed BluetoothPowerError",
+        #expect(Self.lines(core.end(twin)) == ["mediums", "app changed BluetoothPowerError",
                                                   "link key: unpublish \(twin.id)", "\(twin.id) ended"])
     }
 
@@ -340,7 +340,7 @@ import Testing
         #expect(subscription.status == .active)
         #expect(Self.lines(core.setBackground(manager, requested: true)).contains("unwatch beacons \(subscription.id)"))
         #expect(subscription.status == .inactive)
-        let ended = Self.lines(core.end(subscription.id))
+        let ended = Self.lines(core.end(subscription))
         #expect(!ended.contains("unwatch beacons \(subscription.id)"), "it was not watched")
         #expect(ended.contains("\(subscription.id) ended"))
     }
@@ -396,7 +396,7 @@ import Testing
         #expect(refused.contains("app changed BluetoothPowerError,BluetoothPermissionError"))
         _ = core.medium(.ble, is: .ready)
         #expect(core.state(of: manager)?.errors == MediumErrors())
-        #expect(Self.lines(core.end(publication.id)) == ["mediums", "link key: unpublish \(publication.id)", "\(publication.id) ended"])
+        #expect(Self.lines(core.end(publication)) == ["mediums", "link key: unpublish \(publication.id)", "\(publication.id) ended"])
         #expect(core.medium(.ble, is: .ready).isEmpty, "no change, nothing to say")
     }
 }

@@ -47,6 +47,9 @@ final class ManagerObject {
     static let publishOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.publish)
     static let subscribeOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.subscribe)
     static let beaconStrategyOptions = Options.allowed(NearbyBusContract.BeaconStrategyOption.all)
+    /// The params arguments' names in refusals, made once rather than on every call.
+    static let publishParams = "\(NearbyBusContract.Manager1.publish.name) params"
+    static let subscribeParams = "\(NearbyBusContract.Manager1.subscribe.name) params"
 
     static let interface = Interface<ManagerObject>(
         interfaceName,
@@ -138,7 +141,7 @@ final class ManagerObject {
     private func strategy(_ params: Options, for owner: Strategy.Owner) throws(NearbyError) -> Strategy {
         let strategyKey = NearbyBusContract.PublishOrSubscribeOption.strategy
         let options = try params.options(strategyKey.name, allowed: StrategyOptions.allowed, context: strategyKey.name)
-        if options == nil, let strategy = service.defaultStrategies[owner] { return strategy }
+        if options == nil, let strategy = service.defaultStrategy(for: owner) { return strategy }
         return try StrategyOptions.parse(options, for: owner, enabled: service.enabledMediums)
     }
 
@@ -148,7 +151,7 @@ final class ManagerObject {
         typealias Option = NearbyBusContract.PublishOrSubscribeOption
         let content = try arguments.bytes("content", maxCount: MessageRules.maximumContentBytes)
         let type = try arguments.string("type")
-        let params = try arguments.options("\(NearbyBusContract.Manager1.publish.name) params", allowed: publishOptions)
+        let params = try arguments.options(publishParams, allowed: publishOptions)
         return try checked { () throws(NearbyError) in
             try MessageRules.checkContent(content)
             try MessageRules.checkType(type)
@@ -163,7 +166,7 @@ final class ManagerObject {
     static func readSubscribe(_ arguments: Arguments, strategy: (Options) throws(NearbyError) -> Strategy)
         throws(DBusError) -> (filter: MessageFilter, strategy: Strategy, deviceTypes: DeviceTypes, handler: ObjectPath?) {
         typealias Option = NearbyBusContract.PublishOrSubscribeOption
-        let params = try arguments.options("\(NearbyBusContract.Manager1.subscribe.name) params", allowed: subscribeOptions)
+        let params = try arguments.options(subscribeParams, allowed: subscribeOptions)
         return try checked { () throws(NearbyError) in
             let filter = MessageFilter(namespace: params.string(Option.namespace.name) ?? "", type: params.string(Option.type.name) ?? "")
             try MessageRules.checkNamespace(filter.namespace)
