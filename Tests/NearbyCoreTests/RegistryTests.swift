@@ -107,6 +107,18 @@ import Testing
         #expect(next.number == publication.number + 1)
         #expect(next.id != publication.id && next.id.hasPrefix("run-"))
     }
+
+    /// An account is its user and its key: the same pair made twice is one
+    /// account (one server link), a different user or key another.
+    @Test func accountsAreTheirUserAndKey() {
+        let key = String(repeating: "k", count: 39)
+        let account = Account(uid: 1000, apiKey: key)
+        let again = Account(uid: 1000, apiKey: String(repeating: "k", count: 38) + "k")
+        #expect(account == again && account.hashValue == again.hashValue)
+        let others = [Account(uid: 1001, apiKey: key), Account(uid: 1000, apiKey: key + "x"), Account(uid: 1000, apiKey: "")]
+        for other in others { #expect(other != account, "\(other)") }
+        #expect(Set(others + [account, again]).count == 4)
+    }
 }
 
 @Suite struct FoundTrackerTests {
