@@ -176,11 +176,10 @@ final class ObjectTable {
         }
     }
 
-    private var interfaces: [String: InterfaceObjects] = [:]
-    /// The same tables, found by their definition's identity: a connection
-    /// exports a handful of interfaces, and comparing a few pointers on each
-    /// export costs less than hashing the interface's name.
-    private var registrations: [InterfaceObjects] = []
+    /// One per interface exported, in a list: a connection exports a handful,
+    /// and comparing a few pointers on each export costs less than hashing
+    /// the interface's name.
+    private var interfaces: [InterfaceObjects] = []
     private var enumerator: OpaquePointer?
 
     /// Enters `binding`'s implementation at `path`, callable as `access`
@@ -190,7 +189,7 @@ final class ObjectTable {
         let objects = try registered(binding, on: bus)
         let target = SlotTarget(implementation: binding.implementation, access: access, objects: objects)
         // One hash of the path where the path is free, as nearly always; the entry
-        // found there otherwise is put back.
+        // found there otherwise is put back before anything else runs.
         if let existing = objects.targets.updateValue(target, forKey: PathKey(path)) {
             objects.targets[PathKey(path)] = existing
             throw DBusError("org.freedesktop.DBus.Error.FileExists", "\(path) already implements \(binding.name)")
@@ -200,28 +199,24 @@ final class ObjectTable {
 
     /// Every exported path, for introspection's child nodes.
     var paths: Set<String> {
-        interfaces.values.reduce(into: Set<String>()) { $0.formUnion($1.targets.keys.lazy.map(\.string)) }
+        interfaces.reduce(into: Set<String>()) { $0.formUnion($1.targets.keys.lazy.map(\.string)) }
     }
 
     func close() {
-        for objects in interfaces.values {
+        for objects in interfaces {
             if let slot = objects.slot { sd_bus_slot_unref(slot) }
             // Each entry holds its table: emptied, neither keeps the other.
             objects.targets.removeAll()
         }
         interfaces.removeAll()
-        registrations.removeAll()
         if let enumerator { sd_bus_slot_unref(enumerator) }
         enumerator = nil
     }
 
     private func registered(_ binding: InterfaceBinding, on bus: OpaquePointer) throws(DBusError) -> InterfaceObjects {
-        for objects in registrations where objects.definition === binding.definition { return objects }
-        if let objects = interfaces[binding.name] {
-            guard objects.definition === binding.definition else {
-                throw .failed("two different definitions of \(binding.name) cannot be exported on one connection")
-            }
-            return objects
+        for objects in interfaces where objects.definition === binding.definition { return objects }
+        guard !interfaces.contains(where: { $0.name == binding.name }) else {
+            throw .failed("two different definitions of \(binding.name) cannot be exported on one connection")
         }
         if enumerator == nil {
             var slot: OpaquePointer?
@@ -235,8 +230,7 @@ final class ObjectTable {
                                              findTrampoline, Unmanaged.passUnretained(objects).toOpaque()),
                   "exporting \(binding.name)")
         objects.slot = slot
-        interfaces[binding.name] = objects
-        registrations.append(objects)
+        interfaces.append(objects)
         return objects
     }
 }

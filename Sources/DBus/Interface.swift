@@ -1,5 +1,4 @@
 import CSystemd
-import Glibc
 
 /// A named argument of a method or signal, for introspection.
 public struct Argument: Sendable {
@@ -74,12 +73,7 @@ public struct Caller: Sendable, Hashable {
 public final class Interface<Object: AnyObject> {
     public let name: String
     let methods: [Method<Object>]
-    /// The methods' names as C strings, in the order of `methods`: a call's
-    /// member is found with strcmp, which for an interface's few methods beats
-    /// making a String of it and hashing it, and, unlike searching `methods`
-    /// (generic code, not specialized for `Object`), copies nothing.
-    private let methodNames: [[CChar]]
-    /// The methods as calls run them, in the same order.
+    /// The methods as calls find and run them (``MethodEntry``).
     private let entries: [MethodEntry]
     let properties: [String: Property<Object>]
     let vtable: OpaquePointer
@@ -88,13 +82,14 @@ public final class Interface<Object: AnyObject> {
                 signals: [SignalDescription] = []) {
         self.name = name
         self.methods = methods
-        methodNames = methods.map { Array($0.name.utf8CString) }
-        entries = methods.map { method in
+        var entries: [MethodEntry] = []
+        for method in methods {
             let handler = method.handler
-            return MethodEntry(name: method.name, hasOutputs: !method.outputs.isEmpty) { object, call throws(DBusError) in
+            entries.append(MethodEntry(name: method.name, hasOutputs: !method.outputs.isEmpty) { object, call throws(DBusError) in
                 try handler(unsafeDowncast(object, to: Object.self), call)
-            }
+            })
         }
+        self.entries = entries
         self.properties = Dictionary(uniqueKeysWithValues: properties.map { ($0.name, $0) })
         guard let vtable = nearby_vtable_new(methods.count + properties.count + signals.count) else {
             fatalError("out of memory building the vtable of \(name)")
@@ -132,10 +127,11 @@ public final class Interface<Object: AnyObject> {
         nearby_vtable_free(vtable)
     }
 
-    /// The method called `member`.
+    /// The method called `member`: compared with strcmp, which for an
+    /// interface's few methods beats making a String of it and hashing it.
     func method(named member: UnsafePointer<CChar>) -> MethodEntry? {
-        guard let index = CString.firstIndex(of: member, in: methodNames) else { return nil }
-        return entries[index]
+        for entry in entries where CString.equals(member, entry.cName) { return entry }
+        return nil
     }
 
     /// Pairs this interface with the object that implements it, for ``BusConnection/export(_:at:access:)``.
@@ -170,12 +166,21 @@ public struct InterfaceBinding {
 /// compiled in this module, its objects' types are in others): finding a
 /// `Method<Object>` and copying it out of the interface's list instantiated
 /// its generic metadata on every call, about half a per cent of nearbyd's
-/// CPU under `nearby-bench dbus`. This type has none.
+/// samples under `nearby-bench dbus`. This type has none.
 struct MethodEntry {
     let name: String
+    /// `name` as a C string, to compare with a call's member.
+    let cName: [CChar]
     let hasOutputs: Bool
     /// The method's handler, given an object of the interface's `Object` type.
     let run: @BusActor (AnyObject, MethodCall) throws(DBusError) -> Void
+
+    init(name: String, hasOutputs: Bool, run: @escaping @BusActor (AnyObject, MethodCall) throws(DBusError) -> Void) {
+        self.name = name
+        cName = Array(name.utf8CString)
+        self.hasOutputs = hasOutputs
+        self.run = run
+    }
 }
 
 /// What the C trampolines call: the type-erased face of an ``Interface`` bound to an object.

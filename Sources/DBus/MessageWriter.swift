@@ -1,5 +1,4 @@
 import CSystemd
-import Glibc
 
 /// Appends values to an sd-bus message under construction. Valid only on the bus
 /// thread, while the message lives.
@@ -90,14 +89,21 @@ public struct MessageWriter {
     }
 
     func appendFixedArray<T: BitwiseCopyable>(_ code: UInt8, _ values: [T]) throws(DBusError) {
-        let result = values.withUnsafeBytes { bytes in
+        try check(Self.appendArray(message, code, values), "appending an array")
+    }
+
+    /// Not isolated, so that the closure it hands the standard library is not
+    /// checked for its executor each time (``CString``).
+    private nonisolated static func appendArray<T: BitwiseCopyable>(_ message: OpaquePointer, _ code: UInt8, _ values: [T]) -> Int32 {
+        values.withUnsafeBytes { bytes in
             sd_bus_message_append_array(message, CChar(bitPattern: code), bytes.baseAddress, bytes.count)
         }
-        try check(result, "appending an array")
     }
 
     func container(_ code: UInt8, _ contents: String, _ body: () throws(DBusError) -> Void) throws(DBusError) {
-        try check(sd_bus_message_open_container(message, CChar(bitPattern: code), contents), "opening '\(contents)'")
+        // `withCString`, not the implicit conversion: that copied the contents to the heap on every container.
+        try check(CString.with(contents) { sd_bus_message_open_container(message, CChar(bitPattern: code), $0) },
+                  "opening '\(contents)'")
         try body()
         try check(sd_bus_message_close_container(message), "closing '\(contents)'")
     }

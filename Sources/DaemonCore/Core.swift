@@ -322,8 +322,9 @@ public final class Core {
         return (subscription, done())
     }
 
-    /// Unpublish: the publication ends; nothing, if it already has. The bus
-    /// face has the object at hand, so the core need not find it by id.
+    /// Unpublish: the publication ends; nothing, if it already has (the
+    /// registry never gives its number to another). The bus face has the
+    /// object at hand, so the core need not find it by id.
     public func end(_ publication: Publication) -> [Effect] {
         remove(publication)
         return done()

@@ -398,6 +398,18 @@ final class EchoFixture {
         await fixture.finish()
     }
 
+    /// A connection serves one definition of an interface name: a second is
+    /// refused, and the first keeps serving.
+    @Test @BusActor func aSecondDefinitionOfAnInterfaceIsRefused() async throws {
+        let fixture = try await EchoFixture()
+        let rival = Interface<EchoService>(EchoService.interfaceName, methods: [Method("Echo") { _, _ in }])
+        #expect(throws: DBusError.failed("two different definitions of \(EchoService.interfaceName) cannot be exported on one connection")) {
+            try fixture.service.export([rival.bind(EchoService())], at: "/test/rival")
+        }
+        #expect(try await fixture.echoed(.uint32(3)) == .uint32(3))
+        await fixture.finish()
+    }
+
     @BusActor private static let second = Interface<EchoService>(
         "test.Second",
         properties: [Property("Name", "s") { echo, _ in .string("second of \(echo.label)") }]

@@ -135,6 +135,8 @@ import Testing
         // The last publication gone, the mediums stop.
         #expect(Self.lines(core.end(twin)) == ["mediums", "app changed BluetoothPowerError",
                                                   "link key: unpublish \(twin.id)", "\(twin.id) ended"])
+        // An Unpublish that races the end (a second call, or the TTL) does nothing.
+        #expect(core.end(twin).isEmpty)
     }
 
     @Test func aRevokedPermissionStopsEveryObjectOfTheAppAndAGrantResumesThem() throws {
@@ -343,6 +345,7 @@ import Testing
         let ended = Self.lines(core.end(subscription))
         #expect(!ended.contains("unwatch beacons \(subscription.id)"), "it was not watched")
         #expect(ended.contains("\(subscription.id) ended"))
+        #expect(core.end(subscription).isEmpty, "ended once")
     }
 
     @Test func beaconSubscriptionsNeedBLEInTheConfiguration() throws {

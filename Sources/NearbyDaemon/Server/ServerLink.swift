@@ -468,7 +468,7 @@ final class ServerLink {
                 return changes
             }
             if !taken.isEmpty {
-                bytes += taken.reduce(0) { $0 + Self.estimatedBytes($1) }
+                for change in taken { bytes += Self.estimatedBytes(change) }
                 if !changes.isEmpty, bytes > ClientBatchLimits.maxChangeBatchBytes { break }
                 for change in taken where !change.isPut { onServer.remove(change.id) }
                 if !restarted.isEmpty { restarted.remove(taken[0].id) }
