@@ -19,7 +19,8 @@ struct NearbyBench: AsyncParsableCommand {
             dbus       Publish+Unpublish pairs per second from one client, pipelined,
                        against the minimal C sd-bus service of
                        ../shared/bench/dbus-reference on the same private bus, both
-                       driven by C sd-bus load clients.
+                       driven by C sd-bus load clients; and the CPU per call of the
+                       service, dbus-daemon and the client in each.
             memory     nearbyd's resident memory idle and with 10,000 live
                        publications, against the reference C service's.
             scan       CPU of nearbyd's BlueZ backend per 1,000 advertisement

@@ -17,13 +17,31 @@ enum ThroughputBenchmark {
         try await waitForName("probe.Ref", on: device.busAddress)
 
         var ours: [Double] = [], oursPairs: [Double] = [], theirs: [Double] = [], ratios: [Double] = []
+        // CPU per call of each party in each phase: the service, dbus-daemon, the load client.
+        var referenceCPU: [[Double]] = [[], [], []], ourCPU: [[Double]] = [[], [], []]
+        let calls = Double(2 * pairs)
+        /// µs of CPU per call that the service and dbus-daemon spent in `run`, and its client by its own count.
+        func cpu(of service: Int32, _ run: () async throws -> ProgramResult) async throws -> (ProgramResult, [Double]) {
+            let before = (ScanBenchmark.cpuSeconds(of: service), ScanBenchmark.cpuSeconds(of: device.bus.pid))
+            let result = try await run()
+            let after = (ScanBenchmark.cpuSeconds(of: service), ScanBenchmark.cpuSeconds(of: device.bus.pid))
+            return (result, [(after.0 - before.0) / calls * 1e6, (after.1 - before.1) / calls * 1e6,
+                             try value("clientcpu", in: result.output)])
+        }
         var lines: [String] = []
         for _ in 0..<rounds {
-            let referenceRun = try await runProgram(locations.program("bench"),
-                                                    ["call", "probe.Ref", "register", "\(2 * pairs)", "\(window)"],
-                                                    environment: environment)
+            let (referenceRun, referenceCosts) = try await cpu(of: reference.pid) {
+                try await runProgram(locations.program("bench"), ["call", "probe.Ref", "register", "\(2 * pairs)", "\(window)"],
+                                     environment: environment)
+            }
             theirs.append(try value("calls/s", in: referenceRun.output))
-            let ourRun = try await runProgram(locations.program("pairs"), ["\(pairs)", "\(window)"], environment: environment)
+            let (ourRun, ourCosts) = try await cpu(of: device.daemon.pid) {
+                try await runProgram(locations.program("pairs"), ["\(pairs)", "\(window)"], environment: environment)
+            }
+            for party in 0..<3 {
+                referenceCPU[party].append(referenceCosts[party])
+                ourCPU[party].append(ourCosts[party])
+            }
             ours.append(try value("calls/s", in: ourRun.output))
             oursPairs.append(try value("pairs/s", in: ourRun.output))
             // Each round's runs follow each other: their ratio cancels slow drifts of the machine.
@@ -40,6 +58,13 @@ enum ThroughputBenchmark {
             | --- | --- | --- | --- |
             | reference C sd-bus service (Register) | \(format(median(theirs), 0)) | | 1.00 |
             | nearbyd (Publish + Unpublish) | \(format(median(ours), 0)) | \(format(median(oursPairs), 0)) | \(format(median(ratios), 2)) (rounds: \(ratios.map { format($0, 2) }.joined(separator: ", "))) |
+
+            CPU per call (µs, medians of the rounds): the ratio follows the service's, which \
+            makes dbus-daemon and the client spend more too once the service limits the calls (doc/performance.md):
+            | phase | service | dbus-daemon | client |
+            | --- | --- | --- | --- |
+            | reference (svc_sdbus) | \(referenceCPU.map { format(median($0), 2) }.joined(separator: " | ")) |
+            | nearbyd | \(ourCPU.map { format(median($0), 2) }.joined(separator: " | ")) |
             last round, raw:
             \(lines.joined())
             """)

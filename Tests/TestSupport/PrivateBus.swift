@@ -19,6 +19,8 @@ public final class PrivateBus: Sendable {
     public let address: String
     public let directory: URL
     private let daemon: ChildProcess
+    /// The bus daemon's process id: benchmarks read its CPU time.
+    public var pid: Int32 { daemon.pid }
 
     public init(policy: Policy = .open) async throws {
         directory = FileManager.default.temporaryDirectory
