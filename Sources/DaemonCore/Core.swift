@@ -55,6 +55,12 @@ public struct ManagerState {
     /// The daemon's own manager (static publications): needs no permission
     /// and is never in the background.
     public let exempt: Bool
+    /// Whether it may use Nearby: exempt, or its app's decision grants it.
+    /// The decision's home is the permission broker; this is its answer,
+    /// asked when the manager is made and again each time the decision
+    /// changes (``Core/permissionChanged(uid:appId:)``), so that a Publish
+    /// reads a field instead of hashing the app's key.
+    public fileprivate(set) var permitted: Bool
     /// `Background` as the client set it, and whether its login session is
     /// inactive or locked: the manager is in the background while either holds.
     public fileprivate(set) var backgroundRequested = false
@@ -84,8 +90,9 @@ public final class Core {
     private let serverURLs: [String]
     /// `[server] refused-change-retry`, for people: `30 s`.
     private let refusedRetry: String
-    /// Whether an app's decision lets a manager use Nearby; asked anew each
-    /// time, so the decisions have one home (the permission broker).
+    /// Whether an app's decision lets a manager use Nearby: the decisions
+    /// have one home (the permission broker), asked when a manager is made
+    /// and when its app's decision changes.
     private let permits: (Manager) -> Bool
 
     public private(set) var managers: [ObjectIdentifier: ManagerState] = [:]
@@ -154,7 +161,7 @@ public final class Core {
     // MARK: Queries
 
     public func isPermitted(_ manager: Manager) -> Bool {
-        managers[ObjectIdentifier(manager)]?.exempt == true || permits(manager)
+        managers[ObjectIdentifier(manager)]?.permitted ?? permits(manager)
     }
 
     public func state(of manager: Manager) -> ManagerState? {
@@ -200,7 +207,7 @@ public final class Core {
                            exempt: Bool = false) throws(NearbyError) -> (Manager, [Effect]) {
         let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: debugLogging)
         let id = ObjectIdentifier(manager)
-        managers[id] = ManagerState(manager: manager, exempt: exempt)
+        managers[id] = ManagerState(manager: manager, exempt: exempt, permitted: exempt || permits(manager))
         managersOfAccount[manager.account, default: []].insert(id)
         if links[manager.account] == nil {
             announcingServerStatus {
@@ -249,9 +256,12 @@ public final class Core {
     /// The decision of an app (a user's AppId) changed: its managers say so,
     /// and their objects stop or resume.
     public func permissionChanged(uid: UInt32, appId: String) -> [Effect] {
-        for state in managers.values where state.manager.client.uid == uid && state.manager.appId == appId {
-            effects.append(.managerChanged(state.manager, [NearbyBusContract.Manager1.permissionGranted]))
-            reconcile(state.manager)
+        let affected = managers.values.filter { $0.manager.client.uid == uid && $0.manager.appId == appId }.map(\.manager)
+        for manager in affected {
+            let id = ObjectIdentifier(manager)
+            if let exempt = managers[id]?.exempt { managers[id]?.permitted = exempt || permits(manager) }
+            effects.append(.managerChanged(manager, [NearbyBusContract.Manager1.permissionGranted]))
+            reconcile(manager)
         }
         return done()
     }
@@ -336,15 +346,16 @@ public final class Core {
         return done()
     }
 
-    /// Changes `account`'s link view in place; false when it has none. Through
-    /// the dictionary's index: `links[account]?.…` went through the
+    /// Runs `body` on `account`'s link view in place; nil when it has none.
+    /// Through the dictionary's index: `links[account]?.…` went through the
     /// dictionary's modify accessor, which allocated a frame for a value this
-    /// size on every Unpublish.
+    /// size on every Unpublish. Reading too goes through here: reading
+    /// `links[account]` copies the view, retaining and releasing each of its
+    /// tables, on every Publish.
     @discardableResult
-    private func changeLink(of account: Account, _ change: (inout LinkView) -> Void) -> Bool {
-        guard let index = links.index(forKey: account) else { return false }
-        change(&links.values[index])
-        return true
+    private func withLink<T>(of account: Account, _ body: (inout LinkView) -> T) -> T? {
+        guard let index = links.index(forKey: account) else { return nil }
+        return body(&links.values[index])
     }
 
     private func remove(_ publication: Publication) {
@@ -354,7 +365,7 @@ public final class Core {
         record("publication ended", by: publication.manager, ["object": "\(publication.path)"])
         apply(runs.end(publication.id).change)
         let account = publication.manager.account
-        if changeLink(of: account, { $0.ended(publication.id) }) { effects.append(.link(account, .unpublish(publication.id))) }
+        if withLink(of: account, { $0.ended(publication.id) }) != nil { effects.append(.link(account, .unpublish(publication.id))) }
         effects.append(.ended(publication.id))
     }
 
@@ -367,7 +378,7 @@ public final class Core {
         if transition.beacons == .stopped { effects.append(.unwatchBeacons(subscription)) }
         apply(transition.change)
         let account = subscription.manager.account
-        if subscription.deviceTypes.nearby, changeLink(of: account, { $0.ended(subscription.id) }) {
+        if subscription.deviceTypes.nearby, withLink(of: account, { $0.ended(subscription.id) }) != nil {
             effects.append(.link(account, .unsubscribe(subscription.id)))
         }
         effects.append(.ended(subscription.id))
@@ -394,7 +405,7 @@ public final class Core {
         case .started:
             effects.append(.link(account, .publish(publication)))
         case .stopped:
-            changeLink(of: account) { $0.stopped(publication.id) }
+            withLink(of: account) { $0.stopped(publication.id) }
             effects.append(.link(account, .unpublish(publication.id)))
             record("publication waiting", by: manager, ["object": "\(publication.path)"])
         case .unchanged:
@@ -423,7 +434,7 @@ public final class Core {
         case .started:
             effects.append(.link(account, .subscribe(subscription)))
         case .stopped:
-            changeLink(of: account) { $0.stopped(subscription.id) }
+            withLink(of: account) { $0.stopped(subscription.id) }
             effects.append(.link(account, .unsubscribe(subscription.id)))
             _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
         case .unchanged:
@@ -600,10 +611,10 @@ public final class Core {
     }
 
     private func refreshStatus(of publication: Publication, made: Bool = false) {
-        // Read in place: a copy of the view would retain each of its tables.
         guard runs.nearby(publication.id) != nil,
-              let (status, reason) = links[publication.manager.account]?.status(of: publication.id, mediums: publication.strategy.mediums,
-                                                                                 available: availableMediums) else {
+              let (status, reason) = withLink(of: publication.manager.account, {
+                  $0.status(of: publication.id, mediums: publication.strategy.mediums, available: availableMediums)
+              }) else {
             return set(.inactive, Placement.waitingReason(permitted: isPermitted(publication.manager)), of: publication, made: made)
         }
         set(status, reason, of: publication, made: made)
@@ -615,7 +626,7 @@ public final class Core {
         guard nearbyRuns || beaconsRun else {
             return set(.inactive, Placement.waitingReason(permitted: isPermitted(subscription.manager)), of: subscription, made: made)
         }
-        let nearby = nearbyRuns ? links[subscription.manager.account].map {
+        let nearby = nearbyRuns ? withLink(of: subscription.manager.account) {
             $0.status(of: subscription.id, mediums: subscription.strategy.mediums, available: availableMediums)
         } : nil
         let (status, reason) = LinkView.subscriptionStatus(nearby: nearby, beaconsRun: beaconsRun, available: availableMediums)

@@ -141,8 +141,8 @@ import Testing
 
     @Test func aRevokedPermissionStopsEveryObjectOfTheAppAndAGrantResumesThem() throws {
         let (manager, _) = try self.manager()
-        let (other, _) = try self.manager(":1.11", appId: "other")
         decisions.granted.insert("other")
+        let (other, _) = try self.manager(":1.11", appId: "other")
         let (publication, _) = try core.publish(message("p"), strategy: strategy(), in: manager)
         let (subscription, _) = try core.subscribe(MessageFilter(), strategy: strategy(), deviceTypes: DeviceTypes(), in: manager)
         let (untouched, _) = try core.publish(message("o"), strategy: strategy(), in: other)
@@ -160,6 +160,19 @@ import Testing
         let granted = core.permissionChanged(uid: 1000, appId: "app")
         #expect(Set(Self.linkLines(granted)) == ["link key: publish \(publication.id)", "link key: subscribe \(subscription.id)"])
         #expect(publication.statusReason == "being registered with nearby-server", "the server must hold it again")
+    }
+
+    /// The broker tells the core of every change of a decision; between
+    /// changes a Publish reads the answer the core was last given.
+    @Test func theDecisionIsAskedWhenTheManagerIsMadeAndWhenItChanges() throws {
+        let (manager, _) = try self.manager()
+        #expect(core.isPermitted(manager))
+        decisions.granted.remove("app")
+        let (publication, _) = try core.publish(message("p"), strategy: strategy(), in: manager)
+        #expect(core.runs.nearby(publication.id) == .foreground, "no change was announced: the last answer holds")
+        _ = core.permissionChanged(uid: 1000, appId: "app")
+        #expect(!core.isPermitted(manager) && core.runs.nearby(publication.id) == nil)
+        #expect(publication.statusReason == "the app is not permitted to use Nearby (PermissionGranted)")
     }
 
     @Test func anotherUsersDecisionForTheSameAppIdChangesNothing() throws {
