@@ -411,6 +411,16 @@ func poll(within seconds: Double, _ done: () async throws -> Bool) async throws 
     return false
 }
 
+/// User plus system CPU time of a process so far (/proc/PID/stat, fields 14 and 15).
+func cpuSeconds(of pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let end = stat.lastIndex(of: ")") else { return 0 }
+    // Fields after the command name, which may hold spaces: state is field 3.
+    let fields = stat[stat.index(after: end)...].split(separator: " ")
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
 func milliseconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
 }

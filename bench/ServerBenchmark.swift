@@ -331,10 +331,10 @@ enum ServerBenchmark {
                 result.warmUpSeconds = started.map { $0.double("seconds") }.max()
             }
             let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids + app.pids)
-            let appBefore = ScanBenchmark.cpuSeconds(of: app.pids[0])
+            let appBefore = cpuSeconds(of: app.pids[0])
             result.window = try await load.measured(["do": "upstream-window", "seconds": settings.seconds],
                                                     within: settings.seconds + 60, meter)
-            result.appServerCPU = (ScanBenchmark.cpuSeconds(of: app.pids[0]) - appBefore) / max(result.window.seconds, 0.001)
+            result.appServerCPU = (cpuSeconds(of: app.pids[0]) - appBefore) / max(result.window.seconds, 0.001)
             let stopped = try await load.command(["do": "upstream-stop", "within": 120], within: 180)
             result.left = stopped.map { $0.int("left") }.reduce(0, +)
             stopped.forEach { result.outcomes.add($0["outcomes"]) }
@@ -631,9 +631,9 @@ private struct CPUMeter: Sendable {
     }
 
     func read() -> Reading {
-        Reading(at: .now, servers: servers.map(ScanBenchmark.cpuSeconds(of:)),
+        Reading(at: .now, servers: servers.map(cpuSeconds(of:)),
                 postgres: postgres?.serverPID.map { Self.treeSeconds(of: $0) } ?? 0,
-                generator: generator.map(ScanBenchmark.cpuSeconds(of:)).reduce(0, +))
+                generator: generator.map(cpuSeconds(of:)).reduce(0, +))
     }
 
     func shares(since start: Reading) -> ServerBenchmark.CPUShares {
@@ -650,14 +650,14 @@ private struct CPUMeter: Sendable {
     /// takes its time with it, but the servers' pooled connections live on).
     private static func treeSeconds(of parent: Int32) -> Double {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        var total = ScanBenchmark.cpuSeconds(of: parent)
+        var total = cpuSeconds(of: parent)
         for entry in entries {
             guard let pid = Int32(entry), pid != parent,
                   let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
                   let end = stat.lastIndex(of: ")") else { continue }
             // After the command name: state, then the parent's pid.
             let fields = stat[stat.index(after: end)...].split(separator: " ")
-            if fields.count > 1, Int32(fields[1]) == parent { total += ScanBenchmark.cpuSeconds(of: pid) }
+            if fields.count > 1, Int32(fields[1]) == parent { total += cpuSeconds(of: pid) }
         }
         return total
     }

@@ -17,31 +17,28 @@ enum ThroughputBenchmark {
         try await waitForName("probe.Ref", on: device.busAddress)
 
         var ours: [Double] = [], oursPairs: [Double] = [], theirs: [Double] = [], ratios: [Double] = []
-        // CPU per call of each party in each phase: the service, dbus-daemon, the load client.
-        var referenceCPU: [[Double]] = [[], [], []], ourCPU: [[Double]] = [[], [], []]
+        var referenceCPU: [CPUPerCall] = [], ourCPU: [CPUPerCall] = []
         let calls = Double(2 * pairs)
-        /// µs of CPU per call that the service and dbus-daemon spent in `run`, and its client by its own count.
-        func cpu(of service: Int32, _ run: () async throws -> ProgramResult) async throws -> (ProgramResult, [Double]) {
-            let before = (ScanBenchmark.cpuSeconds(of: service), ScanBenchmark.cpuSeconds(of: device.bus.pid))
+        /// What the service and dbus-daemon spent on `run`'s calls, and its client by its own count.
+        func cpu(of service: Int32, _ run: () async throws -> ProgramResult) async throws -> (ProgramResult, CPUPerCall) {
+            let before = (cpuSeconds(of: service), cpuSeconds(of: device.bus.pid))
             let result = try await run()
-            let after = (ScanBenchmark.cpuSeconds(of: service), ScanBenchmark.cpuSeconds(of: device.bus.pid))
-            return (result, [(after.0 - before.0) / calls * 1e6, (after.1 - before.1) / calls * 1e6,
-                             try value("clientcpu", in: result.output)])
+            let after = (cpuSeconds(of: service), cpuSeconds(of: device.bus.pid))
+            return (result, CPUPerCall(service: (after.0 - before.0) / calls * 1e6, bus: (after.1 - before.1) / calls * 1e6,
+                                       client: try value("clientcpu", in: result.output)))
         }
         var lines: [String] = []
         for _ in 0..<rounds {
-            let (referenceRun, referenceCosts) = try await cpu(of: reference.pid) {
+            let (referenceRun, referenceCost) = try await cpu(of: reference.pid) {
                 try await runProgram(locations.program("bench"), ["call", "probe.Ref", "register", "\(2 * pairs)", "\(window)"],
                                      environment: environment)
             }
             theirs.append(try value("calls/s", in: referenceRun.output))
-            let (ourRun, ourCosts) = try await cpu(of: device.daemon.pid) {
+            let (ourRun, ourCost) = try await cpu(of: device.daemon.pid) {
                 try await runProgram(locations.program("pairs"), ["\(pairs)", "\(window)"], environment: environment)
             }
-            for party in 0..<3 {
-                referenceCPU[party].append(referenceCosts[party])
-                ourCPU[party].append(ourCosts[party])
-            }
+            referenceCPU.append(referenceCost)
+            ourCPU.append(ourCost)
             ours.append(try value("calls/s", in: ourRun.output))
             oursPairs.append(try value("pairs/s", in: ourRun.output))
             // Each round's runs follow each other: their ratio cancels slow drifts of the machine.
@@ -52,6 +49,10 @@ enum ThroughputBenchmark {
         await cluster.stop()
 
         let median = { (values: [Double]) in Sample(values).p50 }
+        let cpuRow = { (runs: [CPUPerCall]) in
+            [\CPUPerCall.service, \.bus, \.client].map { party in format(median(runs.map { $0[keyPath: party] }), 2) }
+                .joined(separator: " | ")
+        }
         print("""
             D-Bus throughput, one client, \(window) in flight, medians of \(rounds) rounds (reference, then nearbyd):
             | service | calls/s | pairs/s | ratio to reference calls/s (median of the rounds' ratios) |
@@ -63,11 +64,19 @@ enum ThroughputBenchmark {
             makes dbus-daemon and the client spend more too once the service limits the calls (doc/performance.md):
             | phase | service | dbus-daemon | client |
             | --- | --- | --- | --- |
-            | reference (svc_sdbus) | \(referenceCPU.map { format(median($0), 2) }.joined(separator: " | ")) |
-            | nearbyd | \(ourCPU.map { format(median($0), 2) }.joined(separator: " | ")) |
+            | reference (svc_sdbus) | \(cpuRow(referenceCPU)) |
+            | nearbyd | \(cpuRow(ourCPU)) |
             last round, raw:
             \(lines.joined())
             """)
+    }
+
+    /// µs of CPU per call of each party in one phase of a round.
+    private struct CPUPerCall {
+        var service: Double
+        var bus: Double
+        /// The load client's, as it reports it.
+        var client: Double
     }
 
     /// The number after `name=` in a load client's report.

@@ -256,12 +256,10 @@ public final class Core {
     /// The decision of an app (a user's AppId) changed: its managers say so,
     /// and their objects stop or resume.
     public func permissionChanged(uid: UInt32, appId: String) -> [Effect] {
-        let affected = managers.values.filter { $0.manager.client.uid == uid && $0.manager.appId == appId }.map(\.manager)
-        for manager in affected {
-            let id = ObjectIdentifier(manager)
-            if let exempt = managers[id]?.exempt { managers[id]?.permitted = exempt || permits(manager) }
-            effects.append(.managerChanged(manager, [NearbyBusContract.Manager1.permissionGranted]))
-            reconcile(manager)
+        for (id, state) in managers where state.manager.client.uid == uid && state.manager.appId == appId {
+            managers[id]?.permitted = state.exempt || permits(state.manager)
+            effects.append(.managerChanged(state.manager, [NearbyBusContract.Manager1.permissionGranted]))
+            reconcile(state.manager)
         }
         return done()
     }
