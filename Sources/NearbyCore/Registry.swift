@@ -132,7 +132,11 @@ public protocol RegisteredObject: AnyObject {
 /// A live publication.
 public final class Publication: RegisteredObject {
     public let number: UInt64
-    public unowned let manager: Manager
+    /// Held strongly, though the manager's table holds the publication: the
+    /// registry takes it out of that table when it ends, which breaks the
+    /// cycle. Every Publish and Unpublish reads it a dozen times, and reading
+    /// an unowned reference costs an atomic retain and release each time.
+    public let manager: Manager
     /// The id the server knows it by, unique within the device.
     public let id: String
     public let message: Message
@@ -155,7 +159,8 @@ public final class Publication: RegisteredObject {
 /// A live subscription and the messages it has found.
 public final class Subscription: RegisteredObject {
     public let number: UInt64
-    public unowned let manager: Manager
+    /// Held strongly, as ``Publication/manager`` is.
+    public let manager: Manager
     public let id: String
     public let filter: MessageFilter
     public let strategy: Strategy

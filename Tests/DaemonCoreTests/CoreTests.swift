@@ -139,6 +139,33 @@ import Testing
         #expect(core.end(twin).isEmpty)
     }
 
+    /// A publication and a subscription hold their manager strongly (the
+    /// manager's tables hold them): what ended must still be freed, or a
+    /// long-running daemon grows with every object it ever held.
+    @Test func whatEndedIsFreedThoughObjectsHoldTheirManager() throws {
+        weak var ended: Publication?
+        weak var kept: Subscription?
+        weak var released: Manager?
+        do {
+            let (manager, _) = try self.manager()
+            let (publication, published) = try core.publish(message("p"), strategy: strategy(), in: manager)
+            let (subscription, subscribed) = try core.subscribe(MessageFilter(), strategy: strategy(),
+                                                                deviceTypes: DeviceTypes(), in: manager)
+            core.recycle(published)
+            core.recycle(subscribed)
+            core.recycle(core.end(publication))
+            (ended, kept, released) = (publication, subscription, manager)
+        }
+        #expect(ended == nil, "an ended publication")
+        #expect(kept != nil && released != nil, "the manager and its live subscription")
+        do {
+            let manager = try #require(released)
+            core.recycle(core.release(manager))
+        }
+        #expect(kept == nil, "a subscription of a released manager")
+        #expect(released == nil, "a released manager")
+    }
+
     @Test func aRevokedPermissionStopsEveryObjectOfTheAppAndAGrantResumesThem() throws {
         let (manager, _) = try self.manager()
         decisions.granted.insert("other")

@@ -10,7 +10,8 @@ final class ManagerObject {
 
     let manager: Manager
     let path: ObjectPath
-    unowned let service: DaemonService
+    /// Held strongly, as ``PublicationObject/service`` is.
+    let service: DaemonService
     var exported: ExportedObject?
 
     /// Whose permission decision the manager follows.

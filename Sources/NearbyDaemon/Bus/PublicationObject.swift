@@ -9,7 +9,9 @@ final class PublicationObject: LiveObject {
 
     let publication: Publication
     let path: ObjectPath
-    unowned let service: DaemonService
+    /// Held strongly: the service holds the object only while it lives, and
+    /// each call reads this; an unowned read is an atomic retain and release.
+    let service: DaemonService
     var exported: ExportedObject?
 
     var entry: Publication { publication }

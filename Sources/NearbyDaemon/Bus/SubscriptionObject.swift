@@ -9,7 +9,8 @@ final class SubscriptionObject: LiveObject {
 
     let subscription: Subscription
     let path: ObjectPath
-    unowned let service: DaemonService
+    /// Held strongly, as ``PublicationObject/service`` is.
+    let service: DaemonService
     var exported: ExportedObject?
 
     var entry: Subscription { subscription }
