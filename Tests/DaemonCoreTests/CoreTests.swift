@@ -166,6 +166,21 @@ import Testing
         #expect(released == nil, "a released manager")
     }
 
+    @Test func whatAClientThatLeftHeldIsFreed() throws {
+        weak var live: Publication?
+        weak var left: Manager?
+        do {
+            let (manager, _) = try self.manager(":1.20")
+            let (publication, published) = try core.publish(message("p"), strategy: strategy(), in: manager)
+            core.recycle(published)
+            (live, left) = (publication, manager)
+        }
+        #expect(live != nil && left != nil, "the client is still connected")
+        core.recycle(core.clientLeft(":1.20"))
+        #expect(live == nil, "a publication of a client that left")
+        #expect(left == nil, "a manager of a client that left")
+    }
+
     @Test func aRevokedPermissionStopsEveryObjectOfTheAppAndAGrantResumesThem() throws {
         let (manager, _) = try self.manager()
         decisions.granted.insert("other")
