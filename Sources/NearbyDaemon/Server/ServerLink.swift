@@ -64,10 +64,25 @@ final class ServerLink {
     /// Where the link's events go, in order.
     var onEvent: (LinkEvent) -> Void = { _ in }
 
-    /// What the server should hold. Kept as the daemon's own objects: their
-    /// request bodies are made only when they are sent.
-    private var publications: [String: Publication] = [:]
-    private var subscriptions: [String: Subscription] = [:]
+    /// What the server should hold of a publication or subscription, and
+    /// whether its change waits in ``operations``.
+    private struct Entry {
+        /// Nil once the daemon took it back: its removal waits its turn.
+        var object: Wanted?
+        var queued = false
+    }
+
+    /// Kept as the daemon's own objects: their request bodies are made only
+    /// when they are sent.
+    private enum Wanted {
+        case publication(Publication)
+        case subscription(Subscription)
+    }
+
+    /// By id, one entry for both what the server should hold and whether its
+    /// change is queued: a Publish, its Unpublish and sending the change
+    /// each look the id up once.
+    private var entries: [String: Entry] = [:]
     /// Between the start of a session and its end: changes made meanwhile are
     /// queued; outside a session the next one's synchronisation covers them.
     private var inSession = false
@@ -76,7 +91,8 @@ final class ServerLink {
     private var pendingGone: Set<Sighting.Key> = []
     /// Each with the time it was queued: a change waits `batchDelay` from then.
     private var operations: Deque<(operation: Operation, queuedAt: ContinuousClock.Instant)> = []
-    /// The same operations as a set: each is queued at most once.
+    /// The queued operations other than changes (their ``Entry`` says
+    /// whether a change is queued): each is queued at most once.
     private var queued: Set<Operation> = []
     private var wakeUp: CheckedContinuation<Void, Never>?
     private var drained: [CheckedContinuation<Void, Never>] = []
@@ -122,19 +138,13 @@ final class ServerLink {
     func send(_ command: LinkCommand) {
         switch command {
         case .publish(let publication):
-            publications[publication.id] = publication
-            enqueue(.publication(publication.id))
+            change(publication.id, to: .publication(publication), .publication(publication.id))
         case .unpublish(let id):
-            if publications.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
-            if !refusedBefore.isEmpty { refusedBefore.remove(id) }
-            enqueue(.publication(id))
+            change(id, to: nil, .publication(id))
         case .subscribe(let subscription):
-            subscriptions[subscription.id] = subscription
-            enqueue(.subscription(subscription.id))
+            change(subscription.id, to: .subscription(subscription), .subscription(subscription.id))
         case .unsubscribe(let id):
-            if subscriptions.removeValue(forKey: id) != nil, onServer.contains(id) { restarted.insert(id) }
-            if !refusedBefore.isEmpty { refusedBefore.remove(id) }
-            enqueue(.subscription(id))
+            change(id, to: nil, .subscription(id))
         case .seen(let sightings):
             for sighting in sightings {
                 heard[sighting.key] = sighting
@@ -149,6 +159,32 @@ final class ServerLink {
             }
             enqueue(.sightings)
         }
+    }
+
+    /// The server should hold `object` under `id`, or (nil) no longer; the
+    /// change is queued unless it is already.
+    private func change(_ id: String, to object: Wanted?, _ operation: Operation) {
+        let (wanted, queue, idle) = Self.update(&entries[id, default: Entry()], to: object, inSession: inSession)
+        if object == nil {
+            // Taken back after the server took it: if it is wanted again before the removal goes out, the server must see both.
+            if wanted, onServer.contains(id) { restarted.insert(id) }
+            if !refusedBefore.isEmpty { refusedBefore.remove(id) }
+            // Outside a session nothing is queued: the next one's synchronisation removes it.
+            if idle { entries.removeValue(forKey: id) }
+        }
+        if queue { queueOperation(operation) }
+    }
+
+    /// Returns whether the entry held an object before, whether its change
+    /// is to be queued now, and whether it is left with neither an object
+    /// nor a queued change.
+    private static func update(_ entry: inout Entry, to object: Wanted?,
+                               inSession: Bool) -> (wanted: Bool, queue: Bool, idle: Bool) {
+        let wanted = entry.object != nil
+        entry.object = object
+        guard inSession, !entry.queued else { return (wanted, false, object == nil && !entry.queued) }
+        entry.queued = true
+        return (wanted, true, false)
     }
 
     /// Waits until every change sent so far has reached the server, or the link
@@ -206,6 +242,8 @@ final class ServerLink {
         let device = try await registration()
         operations.removeAll()
         queued.removeAll()
+        // Nothing is queued any more: what was taken back is for the synchronisation to remove.
+        entries = entries.compactMapValues { $0.object.map { Entry(object: $0) } }
         inSession = true
         defer { inSession = false }
         pendingSeen = heard
@@ -314,6 +352,15 @@ final class ServerLink {
         let heldSubscriptions = try await authenticated(device) { () async throws(ServerCallError) in
             try await client.subscriptions(device)
         }
+        var publications: [String: Publication] = [:]
+        var subscriptions: [String: Subscription] = [:]
+        for (id, entry) in entries {
+            switch entry.object {
+            case .publication(let publication): publications[id] = publication
+            case .subscription(let subscription): subscriptions[id] = subscription
+            case nil: break
+            }
+        }
         var registered = Set(heldPublications.map(\.id)).intersection(publications.keys)
             .union(Set(heldSubscriptions.map(\.id)).intersection(subscriptions.keys))
         var changes: [ChangeBatch.Change] = []
@@ -393,9 +440,8 @@ final class ServerLink {
         refused.removeAll()
         for operation in due {
             switch operation {
-            case .publication(let id) where publications[id] != nil: enqueue(operation)
-            case .subscription(let id) where subscriptions[id] != nil: enqueue(operation)
-            default: break
+            case .publication(let id), .subscription(let id): enqueueChange(id, operation)
+            case .sightings, .refreshToken: break
             }
         }
     }
@@ -407,8 +453,21 @@ final class ServerLink {
 
     // MARK: Applying changes
 
+    /// Queues an operation other than a change, once.
     private func enqueue(_ operation: Operation) {
         guard inSession, queued.insert(operation).inserted else { return }
+        queueOperation(operation)
+    }
+
+    /// Queues the change of an object still wanted, once.
+    private func enqueueChange(_ id: String, _ operation: Operation) {
+        guard inSession, let index = entries.index(forKey: id), entries.values[index].object != nil,
+              !entries.values[index].queued else { return }
+        entries.values[index].queued = true
+        queueOperation(operation)
+    }
+
+    private func queueOperation(_ operation: Operation) {
         operations.append((operation, .now))
         wakeUp?.resume()
         wakeUp = nil
@@ -449,23 +508,26 @@ final class ServerLink {
         var bytes = 0
         while let (operation, queuedAt) = operations.first, queuedAt <= cutoff, changes.count < ClientBatchLimits.maxChangesPerBatch - 1 {
             var taken: [ChangeBatch.Change] = []
+            let id: String
+            let isPublication: Bool
             switch operation {
-            case .publication(let id):
-                if let publication = publications[id] {
-                    if restarted.contains(id) { taken.append(.deletePublication(id: id)) }
-                    taken.append(.putPublication(id: id, Self.spec(of: publication)))
-                } else if onServer.contains(id) {
-                    taken.append(.deletePublication(id: id))
-                }
-            case .subscription(let id):
-                if let subscription = subscriptions[id] {
-                    if restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
-                    taken.append(.putSubscription(id: id, Self.spec(of: subscription)))
-                } else if onServer.contains(id) {
-                    taken.append(.deleteSubscription(id: id))
-                }
-            case .sightings, .refreshToken:
-                return changes
+            case .publication(let objectID): (id, isPublication) = (objectID, true)
+            case .subscription(let objectID): (id, isPublication) = (objectID, false)
+            case .sightings, .refreshToken: return changes
+            }
+            // Every queued change has its entry; it goes once the change is taken.
+            let index = entries.index(forKey: id)
+            switch index.flatMap({ entries.values[$0].object }) {
+            case .publication(let publication):
+                if restarted.contains(id) { taken.append(.deletePublication(id: id)) }
+                taken.append(.putPublication(id: id, Self.spec(of: publication)))
+            case .subscription(let subscription):
+                if restarted.contains(id) { taken.append(.deleteSubscription(id: id)) }
+                taken.append(.putSubscription(id: id, Self.spec(of: subscription)))
+            case nil where onServer.contains(id):
+                taken.append(isPublication ? .deletePublication(id: id) : .deleteSubscription(id: id))
+            case nil:
+                break
             }
             if !taken.isEmpty {
                 for change in taken { bytes += Self.estimatedBytes(change) }
@@ -475,7 +537,9 @@ final class ServerLink {
                 changes += taken
             }
             operations.removeFirst()
-            queued.remove(operation)
+            if let index {
+                if entries.values[index].object == nil { entries.remove(at: index) } else { entries.values[index].queued = false }
+            }
         }
         return changes
     }
