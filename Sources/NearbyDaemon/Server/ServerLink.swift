@@ -65,10 +65,13 @@ final class ServerLink {
     var onEvent: (LinkEvent) -> Void = { _ in }
 
     /// What the server should hold of a publication or subscription, and
-    /// whether its change waits in ``operations``.
+    /// whether its change is queued in ``operations``.
     private struct Entry {
-        /// Nil once the daemon took it back: its removal waits its turn.
+        /// Nil once the daemon took it back: in a session its removal is
+        /// queued, and the entry goes when the removal is taken.
         var object: Wanted?
+        /// Set when its change is queued; cleared when the change is taken,
+        /// and at the start of a session, which empties the queue.
         var queued = false
     }
 
@@ -80,8 +83,8 @@ final class ServerLink {
     }
 
     /// By id, one entry for both what the server should hold and whether its
-    /// change is queued: a Publish, its Unpublish and sending the change
-    /// each look the id up once.
+    /// change is queued: in a session, a Publish, its Unpublish and sending
+    /// the change each look it up once here.
     private var entries: [String: Entry] = [:]
     /// Between the start of a session and its end: changes made meanwhile are
     /// queued; outside a session the next one's synchronisation covers them.
@@ -169,7 +172,7 @@ final class ServerLink {
             // Taken back after the server took it: if it is wanted again before the removal goes out, the server must see both.
             if wanted, onServer.contains(id) { restarted.insert(id) }
             if !refusedBefore.isEmpty { refusedBefore.remove(id) }
-            // Outside a session nothing is queued: the next one's synchronisation removes it.
+            // Nothing holds or queues it (outside a session): the next one's synchronisation removes it from the server.
             if idle { entries.removeValue(forKey: id) }
         }
         if queue { queueOperation(operation) }
@@ -515,7 +518,8 @@ final class ServerLink {
             case .subscription(let objectID): (id, isPublication) = (objectID, false)
             case .sightings, .refreshToken: return changes
             }
-            // Every queued change has its entry; it goes once the change is taken.
+            // Every queued change has its entry; once the change is taken, the
+            // entry of an object taken back goes, and that of one still wanted is no longer queued.
             let index = entries.index(forKey: id)
             switch index.flatMap({ entries.values[$0].object }) {
             case .publication(let publication):
