@@ -49,18 +49,18 @@ public enum Effect {
     case tickAt(UInt64)
 }
 
-/// What the daemon keeps of a manager beside its registration.
-public struct ManagerState {
-    public let manager: Manager
+/// What the daemon keeps of a manager beside its registration
+/// (``Manager/state``); the ``Core`` alone changes it.
+public struct ManagerState: Equatable, Sendable {
     /// The daemon's own manager (static publications): needs no permission
     /// and is never in the background.
-    public let exempt: Bool
+    public fileprivate(set) var exempt = false
     /// Whether it may use Nearby: exempt, or its app's decision grants it.
     /// The decision's home is the permission broker; this is its answer,
     /// asked when the manager is made and again each time the decision
     /// changes (``Core/permissionChanged(uid:appId:)``), so that a Publish
     /// reads a field instead of hashing the app's key.
-    public fileprivate(set) var permitted: Bool
+    public fileprivate(set) var permitted = false
     /// `Background` as the client set it, and whether its login session is
     /// inactive or locked: the manager is in the background while either holds.
     public fileprivate(set) var backgroundRequested = false
@@ -95,15 +95,18 @@ public final class Core {
     /// and when its app's decision changes.
     private let permits: (Manager) -> Bool
 
-    public private(set) var managers: [ObjectIdentifier: ManagerState] = [:]
+    /// The managers the core holds, for what concerns them all (a
+    /// permission changed, a medium's condition); what it keeps of each is
+    /// in the manager (``Manager/state``).
+    public private(set) var managers: [ObjectIdentifier: Manager] = [:]
     /// The same managers by account: an account's link lives while it has any.
     private var managersOfAccount: [Account: Set<ObjectIdentifier>] = [:]
     public private(set) var publications: [String: Publication] = [:]
     public private(set) var subscriptions: [String: Subscription] = [:]
-    /// The publications and subscriptions that run now, and where: what the
-    /// links and the mediums are asked for, and the managers' error
-    /// properties, are derived from it. The others wait for permission or the
-    /// foreground.
+    /// What the publications and subscriptions that run now use, and where
+    /// (each object's own run is in the object): what the links and the
+    /// mediums are asked for, and the managers' error properties, are derived
+    /// from it. The others wait for permission or the foreground.
     public private(set) var runs = RunTable()
     /// One per account with a manager.
     public private(set) var links: [Account: LinkView] = [:]
@@ -161,15 +164,11 @@ public final class Core {
     // MARK: Queries
 
     public func isPermitted(_ manager: Manager) -> Bool {
-        managers[ObjectIdentifier(manager)]?.permitted ?? permits(manager)
-    }
-
-    public func state(of manager: Manager) -> ManagerState? {
-        managers[ObjectIdentifier(manager)]
+        manager.state.permitted
     }
 
     public func isBackground(_ manager: Manager) -> Bool {
-        managers[ObjectIdentifier(manager)]?.background ?? false
+        manager.state.background
     }
 
     /// The managers of one client.
@@ -207,7 +206,9 @@ public final class Core {
                            exempt: Bool = false) throws(NearbyError) -> (Manager, [Effect]) {
         let manager = try registry.addManager(to: client, apiKey: apiKey, appId: appId, debugLogging: debugLogging)
         let id = ObjectIdentifier(manager)
-        managers[id] = ManagerState(manager: manager, exempt: exempt, permitted: exempt || permits(manager))
+        managers[id] = manager
+        manager.state.exempt = exempt
+        manager.state.permitted = exempt || permits(manager)
         managersOfAccount[manager.account, default: []].insert(id)
         if links[manager.account] == nil {
             announcingServerStatus {
@@ -256,10 +257,10 @@ public final class Core {
     /// The decision of an app (a user's AppId) changed: its managers say so,
     /// and their objects stop or resume.
     public func permissionChanged(uid: UInt32, appId: String) -> [Effect] {
-        for (id, state) in managers where state.manager.client.uid == uid && state.manager.appId == appId {
-            managers[id]?.permitted = state.exempt || permits(state.manager)
-            effects.append(.managerChanged(state.manager, [NearbyBusContract.Manager1.permissionGranted]))
-            reconcile(state.manager)
+        for manager in managers.values where manager.client.uid == uid && manager.appId == appId {
+            manager.state.permitted = manager.state.exempt || permits(manager)
+            effects.append(.managerChanged(manager, [NearbyBusContract.Manager1.permissionGranted]))
+            reconcile(manager)
         }
         return done()
     }
@@ -281,14 +282,14 @@ public final class Core {
     }
 
     private func place(_ manager: Manager, requested: Bool? = nil, sessionAway: Bool? = nil) {
-        let id = ObjectIdentifier(manager)
-        guard var state = managers[id], !state.exempt else { return }
+        var state = manager.state
+        guard !state.exempt else { return }
         if let requested { state.backgroundRequested = requested }
         if let sessionAway { state.sessionAway = sessionAway }
         let background = state.backgroundRequested || state.sessionAway
         let moved = state.background != background
         state.background = background
-        managers[id] = state
+        manager.state = state
         guard moved else { return }
         effects.append(.managerChanged(manager, [NearbyBusContract.Manager1.background]))
         reconcile(manager)
@@ -305,7 +306,7 @@ public final class Core {
         let publication = try registry.addPublication(to: manager, message: message, strategy: strategy,
                                                       expiresAtMs: expiresAtMs)
         publications[publication.id] = publication
-        schedule(publication.id, at: expiresAtMs, renewed: state(of: manager)?.exempt ?? false)
+        schedule(publication.id, at: expiresAtMs, renewed: manager.state.exempt)
         reconcile(publication, made: true)
         record("published", by: manager, ["object": "\(publication.path)", "type": "\(message.type)",
                                           "medium": "\(Medium.names(strategy.mediums))"])
@@ -361,7 +362,7 @@ public final class Core {
         publications.removeValue(forKey: publication.id)
         expiries.cancel(publication.id)
         record("publication ended", by: publication.manager, ["object": "\(publication.path)"])
-        apply(runs.end(publication.id).change)
+        apply(runs.end(&publication.run).change)
         let account = publication.manager.account
         if withLink(of: account, { $0.ended(publication.id) }) != nil { effects.append(.link(account, .unpublish(publication.id))) }
         effects.append(.ended(publication.id))
@@ -372,7 +373,7 @@ public final class Core {
         subscriptions.removeValue(forKey: subscription.id)
         expiries.cancel(subscription.id)
         record("subscription ended", by: subscription.manager, ["object": "\(subscription.path)"])
-        let transition = runs.end(subscription.id)
+        let transition = runs.end(&subscription.run)
         if transition.beacons == .stopped { effects.append(.unwatchBeacons(subscription)) }
         apply(transition.change)
         let account = subscription.manager.account
@@ -395,8 +396,8 @@ public final class Core {
     /// change to anyone (see ``set(_:_:of:made:)``).
     private func reconcile(_ publication: Publication, made: Bool = false) {
         let manager = publication.manager
-        let transition = runs.reconcile(publication.id, RunRequest(publication), permitted: isPermitted(manager),
-                                        background: isBackground(manager))
+        let (request, state) = (RunRequest(publication), manager.state)
+        let transition = runs.reconcile(&publication.run, request, permitted: state.permitted, background: state.background)
         apply(transition.change)
         let account = manager.account
         switch transition.nearby {
@@ -414,8 +415,8 @@ public final class Core {
 
     private func reconcile(_ subscription: Subscription, made: Bool = false) {
         let manager = subscription.manager
-        let transition = runs.reconcile(subscription.id, RunRequest(subscription), permitted: isPermitted(manager),
-                                        background: isBackground(manager))
+        let (request, state) = (RunRequest(subscription), manager.state)
+        let transition = runs.reconcile(&subscription.run, request, permitted: state.permitted, background: state.background)
         // The watch before the mediums: their wish asks it how to listen.
         switch transition.beacons {
         case .started:
@@ -454,7 +455,7 @@ public final class Core {
         }
         if change.mediumsChanged { effects.append(.mediumsChanged) }
         for id in change.managers {
-            if let manager = managers[id]?.manager { refreshErrors(of: manager) }
+            if let manager = managers[id] { refreshErrors(of: manager) }
         }
     }
 
@@ -489,7 +490,7 @@ public final class Core {
     private func renew(_ publication: Publication) {
         publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
         schedule(publication.id, at: publication.expiresAtMs, renewed: true)
-        if runs.nearby(publication.id) != nil { effects.append(.link(publication.manager.account, .publish(publication))) }
+        if publication.run?.nearby != nil { effects.append(.link(publication.manager.account, .publish(publication))) }
     }
 
     // MARK: Server links
@@ -507,7 +508,7 @@ public final class Core {
     /// An event of `account`'s link.
     public func link(_ account: Account, _ event: LinkEvent) -> [Effect] {
         guard links[account] != nil else { return [] }
-        let own = OwnSubscriptions(account: account, subscriptions: subscriptions, runs: runs)
+        let own = OwnSubscriptions(account: account, subscriptions: subscriptions)
         let change: LinkView.Change
         switch event {
         case .connected, .disconnected, .waiting:
@@ -597,7 +598,7 @@ public final class Core {
             for account in links.keys { refreshStatuses(of: account) }
             for subscription in subscriptions.values where !subscription.deviceTypes.nearby { refreshStatus(of: subscription) }
         }
-        for state in managers.values { refreshErrors(of: state.manager) }
+        for manager in managers.values { refreshErrors(of: manager) }
         return done()
     }
 
@@ -609,7 +610,7 @@ public final class Core {
     }
 
     private func refreshStatus(of publication: Publication, made: Bool = false) {
-        guard runs.nearby(publication.id) != nil,
+        guard publication.run?.nearby != nil,
               let (status, reason) = withLink(of: publication.manager.account, {
                   $0.status(of: publication.id, mediums: publication.strategy.mediums, available: availableMediums)
               }) else {
@@ -619,8 +620,8 @@ public final class Core {
     }
 
     private func refreshStatus(of subscription: Subscription, made: Bool = false) {
-        let nearbyRuns = runs.nearby(subscription.id) != nil
-        let beaconsRun = runs.beaconsRun(subscription.id)
+        let nearbyRuns = subscription.run?.nearby != nil
+        let beaconsRun = subscription.run?.beacons ?? false
         guard nearbyRuns || beaconsRun else {
             return set(.inactive, Placement.waitingReason(permitted: isPermitted(subscription.manager)), of: subscription, made: made)
         }
@@ -646,7 +647,7 @@ public final class Core {
             // One of three lists made once.
             effects.append(.objectChanged(object.id, statusChanged ? (reasonChanged ? Self.statusAndReason : Self.status) : Self.reason))
         }
-        if statusChanged, state(of: object.manager)?.exempt == true {
+        if statusChanged, object.manager.state.exempt {
             effects.append(.daemonChanged(NearbyBusContract.Nearby1.staticPublications))
         }
     }
@@ -657,11 +658,11 @@ public final class Core {
 
     /// The manager's error properties, as ``MediumErrors`` says, announced when they change.
     private func refreshErrors(of manager: Manager) {
-        let id = ObjectIdentifier(manager)
-        guard let before = managers[id]?.errors else { return }
-        let errors = MediumErrors.of(inUse: runs.mediums(usedBy: id), enabled: enabledMediums, conditions: mediumConditions)
+        let before = manager.state.errors
+        let errors = MediumErrors.of(inUse: runs.mediums(usedBy: ObjectIdentifier(manager)), enabled: enabledMediums,
+                                     conditions: mediumConditions)
         guard errors != before else { return }
-        managers[id]?.errors = errors
+        manager.state.errors = errors
         typealias Manager1 = NearbyBusContract.Manager1
         var changed: [NearbyBusContract.Property] = []
         if errors.bluetoothPower != before.bluetoothPower { changed.append(Manager1.bluetoothPowerError) }
@@ -688,11 +689,10 @@ public final class Core {
 }
 
 /// One link's subscriptions, for its stream: a link speaks of its own alone.
-/// Holds copies of the core's tables, which cost nothing until changed.
+/// Holds a copy of the core's table, which costs nothing until changed.
 private struct OwnSubscriptions: LinkSubscriptions {
     let account: Account
     let subscriptions: [String: Subscription]
-    let runs: RunTable
 
     func subscription(_ id: String) -> Subscription? {
         guard let subscription = subscriptions[id], subscription.manager.account == account else { return nil }
@@ -703,7 +703,7 @@ private struct OwnSubscriptions: LinkSubscriptions {
         subscriptions.values.filter { $0.manager.account == account }
     }
 
-    func runs(_ id: String) -> Bool { runs.nearby(id) != nil }
+    func runs(_ id: String) -> Bool { subscriptions[id]?.run?.nearby != nil }
 }
 
 extension RunRequest {

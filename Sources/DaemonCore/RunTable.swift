@@ -115,15 +115,17 @@ public struct RunChange: Sendable, Equatable {
     public init() {}
 }
 
-/// What runs, and where: the one record of which publications and
-/// subscriptions use the mediums and the server links, by object id. Every
-/// figure the daemon asks for (a link's use of a medium, the mediums a
-/// manager's objects use) is derived from the runs held here; the totals are
-/// kept only as a cache that ``set(_:to:)`` alone changes, by taking out an
-/// object's old share and putting in its new one, so they cannot drift from
-/// the runs (``recomputed()`` is what the tests hold them to).
+/// What runs, and where: which publications and subscriptions use the
+/// mediums and the server links. Each object's run is kept in the object
+/// (``Publication/run``, ``Subscription/run``), where running and ending it
+/// hash nothing, and changes only here, through ``reconcile(_:_:permitted:background:)``
+/// and ``end(_:)``. Every figure the daemon asks for (a link's use of a
+/// medium, the mediums a manager's objects use) is derived from those runs;
+/// the table keeps the totals only as a cache that each change updates by
+/// taking out the object's old share and putting in its new one, so they
+/// cannot drift from the runs (``recomputed(from:)`` is what the tests hold
+/// them to).
 public struct RunTable: Sendable {
-    @_spi(Testing) public private(set) var runs: [String: Run] = [:]
     // A Publish and an Unpublish each pass here: one entry per link and per
     // manager, each medium a field, so a change hashes the account once to
     // read and once to write, and allocates nothing.
@@ -131,14 +133,6 @@ public struct RunTable: Sendable {
     private var managerMediums: [ObjectIdentifier: MediumUsers] = [:]
 
     public init() {}
-
-    @_spi(Testing) public subscript(id: String) -> Run? { runs[id] }
-
-    /// Its nearby part runs (through the server link), and where.
-    public func nearby(_ id: String) -> Placement? { runs[id]?.nearby }
-
-    /// Its beacon part runs.
-    public func beaconsRun(_ id: String) -> Bool { runs[id]?.beacons ?? false }
 
     /// A link's use of a medium.
     @_spi(Testing) public func usage(of account: Account, on medium: Medium) -> LinkUsage {
@@ -155,10 +149,11 @@ public struct RunTable: Sendable {
         Set(Medium.allCases.filter { managerMediums[manager]?[$0] ?? 0 > 0 })
     }
 
-    /// The object now runs as `run` (nil or waiting: not at all), and what that changed.
+    /// The object whose run is `slot` now runs as `run` (nil or waiting: not
+    /// at all), and what that changed.
     @discardableResult
-    @_spi(Testing) public mutating func set(_ id: String, to run: Run?) -> RunChange {
-        update(id, to: run).change
+    @_spi(Testing) public mutating func set(_ slot: inout Run?, to run: Run?) -> RunChange {
+        update(&slot, to: run).change
     }
 
     /// Which parts of an object run.
@@ -173,10 +168,10 @@ public struct RunTable: Sendable {
     }
 
     /// ``set(_:to:)``, with which parts ran before and run after.
-    private mutating func update(_ id: String, to run: Run?) -> (before: Parts, after: Parts, change: RunChange) {
+    private mutating func update(_ slot: inout Run?, to run: Run?) -> (before: Parts, after: Parts, change: RunChange) {
         let new = run.flatMap { $0.waits ? nil : $0 }
-        let old: Run?
-        if let new { old = runs.updateValue(new, forKey: id) } else { old = runs.removeValue(forKey: id) }
+        let old = slot
+        slot = new
         let (before, after) = (Parts(old), Parts(new))
         guard old != new else { return (before, after, RunChange()) }
         let taken = old.map { apply($0, sign: -1) }
@@ -199,25 +194,26 @@ public struct RunTable: Sendable {
     /// Runs the object as its app's permission and its manager's background
     /// say (``Placement/of(permitted:background:allowInBackground:)``, for
     /// each part), and says what that started, stopped or moved.
+    /// `slot` is the object's run (``Publication/run``).
     @discardableResult
-    public mutating func reconcile(_ id: String, _ request: RunRequest, permitted: Bool, background: Bool) -> Transition {
+    public mutating func reconcile(_ slot: inout Run?, _ request: RunRequest, permitted: Bool, background: Bool) -> Transition {
         let nearby = request.nearby ? Placement.of(permitted: permitted, background: background,
                                                    allowInBackground: request.strategy.allowInBackground) : nil
         let beacons = request.beaconsAllowInBackground.map {
             Placement.of(permitted: permitted, background: background, allowInBackground: $0) != nil
         } ?? false
-        return place(id, Run(account: request.account, manager: request.manager, strategy: request.strategy,
-                             nearby: nearby, beacons: beacons))
+        return place(&slot, Run(account: request.account, manager: request.manager, strategy: request.strategy,
+                                nearby: nearby, beacons: beacons))
     }
 
-    /// The object ended: nothing of it runs any more.
+    /// The object whose run is `slot` ended: nothing of it runs any more.
     @discardableResult
-    public mutating func end(_ id: String) -> Transition {
-        place(id, nil)
+    public mutating func end(_ slot: inout Run?) -> Transition {
+        place(&slot, nil)
     }
 
-    private mutating func place(_ id: String, _ run: Run?) -> Transition {
-        let (before, after, change) = update(id, to: run)
+    private mutating func place(_ slot: inout Run?, _ run: Run?) -> Transition {
+        let (before, after, change) = update(&slot, to: run)
         var transition = Transition()
         transition.change = change
         transition.nearby = Self.part(before.nearby, after.nearby)
@@ -231,7 +227,7 @@ public struct RunTable: Sendable {
 
     /// The totals as kept: a link's use of each medium it uses, and the
     /// mediums each manager's objects use. For the tests, which hold them to
-    /// ``recomputed()``.
+    /// ``recomputed(from:)``.
     @_spi(Testing) public struct Totals: Equatable, Sendable {
         public var links: [Account: [Medium: LinkUsage]]
         public var managers: [ObjectIdentifier: [Medium: Int]]
@@ -245,10 +241,10 @@ public struct RunTable: Sendable {
                       managers: managerMediums.mapValues { users in used({ users[$0] }, unless: 0) })
     }
 
-    /// The totals worked out afresh from the runs: what ``totals`` must equal.
-    @_spi(Testing) public func recomputed() -> Totals {
+    /// The totals worked out afresh from every object's run: what ``totals`` must equal.
+    @_spi(Testing) public static func recomputed(from runs: some Sequence<Run>) -> Totals {
         var table = RunTable()
-        for run in runs.values { table.apply(run, sign: 1) }
+        for run in runs { table.apply(run, sign: 1) }
         return table.totals
     }
 

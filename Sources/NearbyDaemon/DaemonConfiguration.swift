@@ -1,6 +1,7 @@
 import AudioModem
 import BluetoothHCI
 import ConfigFile
+import DaemonCore
 import DBus
 import Foundation
 import Logging

@@ -1,4 +1,4 @@
-import DaemonCore
+@_spi(Testing) import DaemonCore
 import Foundation
 import Logging
 import NearbyBusContract
@@ -83,7 +83,7 @@ struct CoreSequenceTests {
         let start = ContinuousClock.now
         var elapsed = Duration.zero
         // Sorted: a dictionary's order differs from run to run, the seed's choices must not.
-        var live: [Manager] { core.managers.values.map(\.manager).sorted { $0.path < $1.path } }
+        var live: [Manager] { core.managers.values.sorted { $0.path < $1.path } }
 
         for step in 0..<4_000 {
             let command: String
@@ -183,23 +183,26 @@ struct CoreSequenceTests {
             world.take(effects, after: "step \(step), \(command)")
 
             // The core's state agrees with itself and with the world.
-            let accounts = Set(core.managers.values.map(\.manager.account))
+            let accounts = Set(core.managers.values.map(\.account))
             #expect(Set(core.links.keys) == accounts, "step \(step), \(command): a link per account in use")
             #expect(world.openLinks == accounts, "step \(step), \(command): the links open are the accounts in use")
             #expect(Set(core.publications.keys).union(core.subscriptions.keys) == world.objects,
                     "step \(step), \(command): the live objects")
             #expect(core.registry.objectCount == world.objects.count)
             for publication in core.publications.values {
-                let state = try #require(core.state(of: publication.manager), "an object's manager lives")
+                #expect(core.managers[ObjectIdentifier(publication.manager)] != nil, "an object's manager lives")
+                let state = publication.manager.state
                 let placement = Placement.of(permitted: core.isPermitted(publication.manager), background: state.background,
                                              allowInBackground: publication.strategy.allowInBackground)
-                #expect(core.runs.nearby(publication.id) == placement, "step \(step), \(command): the run rule")
+                #expect(publication.run?.nearby == placement, "step \(step), \(command): the run rule")
                 #expect((publication.status == .inactive) == (placement == nil), "step \(step), \(command): inactive iff waiting")
             }
             for subscription in core.subscriptions.values {
-                let running = core.runs.nearby(subscription.id) != nil || core.runs.beaconsRun(subscription.id)
+                let running = subscription.run?.nearby != nil || subscription.run?.beacons == true
                 #expect((subscription.status == .inactive) == !running, "step \(step), \(command): inactive iff waiting")
             }
+            let runs = core.publications.values.compactMap(\.run) + core.subscriptions.values.compactMap(\.run)
+            #expect(core.runs.totals == RunTable.recomputed(from: runs), "step \(step), \(command): the totals are the objects' runs")
             if let deadline = world.tickAt, let next = core.publications.values.map(\.expiresAtMs).min(), deadline > next {
                 Issue.record("step \(step), \(command): the timer at \(deadline) comes after a TTL at \(next)")
             }

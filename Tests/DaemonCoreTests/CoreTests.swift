@@ -196,7 +196,7 @@ import Testing
         #expect(Set(Self.linkLines(revoked)) == ["link key: unpublish \(publication.id)", "link key: unsubscribe \(subscription.id)"])
         #expect(publication.status == .inactive && subscription.status == .inactive)
         #expect(publication.statusReason == "the app is not permitted to use Nearby (PermissionGranted)")
-        #expect(core.runs.nearby(untouched.id) == .foreground, "another app's publication on the same link runs on")
+        #expect(untouched.run?.nearby == .foreground, "another app's publication on the same link runs on")
 
         decisions.granted.insert("app")
         let granted = core.permissionChanged(uid: 1000, appId: "app")
@@ -211,9 +211,9 @@ import Testing
         #expect(core.isPermitted(manager))
         decisions.granted.remove("app")
         let (publication, _) = try core.publish(message("p"), strategy: strategy(), in: manager)
-        #expect(core.runs.nearby(publication.id) == .foreground, "no change was announced: the last answer holds")
+        #expect(publication.run?.nearby == .foreground, "no change was announced: the last answer holds")
         _ = core.permissionChanged(uid: 1000, appId: "app")
-        #expect(!core.isPermitted(manager) && core.runs.nearby(publication.id) == nil)
+        #expect(!core.isPermitted(manager) && publication.run?.nearby == nil)
         #expect(publication.statusReason == "the app is not permitted to use Nearby (PermissionGranted)")
     }
 
@@ -362,7 +362,7 @@ import Testing
         #expect(moved.contains("link key: unpublish \(foregroundOnly.id)"))
         #expect(foregroundOnly.status == .inactive
             && foregroundOnly.statusReason == "its manager is in the background, and it has no AllowInBackground")
-        #expect(core.runs.nearby(subscription.id) == .background)
+        #expect(subscription.run?.nearby == .background)
         #expect(core.wish(for: .ble, beacons: .off).scanMode == .lowPower)
         #expect(core.wish(for: .audio, beacons: .off).scanMode == .off, "audio never runs in the background")
 
@@ -449,11 +449,11 @@ import Testing
         let (manager, _) = try self.manager()
         let (publication, effects) = try core.publish(message("p"), strategy: strategy([.ble]), in: manager)
         #expect(Self.lines(effects).contains("app changed BluetoothPowerError"), "no word from BLE yet counts as off")
-        #expect(core.state(of: manager)?.errors == MediumErrors(bluetoothPower: true))
+        #expect(manager.state.errors == MediumErrors(bluetoothPower: true))
         let refused = Self.lines(core.medium(.ble, is: .refused))
         #expect(refused.contains("app changed BluetoothPowerError,BluetoothPermissionError"))
         _ = core.medium(.ble, is: .ready)
-        #expect(core.state(of: manager)?.errors == MediumErrors())
+        #expect(manager.state.errors == MediumErrors())
         #expect(Self.lines(core.end(publication)) == ["mediums", "link key: unpublish \(publication.id)", "\(publication.id) ended"])
         #expect(core.medium(.ble, is: .ready).isEmpty, "no change, nothing to say")
     }

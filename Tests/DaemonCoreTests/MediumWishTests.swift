@@ -13,12 +13,12 @@ struct MediumWishTests {
     private let tokenB = Token(bytes: Array(repeating: 0xB, count: Token.byteCount))!
 
     private func runs(_ entries: [(String, Account, Set<Medium>, DiscoveryMode, Placement)]) -> RunTable {
-        var table = RunTable()
+        var table = RunsByID()
         for (id, account, mediums, mode, placement) in entries {
             table.set(id, to: Run(account: account, manager: manager, strategy: Strategy(mediums: mediums, mode: mode),
                                   nearby: placement))
         }
-        return table
+        return table.table
     }
 
     @Test func eachLinkThatBroadcastsOnAMediumHasItsTokenThere() {

@@ -18,7 +18,7 @@ struct RunTableTests {
     }
 
     @Test func aForegroundPublicationBroadcastsOnEachOfItsMediums() {
-        var table = RunTable()
+        var table = RunsByID()
         let change = table.set("p1", to: run(alice, manager1, [.ble, .audio], .broadcast, .foreground))
         #expect(change.mediumsChanged)
         #expect(change.startedListening.isEmpty)
@@ -30,7 +30,7 @@ struct RunTableTests {
     }
 
     @Test func theBackgroundKeepsBLEAloneAndListensWithLowPower() {
-        var table = RunTable()
+        var table = RunsByID()
         table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .foreground))
         #expect(table.usage(of: alice, on: .audio) == LinkUsage(scanning: 1, fullScanning: 1))
         let change = table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .background))
@@ -44,7 +44,7 @@ struct RunTableTests {
     }
 
     @Test func onlyTheFirstListenerStartsALinksListening() {
-        var table = RunTable()
+        var table = RunsByID()
         let first = table.set("s1", to: run(alice, manager1, [.ble], .scan, .foreground))
         #expect(first.startedListening == [alice: [.ble]])
         let second = table.set("s2", to: run(alice, manager2, [.ble], .both, .foreground))
@@ -57,7 +57,7 @@ struct RunTableTests {
     }
 
     @Test func aManagerBackInTheForegroundStartsItsLinksListeningOnAudio() {
-        var table = RunTable()
+        var table = RunsByID()
         table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .background))
         let back = table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, .foreground))
         // The link is told what audio already hears, as for an object that starts.
@@ -66,7 +66,7 @@ struct RunTableTests {
     }
 
     @Test func aWaitingRunIsNoRun() {
-        var table = RunTable()
+        var table = RunsByID()
         table.set("p1", to: run(alice, manager1, [.ble], .broadcast, .foreground))
         let change = table.set("p1", to: run(alice, manager1, [.ble], .broadcast, nil))
         #expect(table["p1"] == nil)
@@ -79,7 +79,7 @@ struct RunTableTests {
     }
 
     @Test func aBeaconPartListensOnBLEForItsManagerButNotForItsLink() {
-        var table = RunTable()
+        var table = RunsByID()
         let change = table.set("s1", to: run(alice, manager1, [.ble, .audio], .scan, nil, beacons: true))
         #expect(change.mediumsChanged)
         #expect(change.startedListening.isEmpty)
@@ -103,7 +103,7 @@ struct RunTableTests {
     }
 
     @Test func aRevokedPermissionStopsAPublicationAndAGrantResumesIt() {
-        var table = RunTable()
+        var table = RunsByID()
         let publication = RunRequest(account: alice, manager: manager1, strategy: Strategy(mediums: [.ble], mode: .broadcast))
         let started = table.reconcile("p1", publication, permitted: true, background: false)
         #expect(started.nearby == .started)
@@ -119,7 +119,7 @@ struct RunTableTests {
     }
 
     @Test func theBackgroundMovesWhatMayRunThereAndStopsTheRest() {
-        var table = RunTable()
+        var table = RunsByID()
         var strategy = Strategy(mediums: [.ble, .audio], mode: .scan)
         strategy.allowInBackground = true
         let allowed = RunRequest(account: alice, manager: manager1, strategy: strategy)
@@ -138,7 +138,7 @@ struct RunTableTests {
     }
 
     @Test func aSubscriptionsBeaconPartFollowsItsOwnAllowInBackground() {
-        var table = RunTable()
+        var table = RunsByID()
         // Nearby devices may not run in the background; beacons may.
         let subscription = RunRequest(account: alice, manager: manager1, strategy: Strategy(mediums: [.ble], mode: .scan),
                                       beaconsAllowInBackground: true)
@@ -159,7 +159,7 @@ struct RunTableTests {
 
     @Test func theTotalsAlwaysEqualWhatTheRunsSay() {
         var random = SplitMix64(seed: 0x5eed_0018)
-        var table = RunTable()
+        var table = RunsByID()
         let accounts = [alice, bob]
         let managers = [manager1, manager2]
         let mediumSets: [Set<Medium>] = [[.ble], [.audio], [.ble, .audio]]

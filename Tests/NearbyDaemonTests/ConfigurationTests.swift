@@ -1,4 +1,5 @@
 import ConfigFile
+import DaemonCore
 import NearbyAir
 import NearbyCore
 import NearbyDaemon

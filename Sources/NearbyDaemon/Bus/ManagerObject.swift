@@ -43,7 +43,7 @@ final class ManagerObject {
 
     /// `Background`, as the core keeps it (the client's wish or its login session's).
     var background: Bool { service.core.isBackground(manager) }
-    private var errors: MediumErrors { service.core.state(of: manager)?.errors ?? MediumErrors() }
+    private var errors: MediumErrors { manager.state.errors }
 
     static let publishOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.publish)
     static let subscribeOptions = Options.allowed(NearbyBusContract.PublishOrSubscribeOption.subscribe)

@@ -1,3 +1,4 @@
+import DaemonCore
 import DBus
 import NearbyBusContract
 import NearbyCore

@@ -1,3 +1,4 @@
+import DaemonCore
 import NearbyBusContract
 import NearbyCore
 import Testing

@@ -1,3 +1,5 @@
+import NearbyCore
+
 /// Limits on what clients may create, each answered with `LimitExceeded`:
 /// per user first, so that one user cannot take what all share, then for
 /// the whole daemon.
@@ -57,39 +59,6 @@ public final class Client {
     }
 }
 
-/// Whose registration with nearby-server an app's traffic goes through: one
-/// per user and API key. The API key is public (it ships inside every app)
-/// and an AppId is whatever the caller says, so the uid is what keeps one
-/// user's messages, verdicts, message ids and server quotas from another's.
-public struct Account: Hashable, Sendable, CustomStringConvertible {
-    public let uid: UInt32
-    public let apiKey: String
-    /// The key's hash, worked out once. An account keys several tables that
-    /// every Publish and Unpublish reads (the server links and their use of
-    /// the mediums), and hashing the whole key each time cost more than the
-    /// rest of each look-up. Seeded per process like every `Hasher`, so no
-    /// one outside can choose keys that collide.
-    private let keyHash: Int
-
-    public init(uid: UInt32, apiKey: String) {
-        self.uid = uid
-        self.apiKey = apiKey
-        keyHash = apiKey.hashValue
-    }
-
-    public static func == (lhs: Account, rhs: Account) -> Bool {
-        lhs.uid == rhs.uid && lhs.keyHash == rhs.keyHash && lhs.apiKey == rhs.apiKey
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(uid)
-        hasher.combine(keyHash)
-    }
-
-    /// For logs: the uid and the start of the key (the whole key is a secret of sorts).
-    public var description: String { "uid \(uid), key \(apiKey.prefix(4))…" }
-}
-
 /// A message manager: one app's access to Nearby under one API key.
 public final class Manager {
     public let number: UInt64
@@ -99,6 +68,11 @@ public final class Manager {
     /// The user's registration the manager's traffic goes through.
     public let account: Account
     public var debugLogging: Bool
+    /// What the core keeps of the manager beside its registration: its run
+    /// modes and error properties. Kept in the manager, not in a table of the
+    /// core's, so that a Publish reads fields instead of hashing the manager
+    /// into a table several times; only the ``Core`` changes it.
+    public internal(set) var state = ManagerState()
     public fileprivate(set) var publications: [UInt64: Publication] = [:]
     public fileprivate(set) var subscriptions: [UInt64: Subscription] = [:]
     fileprivate var nextObject: UInt64 = 1
@@ -127,6 +101,8 @@ public protocol RegisteredObject: AnyObject {
     var status: ObjectStatus { get set }
     /// Why it is not active, in a sentence for people; empty when it is.
     var statusReason: String { get set }
+    /// How it runs now (nil: it waits, or ended), as the core's ``RunTable`` placed it.
+    var run: Run? { get }
 }
 
 /// A live publication.
@@ -145,6 +121,10 @@ public final class Publication: RegisteredObject {
     public var expiresAtMs: UInt64
     public var status: ObjectStatus = .starting
     public var statusReason = ""
+    /// How it runs now: kept in the object rather than in a table by id, so
+    /// that running and ending it hash nothing. The core's ``RunTable`` alone
+    /// changes it (``RunTable/reconcile(_:_:permitted:background:)``).
+    public internal(set) var run: Run?
 
     init(number: UInt64, manager: Manager, id: String, message: Message, strategy: Strategy, expiresAtMs: UInt64) {
         self.number = number
@@ -169,6 +149,8 @@ public final class Subscription: RegisteredObject {
     public let expiresAtMs: UInt64
     public var status: ObjectStatus = .starting
     public var statusReason = ""
+    /// How it runs now, as ``Publication/run`` is.
+    public internal(set) var run: Run?
     public var found = FoundTracker()
 
     init(number: UInt64, manager: Manager, id: String, filter: MessageFilter, strategy: Strategy,
