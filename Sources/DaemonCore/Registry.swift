@@ -51,11 +51,15 @@ public final class Client {
     fileprivate var nextManager: UInt64 = 1
     /// Set when the registry forgets the client: nothing of it counts any more.
     fileprivate var forgotten = false
+    /// What its user holds, shared by the user's clients: counting an object
+    /// in or out reads it from here rather than hashing the uid.
+    fileprivate let usage: UserUsage
 
-    init(number: UInt64, busName: String, uid: UInt32) {
+    fileprivate init(number: UInt64, busName: String, uid: UInt32, usage: UserUsage) {
         self.number = number
         self.busName = busName
         self.uid = uid
+        self.usage = usage
     }
 }
 
@@ -165,29 +169,31 @@ public final class Subscription: RegisteredObject {
     }
 }
 
+/// What one user (uid) holds, for the per-user limits: one per user with a
+/// client, shared by the user's clients.
+private final class UserUsage {
+    var clients = 0
+    var managers = 0
+    var objects = 0
+    /// Managers per API key.
+    var apiKeys: [String: Int] = [:]
+}
+
 /// Every client, manager, publication and subscription of the daemon, with the
 /// limits and the ownership rules; knows nothing of D-Bus or the network.
 /// Numbers are never reused within the registry's life.
 public final class Registry {
     public let limits: RegistryLimits
     public private(set) var clients: [String: Client] = [:]
-    /// What each user (uid) holds, for the per-user limits.
-    private var users: [UInt32: Usage] = [:]
+    /// What each user (uid) with a client holds, for the per-user limits;
+    /// each client has its user's at hand too.
+    private var users: [UInt32: UserUsage] = [:]
     /// Publications and subscriptions of everyone.
     public private(set) var objectCount = 0
     private var nextClient: UInt64 = 1
     private var idCounter: UInt64 = 0
     /// `<prefix>-`, ready for the counter.
     private let idPrefix: String
-
-    private struct Usage {
-        var clients = 0
-        var managers = 0
-        var objects = 0
-        /// Managers per API key.
-        var apiKeys: [String: Int] = [:]
-        var isEmpty: Bool { clients == 0 }
-    }
 
     /// `idPrefix` makes server ids unique across daemon restarts (ids are
     /// `<prefix>-<counter>`).
@@ -203,16 +209,18 @@ public final class Registry {
     /// The client for `busName`, created if new.
     public func addClient(busName: String, uid: UInt32) throws(NearbyError) -> Client {
         if let existing = clients[busName] { return existing }
-        guard users[uid, default: Usage()].clients < limits.maxClientsPerUser else {
+        let usage = users[uid] ?? UserUsage()
+        guard usage.clients < limits.maxClientsPerUser else {
             throw .limitExceeded("a user may have at most \(limits.maxClientsPerUser) clients ([limits] max-clients-per-user)")
         }
         guard clients.count < limits.maxClients else {
             throw .limitExceeded("the daemon serves at most \(limits.maxClients) clients ([limits] max-clients)")
         }
-        let client = Client(number: nextClient, busName: busName, uid: uid)
+        let client = Client(number: nextClient, busName: busName, uid: uid, usage: usage)
         nextClient += 1
         clients[busName] = client
-        users[uid, default: Usage()].clients += 1
+        users[uid] = usage
+        usage.clients += 1
         return client
     }
 
@@ -222,8 +230,8 @@ public final class Registry {
         guard let client = clients.removeValue(forKey: busName) else { return nil }
         client.forgotten = true
         for manager in client.managers.values { forgetManager(manager) }
-        users[client.uid]?.clients -= 1
-        if users[client.uid]?.isEmpty == true { users[client.uid] = nil }
+        client.usage.clients -= 1
+        if client.usage.clients == 0 { users[client.uid] = nil }
         return client
     }
 
@@ -231,7 +239,7 @@ public final class Registry {
         guard client.managers.count < limits.maxManagersPerClient else {
             throw .limitExceeded("a client may have at most \(limits.maxManagersPerClient) managers ([limits] max-managers-per-client)")
         }
-        let usage = users[client.uid, default: Usage()]
+        let usage = client.usage
         guard usage.managers < limits.maxManagersPerUser else {
             throw .limitExceeded("a user may have at most \(limits.maxManagersPerUser) managers ([limits] max-managers-per-user)")
         }
@@ -242,8 +250,8 @@ public final class Registry {
                               debugLogging: debugLogging)
         client.nextManager += 1
         client.managers[manager.number] = manager
-        users[client.uid, default: Usage()].managers += 1
-        users[client.uid, default: Usage()].apiKeys[apiKey, default: 0] += 1
+        usage.managers += 1
+        usage.apiKeys[apiKey, default: 0] += 1
         return manager
     }
 
@@ -257,12 +265,12 @@ public final class Registry {
         // Once: a client's removal leaves its managers listed in it, and the daemon may remove one after.
         guard !manager.forgotten else { return }
         manager.forgotten = true
-        let uid = manager.client.uid
-        users[uid]?.managers -= 1
-        users[uid]?.objects -= manager.objectCount
+        let usage = manager.client.usage
+        usage.managers -= 1
+        usage.objects -= manager.objectCount
         objectCount -= manager.objectCount
-        let left = (users[uid]?.apiKeys[manager.apiKey] ?? 1) - 1
-        users[uid]?.apiKeys[manager.apiKey] = left > 0 ? left : nil
+        let left = (usage.apiKeys[manager.apiKey] ?? 1) - 1
+        usage.apiKeys[manager.apiKey] = left > 0 ? left : nil
     }
 
     public func addPublication(to manager: Manager, message: Message, strategy: Strategy,
@@ -306,12 +314,7 @@ public final class Registry {
     /// manager already forgotten count no more.
     private func counted(_ manager: Manager, _ delta: Int) {
         guard !manager.forgotten, !manager.client.forgotten else { return }
-        // Read and written back rather than changed in place through `?.`:
-        // the dictionary's modify accessor allocated a frame on every call.
-        if var usage = users[manager.client.uid] {
-            usage.objects += delta
-            users[manager.client.uid] = usage
-        }
+        manager.client.usage.objects += delta
         objectCount += delta
     }
 
@@ -319,7 +322,7 @@ public final class Registry {
         guard manager.objectCount < limits.maxObjectsPerManager else {
             throw .limitExceeded("a manager may have at most \(limits.maxObjectsPerManager) publications and subscriptions ([limits] max-objects-per-manager)")
         }
-        guard users[manager.client.uid, default: Usage()].objects < limits.maxObjectsPerUser else {
+        guard manager.client.usage.objects < limits.maxObjectsPerUser else {
             throw .limitExceeded("a user may have at most \(limits.maxObjectsPerUser) publications and subscriptions ([limits] max-objects-per-user)")
         }
         guard objectCount < limits.maxObjects else {
