@@ -23,15 +23,15 @@ public enum Effect {
     /// Properties of a manager's `org.nearbyd.Manager1` changed.
     case managerChanged(Manager, [NearbyBusContract.Property])
     /// Properties of a publication's or subscription's object changed.
-    case objectChanged(String, [NearbyBusContract.Property])
+    case objectChanged(any RegisteredObject, [NearbyBusContract.Property])
     /// A property of `org.nearbyd.Nearby1` changed.
     case daemonChanged(NearbyBusContract.Property)
     /// A subscription found or lost a message.
     case found(FoundChange)
     /// A publication or subscription reached its TTL (followed by ``ended(_:)``).
-    case expired(String)
+    case expired(any RegisteredObject)
     /// A publication or subscription is gone: its object goes.
-    case ended(String)
+    case ended(any RegisteredObject)
     /// A manager is gone, with everything it made (ended before it).
     case managerEnded(Manager)
     /// An account needs its server link from now on: it gets the link's events.
@@ -365,7 +365,7 @@ public final class Core {
         apply(runs.end(&publication.run).change)
         let account = publication.manager.account
         if withLink(of: account, { $0.ended(publication.id) }) != nil { effects.append(.link(account, .unpublish(publication.id))) }
-        effects.append(.ended(publication.id))
+        effects.append(.ended(publication))
     }
 
     private func remove(_ subscription: Subscription) {
@@ -380,7 +380,7 @@ public final class Core {
         if subscription.deviceTypes.nearby, withLink(of: account, { $0.ended(subscription.id) }) != nil {
             effects.append(.link(account, .unsubscribe(subscription.id)))
         }
-        effects.append(.ended(subscription.id))
+        effects.append(.ended(subscription))
     }
 
     // MARK: Running and waiting
@@ -474,10 +474,10 @@ public final class Core {
                 if let publication = publications[id] { renew(publication) }
             case .expire(let id):
                 if let publication = publications[id] {
-                    effects.append(.expired(id))
+                    effects.append(.expired(publication))
                     remove(publication)
                 } else if let subscription = subscriptions[id] {
-                    effects.append(.expired(id))
+                    effects.append(.expired(subscription))
                     remove(subscription)
                 }
             }
@@ -529,7 +529,7 @@ public final class Core {
         if change.namespaceChanged {
             for publication in publications.values
             where publication.manager.account == account && publication.message.namespace.isEmpty {
-                effects.append(.objectChanged(publication.id, [NearbyBusContract.Publication1.namespace]))
+                effects.append(.objectChanged(publication, [NearbyBusContract.Publication1.namespace]))
             }
         }
         switch change.statuses {
@@ -645,7 +645,7 @@ public final class Core {
         object.statusReason = reason
         if !made {
             // One of three lists made once.
-            effects.append(.objectChanged(object.id, statusChanged ? (reasonChanged ? Self.statusAndReason : Self.status) : Self.reason))
+            effects.append(.objectChanged(object, statusChanged ? (reasonChanged ? Self.statusAndReason : Self.status) : Self.reason))
         }
         if statusChanged, object.manager.state.exempt {
             effects.append(.daemonChanged(NearbyBusContract.Nearby1.staticPublications))

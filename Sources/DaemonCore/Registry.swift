@@ -107,6 +107,13 @@ public protocol RegisteredObject: AnyObject {
     var statusReason: String { get set }
     /// How it runs now (nil: it waits, or ended), as the core's ``RunTable`` placed it.
     var run: Run? { get }
+    /// What stands for it outside the core: its bus object, kept here by
+    /// the bus face so that it finds its object from the core's effects
+    /// without a table of its own, as sd-bus hands a callback its userdata.
+    /// The core never reads it. The face clears it when the object ends
+    /// (``Effect/ended(_:)``), which breaks the cycle with a bus object
+    /// that holds the publication or subscription.
+    var face: AnyObject? { get set }
 }
 
 /// A live publication.
@@ -129,6 +136,7 @@ public final class Publication: RegisteredObject {
     /// that running and ending it hash nothing. The core's ``RunTable`` alone
     /// changes it (``RunTable/reconcile(_:_:permitted:background:)``).
     public internal(set) var run: Run?
+    public var face: AnyObject?
 
     init(number: UInt64, manager: Manager, id: String, message: Message, strategy: Strategy, expiresAtMs: UInt64) {
         self.number = number
@@ -155,6 +163,7 @@ public final class Subscription: RegisteredObject {
     public var statusReason = ""
     /// How it runs now, as ``Publication/run`` is.
     public internal(set) var run: Run?
+    public var face: AnyObject?
     public var found = FoundTracker()
 
     init(number: UInt64, manager: Manager, id: String, filter: MessageFilter, strategy: Strategy,

@@ -51,10 +51,10 @@ final class DaemonService {
     let permissions: PermissionBroker
     /// One per user and API key, as the core opens and retires them.
     private var links: [Account: (link: ServerLink, task: Task<Void, Never>)] = [:]
-    /// The bus objects of the core's managers, publications and subscriptions.
+    /// The bus objects of the core's managers. A publication's or
+    /// subscription's bus object is its `face`, where this class finds it
+    /// from the core's effects (``liveObject(_:)``).
     private var managers: [ObjectIdentifier: ManagerObject] = [:]
-    private var publications: [String: PublicationObject] = [:]
-    private var subscriptions: [String: SubscriptionObject] = [:]
     /// What came of each static publication file: its publication, or why it has none.
     private(set) var staticPublications: [(file: String, result: Result<PublicationObject, NearbyError>)] = []
     /// The published ones by file, with what the file said.
@@ -367,7 +367,7 @@ final class DaemonService {
     func publish(_ message: Message, strategy: Strategy, in owner: ManagerObject) throws(NearbyError) -> PublicationObject {
         let (publication, effects) = try core.publish(message, strategy: strategy, in: owner.manager)
         let object = PublicationObject(publication: publication, path: ObjectPath(publication, under: owner), service: self)
-        publications[publication.id] = object
+        publication.face = object
         do {
             try object.export()
         } catch {
@@ -382,7 +382,7 @@ final class DaemonService {
                    in owner: ManagerObject) throws(NearbyError) -> ObjectPath {
         let (subscription, effects) = try core.subscribe(filter, strategy: strategy, deviceTypes: deviceTypes, in: owner.manager)
         let object = SubscriptionObject(subscription: subscription, path: ObjectPath(subscription, under: owner), service: self)
-        subscriptions[subscription.id] = object
+        subscription.face = object
         do {
             try object.export()
         } catch {
@@ -419,25 +419,17 @@ final class DaemonService {
                 if properties.contains(NearbyBusContract.Manager1.background), object.directChannel {
                     upstream.managersChanged(manager.account)
                 }
-            case .objectChanged(let id, let properties):
-                if let object = publications[id] {
-                    object.changed(properties)
-                } else if let object = subscriptions[id] {
-                    object.changed(properties)
-                }
+            case .objectChanged(let object, let properties):
+                Self.liveObject(object)?.changed(properties)
             case .daemonChanged(let property):
                 announce(property)
             case .found(let change):
                 signal(change)
-            case .expired(let id):
-                publications[id]?.emitExpired()
-                subscriptions[id]?.emitExpired()
-            case .ended(let id):
-                if let object = publications.removeValue(forKey: id) {
-                    object.unexport()
-                } else {
-                    subscriptions.removeValue(forKey: id)?.unexport()
-                }
+            case .expired(let object):
+                Self.liveObject(object)?.emitExpired()
+            case .ended(let object):
+                Self.liveObject(object)?.unexport()
+                object.face = nil
             case .managerEnded(let manager):
                 guard let object = managers.removeValue(forKey: ObjectIdentifier(manager)) else { continue }
                 object.unexport()
@@ -455,7 +447,7 @@ final class DaemonService {
             case .mediumsChanged:
                 updateMediums()
             case .watchBeacons(let subscription, let strategy):
-                if let object = subscriptions[subscription.id] { beacons.add(object, strategy: strategy) }
+                if let object = subscription.face as? SubscriptionObject { beacons.add(object, strategy: strategy) }
             case .unwatchBeacons(let subscription):
                 beacons.remove(subscription)
             case .tickAt(let ms):
@@ -474,10 +466,16 @@ final class DaemonService {
     private func signal(_ change: FoundChange) {
         switch change {
         case .found(let id, _, let message, let info):
-            subscriptions[id]?.emitFound(message, info)
+            (core.subscriptions[id]?.face as? SubscriptionObject)?.emitFound(message, info)
         case .lost(let id, _, let message, let info):
-            subscriptions[id]?.emitLost(message, info)
+            (core.subscriptions[id]?.face as? SubscriptionObject)?.emitLost(message, info)
         }
+    }
+
+    /// The bus object of a publication or subscription: its `face`.
+    private static func liveObject(_ object: any RegisteredObject) -> (any LiveObject)? {
+        if let publication = object.face as? PublicationObject { return publication }
+        return object.face as? SubscriptionObject
     }
 
     // MARK: Static publications

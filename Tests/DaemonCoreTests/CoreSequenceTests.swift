@@ -44,14 +44,15 @@ struct CoreSequenceTests {
                     case .unpublish(let id), .unsubscribe(let id): held[account]?.remove(id)
                     case .seen, .gone: break
                     }
-                case .ended(let id):
+                case .ended(let object):
+                    let id = object.id
                     if objects.remove(id) == nil { problems.append("\(command): ended \(id), which is not live") }
                     if held.values.contains(where: { $0.contains(id) }) {
                         problems.append("\(command): \(id) ended while the server was still to keep it")
                     }
                     ended.insert(id)
-                case .expired(let id), .objectChanged(let id, _):
-                    if !objects.contains(id) { problems.append("\(command): \(effect) of \(id), which is not live") }
+                case .expired(let object), .objectChanged(let object, _):
+                    if !objects.contains(object.id) { problems.append("\(command): \(effect) of \(object.id), which is not live") }
                 case .managerEnded(let manager):
                     if managers.remove(ObjectIdentifier(manager)) == nil { problems.append("\(command): a manager ended twice") }
                 case .managerChanged(let manager, _):

@@ -44,12 +44,12 @@ import Testing
         switch effect {
         case .managerChanged(let manager, let properties):
             "\(manager.appId) changed \(properties.map(\.name).joined(separator: ","))"
-        case .objectChanged(let id, let properties): "\(id) changed \(properties.map(\.name).joined(separator: ","))"
+        case .objectChanged(let object, let properties): "\(object.id) changed \(properties.map(\.name).joined(separator: ","))"
         case .daemonChanged(let property): "Nearby1 changed \(property.name)"
         case .found(.found(let id, _, let message, _)): "\(id) found \(String(decoding: message.content, as: UTF8.self))"
         case .found(.lost(let id, _, let message, _)): "\(id) lost \(String(decoding: message.content, as: UTF8.self))"
-        case .expired(let id): "\(id) expired"
-        case .ended(let id): "\(id) ended"
+        case .expired(let object): "\(object.id) expired"
+        case .ended(let object): "\(object.id) ended"
         case .managerEnded(let manager): "\(manager.appId) ended"
         case .openLink(let account): "open link \(account.apiKey)"
         case .retireLink(let account): "retire link \(account.apiKey)"
