@@ -102,10 +102,10 @@ public struct MessageReader {
     /// Reads a byte array (`ay`) of at most `maxCount` bytes: sd-bus hands out
     /// the bytes in place, so a longer one is refused before it is copied.
     public func readBytes(maxCount: Int, _ what: @autoclosure () -> String) throws(DBusError) -> [UInt8] {
-        try expect("ay")
         var pointer: UnsafeRawPointer?
         var size = 0
-        try check(sd_bus_message_read_array(message, CChar(bitPattern: UInt8(ascii: "y")), &pointer, &size), "reading an array")
+        try entered(sd_bus_message_read_array(message, CChar(bitPattern: UInt8(ascii: "y")), &pointer, &size), "ay",
+                    "reading an array")
         guard size <= maxCount else { throw .invalidArgs("\(what()) is \(size) bytes; at most \(maxCount) are allowed") }
         guard let pointer, size > 0 else { return [] }
         return Array(UnsafeRawBufferPointer(start: pointer, count: size))
@@ -120,18 +120,30 @@ public struct MessageReader {
     public func readEntries(value: Signature, maxEntries: Int, maxKeyBytes: Int, _ what: @autoclosure () -> String,
                             _ body: (String) throws(DBusError) -> Void) throws(DBusError) {
         let entry = "s" + value.rawValue
-        try expect(Signature(trusted: "a{\(entry)}"))
-        try inContainer(UInt8(ascii: "a"), "{\(entry)}") { () throws(DBusError) in
-            var seen: Set<String> = []
-            while !isAtEnd {
-                guard seen.count < maxEntries else { throw .invalidArgs("\(what()) has more than \(maxEntries) entries") }
-                try inContainer(UInt8(ascii: "e"), entry) { () throws(DBusError) in
-                    let key = try readBoundedString(UInt8(ascii: "s"), maxBytes: maxKeyBytes, "a key of \(what())")
-                    guard seen.insert(key).inserted else { throw .invalidArgs("\(what()) has the key '\(key)' twice") }
-                    try body(key)
-                }
+        let contents = "{\(entry)}"
+        try entered(CString.with(contents) { sd_bus_message_enter_container(message, CChar(bitPattern: UInt8(ascii: "a")), $0) },
+                    Signature(trusted: "a" + contents), "entering '\(contents)'")
+        var seen: Set<String> = []
+        while !isAtEnd {
+            guard seen.count < maxEntries else { throw .invalidArgs("\(what()) has more than \(maxEntries) entries") }
+            try inContainer(UInt8(ascii: "e"), entry) { () throws(DBusError) in
+                let key = try readBoundedString(UInt8(ascii: "s"), maxBytes: maxKeyBytes, "a key of \(what())")
+                guard seen.insert(key).inserted else { throw .invalidArgs("\(what()) has the key '\(key)' twice") }
+                try body(key)
             }
         }
+        try check(sd_bus_message_exit_container(message), "leaving '\(contents)'")
+    }
+
+    /// Checks the `result` of entering an array of type `signature` (reading
+    /// it, for a byte array) without a look first: sd-bus says -ENXIO when the
+    /// next value has another type, and 0 past the last argument, which
+    /// ``expect(_:)`` then explains. A look first (`sd_bus_message_peek_type`)
+    /// allocated a copy of the element type for each array of each call.
+    private func entered(_ result: Int32, _ signature: Signature, _ what: @autoclosure () -> String) throws(DBusError) {
+        guard result <= 0 else { return }
+        if result == 0 || result == -ENXIO { try expect(signature) }
+        try check(result == 0 ? -ENXIO : result, what())
     }
 
     /// The type of the value inside the next variant (`v`), without reading it.

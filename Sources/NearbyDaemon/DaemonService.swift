@@ -622,9 +622,11 @@ final class DaemonService {
         value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
     }
 
-    /// Distinguishes this run's publication ids from an earlier run's.
+    /// Distinguishes this run's publication ids from an earlier run's: 8
+    /// base-36 characters at most (41 random bits), which keeps the ids
+    /// short enough to be stored inline (``Registry/init(limits:idPrefix:)``).
     private static func instanceID() -> String {
-        String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        String(UInt64.random(in: 0..<2_821_109_907_456), radix: 36)
     }
 
     /// A manager's AppId: the app the system says the caller is, when it

@@ -114,6 +114,29 @@ import Testing
         #expect(throws: DBusError.invalidArgs("a key of params is longer than 1 bytes")) { try read(maxEntries: 2, maxKeyBytes: 1) }
     }
 
+    /// Byte arrays and dictionaries are entered without a look first; what
+    /// is not one, or is not there, is still refused with its type named.
+    @Test @BusActor func anArrayOfAnotherTypeOrNoneIsRefusedByName() throws {
+        let text = try Self.message([.string("not bytes"), .dictionary(key: "s", value: "s", [DictEntry(.string("k"), .string("v"))])])
+        #expect(throws: DBusError.invalidArgs("expected a value of type 'ay', found 's'")) {
+            try text.read { reader throws(DBusError) in try reader.readBytes(maxCount: 10, "content") }
+        }
+        #expect(throws: DBusError.invalidArgs("expected a value of type 'a{sv}', found 's'")) {
+            try text.read { reader throws(DBusError) in try reader.readEntries(value: "v", maxEntries: 2, maxKeyBytes: 2, "params") { _ in } }
+        }
+        #expect(throws: DBusError.invalidArgs("expected a value of type 'a{sv}', found 'a{ss}'")) {
+            try text.read { reader throws(DBusError) in
+                _ = try reader.readString(maxBytes: 10, "text")
+                try reader.readEntries(value: "v", maxEntries: 2, maxKeyBytes: 2, "params") { _ in }
+            }
+        }
+        let empty = try DetachedMessage()
+        try empty.append { _ throws(DBusError) in }
+        #expect(throws: DBusError.invalidArgs("message has fewer arguments than expected")) {
+            try empty.read { reader throws(DBusError) in try reader.readBytes(maxCount: 10, "content") }
+        }
+    }
+
     @Test @BusActor func budgetsBoundNesting() throws {
         func nested(_ depth: Int) -> DBusValue {
             (0..<depth).reduce(DBusValue.uint32(1)) { inner, _ in .variant(inner) }

@@ -109,6 +109,19 @@ import Testing
         #expect(next.id != publication.id && next.id.hasPrefix("run-"))
     }
 
+    /// Ids are the prefix and a base-36 counter: with the daemon's prefix of
+    /// 8 characters at most, 15 bytes, which Swift keeps inline.
+    @Test func idsAreShortEnoughToBeKeptInline() throws {
+        let registry = Registry(limits: RegistryLimits(), idPrefix: "zzzzzzzz")
+        let manager = try registry.addManager(to: try registry.addClient(busName: ":1.1", uid: 0), apiKey: "k", appId: "a",
+                                              debugLogging: false)
+        let ids = try (1...40).map { _ in
+            try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1).id
+        }
+        #expect(ids[0] == "zzzzzzzz-1" && ids[9] == "zzzzzzzz-a" && ids[35] == "zzzzzzzz-10")
+        #expect(ids.allSatisfy { $0.utf8.count <= 15 })
+    }
+
     /// An account is its user and its key: the same pair made twice is one
     /// account (one server link), a different user or key another.
     @Test func accountsAreTheirUserAndKey() {
