@@ -17,7 +17,11 @@ public struct Run: Sendable, Hashable {
     /// Its manager, by identity: the manager's error properties follow the
     /// mediums its objects use.
     public var manager: ObjectIdentifier
-    public var strategy: Strategy
+    /// Its strategy's mediums, one bit each (``Medium/bit``), and mode: of
+    /// the strategy, only what running needs. A run is copied a few times
+    /// on each change, and the strategy's `Set` would be counted each time.
+    private var mediumBits: UInt8
+    public var mode: DiscoveryMode
     /// Its nearby part (tokens through the server link): nil while it waits.
     public var nearby: Placement?
     /// Its beacon part (a subscription's `BeaconStrategy`) runs: it listens on BLE.
@@ -26,10 +30,14 @@ public struct Run: Sendable, Hashable {
     public init(account: Account, manager: ObjectIdentifier, strategy: Strategy, nearby: Placement?, beacons: Bool = false) {
         self.account = account
         self.manager = manager
-        self.strategy = strategy
+        mediumBits = strategy.mediums.reduce(0) { $0 | $1.bit }
+        mode = strategy.mode
         self.nearby = nearby
         self.beacons = beacons
     }
+
+    /// Whether its strategy has `medium`.
+    func uses(_ medium: Medium) -> Bool { mediumBits & medium.bit != 0 }
 
     /// Neither part runs: the object waits (for permission, or the foreground).
     var waits: Bool { nearby == nil && !beacons }
@@ -263,10 +271,10 @@ public struct RunTable: Sendable {
         var link: (before: MediumUsages, after: MediumUsages)?
         if let placement = run.nearby {
             let foreground = placement == .foreground
-            let mode = run.strategy.mode
+            let mode = run.mode
             link = Self.change(&linkUsage, run.account, none: .none) { usages in
                 // Audio never runs for a manager in the background.
-                for medium in run.strategy.mediums where foreground || medium != .audio {
+                for medium in Medium.allCases where run.uses(medium) && (foreground || medium != .audio) {
                     if mode.broadcasts { usages[medium].broadcasting += sign }
                     if mode.scans {
                         usages[medium].scanning += sign
@@ -277,7 +285,7 @@ public struct RunTable: Sendable {
         }
         let users = Self.change(&managerMediums, run.manager, none: .none) { users in
             if run.nearby != nil {
-                for medium in run.strategy.mediums { users[medium] += sign }
+                for medium in Medium.allCases where run.uses(medium) { users[medium] += sign }
             }
             if run.beacons { users[.ble] += sign }
         }
@@ -354,6 +362,16 @@ private typealias MediumUsages = PerMedium<LinkUsage>
 /// How many of a manager's running objects use each medium.
 private typealias MediumUsers = PerMedium<Int>
 
+extension Medium {
+    /// One bit per medium, for sets of them kept in a byte (``Run``).
+    var bit: UInt8 {
+        switch self {
+        case .ble: 1
+        case .audio: 2
+        }
+    }
+}
+
 extension PerMedium where Value == LinkUsage {
     /// No use of any medium: the table keeps no such entry.
     static var none: PerMedium { PerMedium(ble: LinkUsage(), audio: LinkUsage()) }
@@ -364,7 +382,7 @@ extension PerMedium where Value == Int {
     static var none: PerMedium { PerMedium(ble: 0, audio: 0) }
 
     /// The mediums in use, one bit each.
-    var mask: UInt8 { (ble > 0 ? 1 : 0) | (audio > 0 ? 2 : 0) }
+    var mask: UInt8 { (ble > 0 ? Medium.ble.bit : 0) | (audio > 0 ? Medium.audio.bit : 0) }
 }
 
 extension Placement {
