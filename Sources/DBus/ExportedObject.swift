@@ -286,14 +286,14 @@ struct PathKey: Hashable {
 /// interface and who may use it. Owned by the ``ObjectTable``.
 @BusActor
 final class SlotTarget {
-    let implementation: any InterfaceImplementation
+    let implementation: BoundInterface
     let access: Access
     /// The interface's table, which holds this entry.
     let objects: ObjectTable.InterfaceObjects
     /// The same object's next interface (``ExportedObject``).
     var next: SlotTarget?
 
-    init(implementation: any InterfaceImplementation, access: Access, objects: ObjectTable.InterfaceObjects) {
+    init(implementation: BoundInterface, access: Access, objects: ObjectTable.InterfaceObjects) {
         self.implementation = implementation
         self.access = access
         self.objects = objects

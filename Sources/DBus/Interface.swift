@@ -70,7 +70,7 @@ public struct Caller: Sendable, Hashable {
 /// the sd-bus vtable built from them. Define it once and export any number of
 /// objects with it.
 @BusActor
-public final class Interface<Object: AnyObject> {
+public final class Interface<Object: AnyObject>: ErasedInterface {
     public let name: String
     let methods: [Method<Object>]
     /// The methods as calls find and run them (``MethodEntry``).
@@ -140,6 +140,44 @@ public final class Interface<Object: AnyObject> {
                          implementation: BoundInterface(interface: self, object: object))
     }
 
+    // The object of each of these came through `bind(_:)`, which takes an `Object` alone.
+
+    func call(_ call: MethodCall, on object: AnyObject) throws(DBusError) {
+        guard let member = call.memberName,
+              let method = method(named: member) else {
+            throw DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.member) on \(name)")
+        }
+        try method.run(object, call)
+        guard !call.isAnswered else { return }
+        if method.hasOutputs {
+            call.fail(.failed("\(method.name) sent no reply"))
+        } else {
+            call.reply()
+        }
+    }
+
+    func get(_ property: String, of object: AnyObject, _ caller: Caller) throws(DBusError) -> DBusValue {
+        guard let definition = properties[property] else {
+            throw .unknownProperty("no property \(property) on \(name)")
+        }
+        let value = try definition.get(unsafeDowncast(object, to: Object.self), caller)
+        guard value.signature == definition.signature else {
+            throw .failed("property \(property) produced '\(value.signature)', declared '\(definition.signature)'")
+        }
+        return value
+    }
+
+    func set(_ property: String, of object: AnyObject, to value: DBusValue, _ caller: Caller) throws(DBusError) {
+        guard let definition = properties[property] else {
+            throw .unknownProperty("no property \(property) on \(name)")
+        }
+        guard let setter = definition.set else { throw .propertyReadOnly("\(property) is read-only") }
+        guard value.signature == definition.signature else {
+            throw .invalidArgs("\(property) takes '\(definition.signature)', not '\(value.signature)'")
+        }
+        try setter(unsafeDowncast(object, to: Object.self), value, caller)
+    }
+
     private static func joined(_ arguments: [Argument]) -> String {
         arguments.map(\.signature.rawValue).joined()
     }
@@ -158,11 +196,11 @@ public struct InterfaceBinding {
     /// The ``Interface`` that owns `vtable`: sd-bus reads the vtable for as long
     /// as the interface is registered, so the registration holds it.
     let definition: AnyObject
-    let implementation: any InterfaceImplementation
+    let implementation: BoundInterface
 }
 
 /// A method as a call finds and runs it, its object type erased.
-/// ``BoundInterface``'s code is not specialized for its `Object` (it is
+/// ``Interface``'s code is not specialized for its `Object` (it is
 /// compiled in this module, its objects' types are in others): finding a
 /// `Method<Object>` and copying it out of the interface's list instantiated
 /// its generic metadata on every call, about half a per cent of nearbyd's
@@ -183,59 +221,33 @@ struct MethodEntry {
     }
 }
 
-/// What the C trampolines call: the type-erased face of an ``Interface`` bound to an object.
+/// An ``Interface`` with its object type erased, as the C trampolines call it.
 @BusActor
-protocol InterfaceImplementation: AnyObject {
+protocol ErasedInterface: AnyObject {
     /// Runs the method the call names; one without outputs that its handler
     /// did not answer gets an empty reply.
-    func call(_ call: MethodCall) throws(DBusError)
-    func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue
-    func set(_ property: String, _ value: DBusValue, _ caller: Caller) throws(DBusError)
+    func call(_ call: MethodCall, on object: AnyObject) throws(DBusError)
+    func get(_ property: String, of object: AnyObject, _ caller: Caller) throws(DBusError) -> DBusValue
+    func set(_ property: String, of object: AnyObject, to value: DBusValue, _ caller: Caller) throws(DBusError)
 }
 
+/// An interface bound to the object that implements it: what a call to the
+/// object's path runs. A pair of references, not an object of its own, so
+/// that exporting an object allocates one thing fewer.
 @BusActor
-final class BoundInterface<Object: AnyObject>: InterfaceImplementation {
-    let interface: Interface<Object>
-    let object: Object
-
-    init(interface: Interface<Object>, object: Object) {
-        self.interface = interface
-        self.object = object
-    }
+struct BoundInterface {
+    let interface: any ErasedInterface
+    let object: AnyObject
 
     func call(_ call: MethodCall) throws(DBusError) {
-        guard let member = call.memberName,
-              let method = interface.method(named: member) else {
-            throw DBusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.member) on \(interface.name)")
-        }
-        try method.run(object, call)
-        guard !call.isAnswered else { return }
-        if method.hasOutputs {
-            call.fail(.failed("\(method.name) sent no reply"))
-        } else {
-            call.reply()
-        }
+        try interface.call(call, on: object)
     }
 
     func get(_ property: String, _ caller: Caller) throws(DBusError) -> DBusValue {
-        guard let definition = interface.properties[property] else {
-            throw .unknownProperty("no property \(property) on \(interface.name)")
-        }
-        let value = try definition.get(object, caller)
-        guard value.signature == definition.signature else {
-            throw .failed("property \(property) produced '\(value.signature)', declared '\(definition.signature)'")
-        }
-        return value
+        try interface.get(property, of: object, caller)
     }
 
     func set(_ property: String, _ value: DBusValue, _ caller: Caller) throws(DBusError) {
-        guard let definition = interface.properties[property] else {
-            throw .unknownProperty("no property \(property) on \(interface.name)")
-        }
-        guard let setter = definition.set else { throw .propertyReadOnly("\(property) is read-only") }
-        guard value.signature == definition.signature else {
-            throw .invalidArgs("\(property) takes '\(definition.signature)', not '\(value.signature)'")
-        }
-        try setter(object, value, caller)
+        try interface.set(property, of: object, to: value, caller)
     }
 }

@@ -34,8 +34,8 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
 
     private func child(_ prefix: String, _ suffix: String) -> ObjectPath {
         // Only the new element needs checking: `self` is valid already.
-        precondition(!(prefix.isEmpty && suffix.isEmpty) && prefix.utf8.allSatisfy(Self.isElementByte)
-                     && suffix.utf8.allSatisfy(Self.isElementByte), "invalid object path element '\(prefix)\(suffix)'")
+        precondition(!(prefix.isEmpty && suffix.isEmpty) && Self.areElementBytes(prefix) && Self.areElementBytes(suffix),
+                     "invalid object path element '\(prefix)\(suffix)'")
         // Built in one buffer: `rawValue + "/" + element` made a string for each `+`.
         var path = rawValue == "/" ? "" : rawValue
         path.reserveCapacity(path.utf8.count + 1 + prefix.utf8.count + suffix.utf8.count)
@@ -51,6 +51,14 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
     }
 
     public static func < (lhs: ObjectPath, rhs: ObjectPath) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    /// Whether every byte of `text` may be in an element. Over its UTF-8
+    /// buffer, not its `utf8` view: every Publish checks its new path's
+    /// element, and the view's iterator cost more than the rest of the path.
+    private static func areElementBytes(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { $0.allSatisfy(isElementByte) }
+    }
 
     static func isValid(_ path: String) -> Bool {
         let bytes = Array(path.utf8)

@@ -71,7 +71,8 @@ public final class Manager {
     public let appId: String
     /// The user's registration the manager's traffic goes through.
     public let account: Account
-    public var debugLogging: Bool
+    /// Set at creation (`DebugLogging`), never changed: read on every record of its objects.
+    public let debugLogging: Bool
     /// What the core keeps of the manager beside its registration: its run
     /// modes and error properties. Kept in the manager, not in a table of the
     /// core's, so that a Publish reads fields instead of hashing the manager
