@@ -35,10 +35,10 @@ public enum Effect {
     /// A manager is gone, with everything it made (ended before it).
     case managerEnded(Manager)
     /// An account needs its server link from now on: it gets the link's events.
-    case openLink(Account)
+    case openLink(Link)
     /// No manager uses the account any more: its link sends what it has, then stops.
-    case retireLink(Account)
-    case link(Account, LinkCommand)
+    case retireLink(Link)
+    case link(Link, LinkCommand)
     /// What the mediums are asked for may have changed (``Core/wish(for:beacons:)``).
     case mediumsChanged
     /// The beacon watch takes a subscription's beacon part, or lets it go.
@@ -49,9 +49,33 @@ public enum Effect {
     case tickAt(UInt64)
 }
 
+/// One server link as the core keeps it, one per account with a manager:
+/// the daemon's view of it, and what stands for it outside the core. A
+/// class, so that a manager reaches its own link (``ManagerState/link``)
+/// and an effect hands the bus face its link, without hashing the account.
+public final class Link {
+    public let account: Account
+    public fileprivate(set) var view: LinkView
+    /// Set when no manager uses the account any more (``Effect/retireLink(_:)``):
+    /// what the link still says is no one's concern.
+    public fileprivate(set) var retired = false
+    /// What stands for it outside the core: the bus face's connection to
+    /// nearby-server, kept here as a publication keeps its bus object
+    /// (``RegisteredObject/face``). The core never reads it; the face lets
+    /// go of it when the link is retired.
+    public var face: AnyObject?
+
+    fileprivate init(account: Account, view: LinkView) {
+        self.account = account
+        self.view = view
+    }
+}
+
 /// What the daemon keeps of a manager beside its registration
 /// (``Manager/state``); the ``Core`` alone changes it.
-public struct ManagerState: Equatable, Sendable {
+public struct ManagerState {
+    /// Its account's server link, while the core holds the manager.
+    public fileprivate(set) var link: Link?
     /// The daemon's own manager (static publications): needs no permission
     /// and is never in the background.
     public fileprivate(set) var exempt = false
@@ -109,7 +133,7 @@ public final class Core {
     /// from it. The others wait for permission or the foreground.
     public private(set) var runs = RunTable()
     /// One per account with a manager.
-    public private(set) var links: [Account: LinkView] = [:]
+    public private(set) var links: [Account: Link] = [:]
     /// Why the last link attempt that could not reach the server failed; nil
     /// once a link is connected (``serverStatus``).
     private var serverUnreachable: String?
@@ -180,7 +204,7 @@ public final class Core {
     public func resolvedNamespace(of publication: Publication) -> String {
         let namespace = publication.message.namespace
         guard namespace.isEmpty else { return namespace }
-        return links[publication.manager.account]?.namespace ?? ""
+        return publication.manager.state.link?.view.namespace ?? ""
     }
 
     /// `Nearby1.Server`: `connected: URL` while a link is in step with the
@@ -191,12 +215,12 @@ public final class Core {
     /// `idle` while no app uses it. A refused API key is not the server's
     /// state: the server answered.
     public var serverStatus: String {
-        LinkView.serverStatus(of: Array(links.values), urls: serverURLs, unreachable: serverUnreachable)
+        LinkView.serverStatus(of: links.values.map(\.view), urls: serverURLs, unreachable: serverUnreachable)
     }
 
     /// What `medium` is asked for now; `beacons` is how the beacon watch listens.
     public func wish(for medium: Medium, beacons: ScanMode) -> MediumWish {
-        MediumWish.of(medium, runs: runs, tokens: links.mapValues(\.token), beacons: medium == .ble ? beacons : .off)
+        MediumWish.of(medium, runs: runs, tokens: links.mapValues(\.view.token), beacons: medium == .ble ? beacons : .off)
     }
 
     // MARK: Managers and clients
@@ -210,10 +234,14 @@ public final class Core {
         manager.state.exempt = exempt
         manager.state.permitted = exempt || permits(manager)
         managersOfAccount[manager.account, default: []].insert(id)
-        if links[manager.account] == nil {
+        if let link = links[manager.account] {
+            manager.state.link = link
+        } else {
             announcingServerStatus {
-                links[manager.account] = LinkView(refusedRetry: refusedRetry)
-                effects.append(.openLink(manager.account))
+                let link = Link(account: manager.account, view: LinkView(refusedRetry: refusedRetry))
+                links[manager.account] = link
+                manager.state.link = link
+                effects.append(.openLink(link))
             }
         }
         refreshErrors(of: manager)
@@ -239,16 +267,18 @@ public final class Core {
         for subscription in manager.subscriptions.values { remove(subscription) }
         let id = ObjectIdentifier(manager)
         guard managers.removeValue(forKey: id) != nil else { return }
+        manager.state.link = nil
         effects.append(.managerEnded(manager))
         let account = manager.account
         managersOfAccount[account]?.remove(id)
         guard managersOfAccount[account]?.isEmpty ?? true else { return }
         managersOfAccount[account] = nil
         announcingServerStatus {
-            links.removeValue(forKey: account)
+            guard let link = links.removeValue(forKey: account) else { return }
+            link.retired = true
             // With no app using the server, what its last attempt found no longer says anything.
             if links.isEmpty { serverUnreachable = nil }
-            effects.append(.retireLink(account))
+            effects.append(.retireLink(link))
         }
     }
 
@@ -345,16 +375,13 @@ public final class Core {
         return done()
     }
 
-    /// Runs `body` on `account`'s link view in place; nil when it has none.
-    /// Through the dictionary's index: `links[account]?.…` went through the
-    /// dictionary's modify accessor, which allocated a frame for a value this
-    /// size on every Unpublish. Reading too goes through here: reading
-    /// `links[account]` copies the view, retaining and releasing each of its
-    /// tables, on every Publish.
+    /// Runs `body` on the view of `manager`'s link in place; nil when it has
+    /// none. Reading goes through here too: reading `link.view` copies the
+    /// view, retaining and releasing each of its tables, on every Publish.
     @discardableResult
-    private func withLink<T>(of account: Account, _ body: (inout LinkView) -> T) -> T? {
-        guard let index = links.index(forKey: account) else { return nil }
-        return body(&links.values[index])
+    private func withLink<T>(of manager: Manager, _ body: (inout LinkView) -> T) -> T? {
+        guard let link = manager.state.link else { return nil }
+        return body(&link.view)
     }
 
     private func remove(_ publication: Publication) {
@@ -363,8 +390,10 @@ public final class Core {
         expiries.cancel(publication.id)
         record("publication ended", by: publication.manager, ["object": "\(publication.path)"])
         apply(runs.end(&publication.run).change)
-        let account = publication.manager.account
-        if withLink(of: account, { $0.ended(publication.id) }) != nil { effects.append(.link(account, .unpublish(publication.id))) }
+        if let link = publication.manager.state.link {
+            link.view.ended(publication.id)
+            effects.append(.link(link, .unpublish(publication.id)))
+        }
         effects.append(.ended(publication))
     }
 
@@ -376,9 +405,9 @@ public final class Core {
         let transition = runs.end(&subscription.run)
         if transition.beacons == .stopped { effects.append(.unwatchBeacons(subscription)) }
         apply(transition.change)
-        let account = subscription.manager.account
-        if subscription.deviceTypes.nearby, withLink(of: account, { $0.ended(subscription.id) }) != nil {
-            effects.append(.link(account, .unsubscribe(subscription.id)))
+        if subscription.deviceTypes.nearby, let link = subscription.manager.state.link {
+            link.view.ended(subscription.id)
+            effects.append(.link(link, .unsubscribe(subscription.id)))
         }
         effects.append(.ended(subscription))
     }
@@ -399,13 +428,14 @@ public final class Core {
         let (request, state) = (RunRequest(publication), manager.state)
         let transition = runs.reconcile(&publication.run, request, permitted: state.permitted, background: state.background)
         apply(transition.change)
-        let account = manager.account
         switch transition.nearby {
         case .started:
-            effects.append(.link(account, .publish(publication)))
+            if let link = state.link { effects.append(.link(link, .publish(publication))) }
         case .stopped:
-            withLink(of: account) { $0.stopped(publication.id) }
-            effects.append(.link(account, .unpublish(publication.id)))
+            if let link = state.link {
+                link.view.stopped(publication.id)
+                effects.append(.link(link, .unpublish(publication.id)))
+            }
             record("publication waiting", by: manager, ["object": "\(publication.path)"])
         case .unchanged:
             break
@@ -428,13 +458,14 @@ public final class Core {
             break
         }
         apply(transition.change)
-        let account = manager.account
         switch transition.nearby {
         case .started:
-            effects.append(.link(account, .subscribe(subscription)))
+            if let link = state.link { effects.append(.link(link, .subscribe(subscription))) }
         case .stopped:
-            withLink(of: account) { $0.stopped(subscription.id) }
-            effects.append(.link(account, .unsubscribe(subscription.id)))
+            if let link = state.link {
+                link.view.stopped(subscription.id)
+                effects.append(.link(link, .unsubscribe(subscription.id)))
+            }
             _ = subscription.found.keepOnly(subscription.found.sourceIDs.filter(FoundSource.isBeacon))
         case .unchanged:
             break
@@ -448,10 +479,11 @@ public final class Core {
     /// Brings the mediums, the links' listening and the managers' error
     /// properties in line with what a change of the runs changed.
     private func apply(_ change: RunChange) {
-        for (account, mediums) in change.startedListening where links[account] != nil {
+        for (account, mediums) in change.startedListening {
+            guard let link = links[account] else { continue }
             // A link that starts listening on mediums is told what is already heard there.
             let heard = sightings.current.filter { mediums.contains($0.medium) }
-            if !heard.isEmpty { effects.append(.link(account, .seen(heard))) }
+            if !heard.isEmpty { effects.append(.link(link, .seen(heard))) }
         }
         if change.mediumsChanged { effects.append(.mediumsChanged) }
         for id in change.managers {
@@ -490,7 +522,9 @@ public final class Core {
     private func renew(_ publication: Publication) {
         publication.expiresAtMs = clock.nowMs + UInt64(publication.strategy.ttlSeconds) * 1000
         schedule(publication.id, at: publication.expiresAtMs, renewed: true)
-        if publication.run?.nearby != nil { effects.append(.link(publication.manager.account, .publish(publication))) }
+        if publication.run?.nearby != nil, let link = publication.manager.state.link {
+            effects.append(.link(link, .publish(publication)))
+        }
     }
 
     // MARK: Server links
@@ -505,15 +539,16 @@ public final class Core {
         return result
     }
 
-    /// An event of `account`'s link.
-    public func link(_ account: Account, _ event: LinkEvent) -> [Effect] {
-        guard links[account] != nil else { return [] }
+    /// An event of `link`; nothing, once it is retired.
+    public func link(_ link: Link, _ event: LinkEvent) -> [Effect] {
+        guard !link.retired else { return [] }
+        let account = link.account
         let own = OwnSubscriptions(account: account, subscriptions: subscriptions)
         let change: LinkView.Change
         switch event {
         case .connected, .disconnected, .waiting:
             change = announcingServerStatus {
-                let change = links[account]!.apply(event, subscriptions: own)
+                let change = link.view.apply(event, subscriptions: own)
                 switch change.reach {
                 case .reached: serverUnreachable = nil
                 case .unreachable(let why): serverUnreachable = why
@@ -524,7 +559,7 @@ public final class Core {
         case .registered, .refused, .token, .stream:
             // The hot path (every Publish is registered; every found and lost
             // streams): nothing here changes what `Server` says.
-            change = links[account]!.apply(event, subscriptions: own)
+            change = link.view.apply(event, subscriptions: own)
         }
         if change.namespaceChanged {
             for publication in publications.values
@@ -543,7 +578,7 @@ public final class Core {
             }
         }
         if change.tokenChanged {
-            if let token = links[account]?.token {
+            if let token = link.view.token {
                 ownTokens.append(token)
                 if ownTokens.count > 64 { ownTokens.removeFirst(ownTokens.count - 64) }
             }
@@ -573,8 +608,8 @@ public final class Core {
     /// it is one of this daemon's own or was told of lately.
     public func heard(_ sighting: Sighting, at now: ContinuousClock.Instant) -> [Effect] {
         guard !ownTokens.contains(sighting.token), let report = sightings.heard(sighting, at: now) else { return [] }
-        for account in links.keys where runs.scans(account, on: sighting.medium) {
-            effects.append(.link(account, .seen([report])))
+        for link in links.values where runs.scans(link.account, on: sighting.medium) {
+            effects.append(.link(link, .seen([report])))
         }
         return done()
     }
@@ -583,7 +618,7 @@ public final class Core {
     public func expireSightings(at now: ContinuousClock.Instant) -> [Effect] {
         let gone = sightings.expire(at: now)
         guard !gone.isEmpty else { return [] }
-        for account in links.keys { effects.append(.link(account, .gone(gone))) }
+        for link in links.values { effects.append(.link(link, .gone(gone))) }
         return done()
     }
 
@@ -611,7 +646,7 @@ public final class Core {
 
     private func refreshStatus(of publication: Publication, made: Bool = false) {
         guard publication.run?.nearby != nil,
-              let (status, reason) = withLink(of: publication.manager.account, {
+              let (status, reason) = withLink(of: publication.manager, {
                   $0.status(of: publication.id, mediums: publication.strategy.mediums, available: availableMediums)
               }) else {
             return set(.inactive, Placement.waitingReason(permitted: isPermitted(publication.manager)), of: publication, made: made)
@@ -625,7 +660,7 @@ public final class Core {
         guard nearbyRuns || beaconsRun else {
             return set(.inactive, Placement.waitingReason(permitted: isPermitted(subscription.manager)), of: subscription, made: made)
         }
-        let nearby = nearbyRuns ? withLink(of: subscription.manager.account) {
+        let nearby = nearbyRuns ? withLink(of: subscription.manager) {
             $0.status(of: subscription.id, mediums: subscription.strategy.mediums, available: availableMediums)
         } : nil
         let (status, reason) = LinkView.subscriptionStatus(nearby: nearby, beaconsRun: beaconsRun, available: availableMediums)

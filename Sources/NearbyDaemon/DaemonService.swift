@@ -49,7 +49,8 @@ final class DaemonService {
     let sessions: LoginSessions
     private var sessionWatches: [String: SessionWatch] = [:]
     let permissions: PermissionBroker
-    /// One per user and API key, as the core opens and retires them.
+    /// One per user and API key, as the core opens and retires them; each
+    /// is also its core link's face, where a `LinkCommand` finds it.
     private var links: [Account: (link: ServerLink, task: Task<Void, Never>)] = [:]
     /// The bus objects of the core's managers. A publication's or
     /// subscription's bus object is its `face`, where this class finds it
@@ -434,16 +435,17 @@ final class DaemonService {
                 guard let object = managers.removeValue(forKey: ObjectIdentifier(manager)) else { continue }
                 object.unexport()
                 if object.directChannel { upstream.managersChanged(manager.account) }
-            case .openLink(let account):
-                openLink(for: account)
-            case .retireLink(let account):
-                guard let state = links.removeValue(forKey: account) else { continue }
+            case .openLink(let link):
+                openLink(for: link)
+            case .retireLink(let link):
+                link.face = nil
+                guard let state = links.removeValue(forKey: link.account) else { continue }
                 Task {
                     await state.link.drain()
                     state.task.cancel()
                 }
-            case .link(let account, let command):
-                links[account]?.link.send(command)
+            case .link(let link, let command):
+                (link.face as? ServerLink)?.send(command)
             case .mediumsChanged:
                 updateMediums()
             case .watchBeacons(let subscription, let strategy):
@@ -548,14 +550,18 @@ final class DaemonService {
     /// `Nearby1.Server` (``Core/serverStatus``).
     var serverStatus: String { core.serverStatus }
 
-    private func openLink(for account: Account) {
+    /// Connects the core's `coreLink` to nearby-server: the `ServerLink` is
+    /// its face until it is retired.
+    private func openLink(for coreLink: Link) {
+        let account = coreLink.account
         let link = ServerLink(account: account, endpoints: endpoints, credentials: credentials, backoff: Backoff(configuration),
                               batchDelay: .milliseconds(Int64(configuration.batchDelay * 1000)),
                               refusedRetry: .milliseconds(Int64(configuration.refusedChangeRetry * 1000)), clock: clock, logger: logger)
+        coreLink.face = link
         link.onEvent = { [weak self, weak link] event in
             // A retired link still drains: its events are no longer anyone's.
-            guard let self, let link, self.links[account]?.link === link else { return }
-            self.apply(self.core.link(account, event))
+            guard let self, let link, coreLink.face === link else { return }
+            self.apply(self.core.link(coreLink, event))
         }
         links[account] = (link, Task { await link.run() })
     }

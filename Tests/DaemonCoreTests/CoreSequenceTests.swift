@@ -17,6 +17,8 @@ struct CoreSequenceTests {
     /// The world as the effects built it.
     private struct World {
         var openLinks: Set<Account> = []
+        /// The link each account's opening gave: commands go to it alone.
+        var opened: [Account: Link] = [:]
         /// What each link was told to keep on the server.
         var held: [Account: Set<String>] = [:]
         var objects: Set<String> = []
@@ -28,16 +30,21 @@ struct CoreSequenceTests {
         mutating func take(_ effects: [Effect], after command: String) {
             for effect in effects {
                 switch effect {
-                case .openLink(let account):
-                    if !openLinks.insert(account).inserted { problems.append("\(command): opened an open link") }
-                case .retireLink(let account):
+                case .openLink(let link):
+                    if !openLinks.insert(link.account).inserted { problems.append("\(command): opened an open link") }
+                    opened[link.account] = link
+                case .retireLink(let link):
+                    let account = link.account
                     if openLinks.remove(account) == nil { problems.append("\(command): retired a link not open") }
+                    if opened.removeValue(forKey: account) !== link { problems.append("\(command): retired another link") }
                     // It drains what it was told, then stops: the server must have heard of every end.
                     if let kept = held.removeValue(forKey: account), !kept.isEmpty {
                         problems.append("\(command): retired a link that still keeps \(kept.sorted()) on the server")
                     }
-                case .link(let account, let linkCommand):
+                case .link(let link, let linkCommand):
+                    let account = link.account
                     if !openLinks.contains(account) { problems.append("\(command): \(linkCommand) to a link not open") }
+                    if opened[account] !== link { problems.append("\(command): \(linkCommand) to another link than the one opened") }
                     switch linkCommand {
                     case .publish(let publication): held[account, default: []].insert(publication.id)
                     case .subscribe(let subscription): held[account, default: []].insert(subscription.id)

@@ -51,9 +51,9 @@ import Testing
         case .expired(let object): "\(object.id) expired"
         case .ended(let object): "\(object.id) ended"
         case .managerEnded(let manager): "\(manager.appId) ended"
-        case .openLink(let account): "open link \(account.apiKey)"
-        case .retireLink(let account): "retire link \(account.apiKey)"
-        case .link(let account, let command): "link \(account.apiKey): " + line(command)
+        case .openLink(let link): "open link \(link.account.apiKey)"
+        case .retireLink(let link): "retire link \(link.account.apiKey)"
+        case .link(let link, let command): "link \(link.account.apiKey): " + line(command)
         case .mediumsChanged: "mediums"
         case .watchBeacons(let subscription, _): "watch beacons \(subscription.id)"
         case .unwatchBeacons(let subscription): "unwatch beacons \(subscription.id)"
@@ -456,5 +456,12 @@ import Testing
         #expect(manager.state.errors == MediumErrors())
         #expect(Self.lines(core.end(publication)) == ["mediums", "link key: unpublish \(publication.id)", "\(publication.id) ended"])
         #expect(core.medium(.ble, is: .ready).isEmpty, "no change, nothing to say")
+    }
+}
+
+extension Core {
+    /// An event of `account`'s link, as its `ServerLink` would report it; nothing once it has none.
+    func link(_ account: Account, _ event: LinkEvent) -> [Effect] {
+        links[account].map { link($0, event) } ?? []
     }
 }
