@@ -220,7 +220,8 @@ public final class Core {
 
     /// What `medium` is asked for now; `beacons` is how the beacon watch listens.
     public func wish(for medium: Medium, beacons: ScanMode) -> MediumWish {
-        MediumWish.of(medium, runs: runs, tokens: links.mapValues(\.view.token), beacons: medium == .ble ? beacons : .off)
+        MediumWish.of(medium, runs: runs, tokens: links.lazy.map { (key: $0.key, value: $0.value.view.token) },
+                      beacons: medium == .ble ? beacons : .off)
     }
 
     // MARK: Managers and clients

@@ -14,8 +14,10 @@ public struct MediumWish: Equatable, Sendable {
     /// whose objects broadcast on it, and the fullest listening any asks
     /// (full while one of a link's listening objects is in the foreground,
     /// low power while all are in the background). `beacons` is how the beacon
-    /// subscriptions listen (BLE only).
-    public static func of(_ medium: Medium, runs: RunTable, tokens: [Account: Token?],
+    /// subscriptions listen (BLE only). `tokens` are each link's token, a
+    /// sequence rather than a table so that the core, which asks on every
+    /// change of what runs where, hands its links over without building one.
+    public static func of(_ medium: Medium, runs: RunTable, tokens: some Sequence<(key: Account, value: Token?)>,
                           beacons: ScanMode = .off) -> MediumWish {
         var wish = MediumWish(scanMode: medium == .ble ? beacons : .off)
         for (account, token) in tokens {
