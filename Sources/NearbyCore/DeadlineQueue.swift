@@ -62,9 +62,13 @@ public struct DeadlineQueue<Key: Hashable> {
     /// Gives `key` the deadline `deadline`, unless it already has an earlier one.
     @inlinable
     public mutating func schedule(_ key: Key, at deadline: UInt64) {
-        if let earlier = scheduled[key], earlier.deadline <= deadline { return }
         lastSerial += 1
-        scheduled[key] = (deadline, lastSerial)
+        // Entered first and put back in the rare case that it had an earlier
+        // deadline: a new key, as nearly always, is hashed once, not twice.
+        if let earlier = scheduled.updateValue((deadline, lastSerial), forKey: key), earlier.deadline <= deadline {
+            scheduled[key] = earlier
+            return
+        }
         heap.insert(Entry(deadline: deadline, serial: lastSerial, key: key))
         compactIfMostlyStale()
     }
