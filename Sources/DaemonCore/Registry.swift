@@ -347,6 +347,25 @@ public final class Registry {
 
     private func newID() -> String {
         idCounter += 1
-        return idPrefix + String(idCounter, radix: 36)
+        return idPrefix + Self.base36(idCounter)
+    }
+
+    /// `value` in base 36, lower case: what `String(value, radix: 36)` makes,
+    /// written straight into an inline string (the standard library's goes
+    /// through its generic formatting, which cost more than the rest of the id).
+    @_spi(Testing) public static func base36(_ value: UInt64) -> String {
+        String(unsafeUninitializedCapacity: 13) { buffer in
+            let digits: StaticString = "0123456789abcdefghijklmnopqrstuvwxyz"
+            var rest = value
+            var count = 0
+            repeat {
+                buffer[count] = digits.utf8Start[Int(rest % 36)]
+                rest /= 36
+                count += 1
+            } while rest > 0
+            var written = UnsafeMutableBufferPointer(rebasing: buffer[..<count])
+            written.reverse()
+            return count
+        }
     }
 }

@@ -1,4 +1,4 @@
-import DaemonCore
+@_spi(Testing) import DaemonCore
 import NearbyBusContract
 import NearbyCore
 import Testing
@@ -119,6 +119,10 @@ import Testing
             try registry.addPublication(to: manager, message: message, strategy: Strategy(), expiresAtMs: 1).id
         }
         #expect(ids[0] == "zzzzzzzz-1" && ids[9] == "zzzzzzzz-a" && ids[35] == "zzzzzzzz-10")
+        #expect(ids == (1...40).map { "zzzzzzzz-" + String($0, radix: 36) })
+        for value: UInt64 in [0, 35, 36, 1_295, 1_296, 2_176_782_335, 2_176_782_336, .max] {
+            #expect(Registry.base36(value) == String(value, radix: 36))
+        }
         #expect(ids.allSatisfy { $0.utf8.count <= 15 })
     }
 
