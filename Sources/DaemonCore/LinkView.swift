@@ -121,12 +121,14 @@ public struct LinkView: Sendable {
 
     /// The object stopped running (it waits): the server is to drop it.
     public mutating func stopped(_ id: String) {
-        registered.remove(id)
+        if !registered.isEmpty { registered.remove(id) }
     }
 
     /// The object ended: what the server said of it says nothing any more.
     public mutating func ended(_ id: String) {
-        registered.remove(id)
+        // Removing from a set hashes the id even when the set is empty, as it
+        // is while the server holds none of the link's objects yet.
+        if !registered.isEmpty { registered.remove(id) }
         // Refusals are rare: most ends hash nothing more.
         if !refused.isEmpty { refused[id] = nil }
     }
