@@ -89,8 +89,9 @@ final class BusPump {
     private func process() {
         let deadline = ContinuousClock.now + Self.budget
         var steps = 0
-        // The clock is read after each step, not before the first: reading it
-        // costs about what a step of a small call's work does.
+        // The budget is checked after each step, not before the first (the
+        // deadline was just read): reading the clock costs about what a step
+        // of a small call's work does.
         repeat {
             let result = sd_bus_process(bus, nil)
             if result < 0 {

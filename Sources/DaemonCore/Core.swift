@@ -187,6 +187,8 @@ public final class Core {
 
     // MARK: Queries
 
+    /// Whether the manager may use Nearby; for a manager the core no longer
+    /// holds, what it last knew.
     public func isPermitted(_ manager: Manager) -> Bool {
         manager.state.permitted
     }
@@ -313,6 +315,8 @@ public final class Core {
     }
 
     private func place(_ manager: Manager, requested: Bool? = nil, sessionAway: Bool? = nil) {
+        // A manager released while its login session was asked about is no one's concern.
+        guard managers[ObjectIdentifier(manager)] != nil else { return }
         var state = manager.state
         guard !state.exempt else { return }
         if let requested { state.backgroundRequested = requested }

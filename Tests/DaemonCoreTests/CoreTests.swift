@@ -272,6 +272,16 @@ import Testing
         #expect(connect(manager.account).isEmpty)
     }
 
+    /// The bus face asks a client's login session while it makes a manager,
+    /// and the client may release the manager before the answer comes.
+    @Test func aReleasedManagerGoesNeitherToNorFromTheBackground() throws {
+        let (manager, _) = try self.manager()
+        _ = core.release(manager)
+        #expect(core.setBackground(manager, sessionAway: true).isEmpty)
+        #expect(core.setBackground(manager, requested: true).isEmpty)
+        #expect(!core.isBackground(manager))
+    }
+
     // MARK: Found and lost
 
     @Test func aFoundReachesOnlyTheSubscriptionOfTheLinkThatStreamedIt() throws {
