@@ -3,7 +3,7 @@
 #   make demo     set up, build and run the two-device demo
 #   make test     set up, build and run every test
 #   make fuzz     run each libFuzzer harness for FUZZ_SECONDS (60; CI runs 10)
-#   make bench    run the benchmarks (release build), figures for doc/performance.md
+#   make bench    run the benchmarks (static release builds, as packaged), figures for doc/performance.md
 #   make bench-modem  the audio modem against ggwave (about 25 minutes)
 #   make deb      Debian 12 packages into .build/debian, checked by lintian
 
@@ -25,7 +25,7 @@ PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-de
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test fuzz bench bench-modem deb manuals install clean
+.PHONY: setup build demo test fuzz bench bench-programs bench-modem deb manuals install clean
 
 setup:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -110,7 +110,6 @@ fuzz: setup
 		.build-fuzz/corpus/config Sources/ConfigFuzz/corpus
 	.build-fuzz/debug/modem-fuzz -max_len=65536 $(FUZZ_RUN) .build-fuzz/corpus/modem Sources/ModemFuzz/corpus
 
-# The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
 # The packages nearbyd, nearby-server and nearby-tools (debian/), built with
 # debhelper from a static-Swift release build (.build-static, as the rig's)
 # into .build/debian, and checked by lintian: an error fails the build.
@@ -124,12 +123,24 @@ deb: setup
 	SWIFT=$(SWIFT) debian/rules binary
 	lintian --fail-on error .build/debian/*.deb
 
-bench: PACKAGES += python3-aiohttp
-bench: setup
+# The programs measured are built as the packages build them (debian/rules):
+# release, with the Swift runtime linked in statically, in .build-static.
+# Linked dynamically, each call into the runtime (reference counts,
+# exclusivity checks, hashing) goes through the PLT and its thread-local
+# state through __tls_get_addr: nearbyd spends about 4 % more per D-Bus call
+# (doc/performance.md).
+BENCH_PROGRAMS := nearbyd nearby-server nearby-air
+bench-programs: setup
+	for p in $(BENCH_PROGRAMS); do \
+		$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-static --product $$p || exit 1; \
+	done
 	$(SWIFT) build -c release --product nearby-bench
-	$(SWIFT) build -c release
+
+# The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
+bench: PACKAGES += python3-aiohttp
+bench: bench-programs
 	bench/reference/build.sh
-	.build/release/nearby-bench all --bin .build/release --reference bench/reference/bin
+	.build/release/nearby-bench all --bin .build-static/release --reference bench/reference/bin
 
 bench-modem: setup
 	bench/modem-compare
@@ -141,10 +152,9 @@ bench-modem: setup
 BENCH_SERVER_ARGS ?=
 .PHONY: bench-server
 bench-server: PACKAGES += python3-aiohttp
-bench-server: setup
-	$(SWIFT) build -c release --product nearby-server
-	$(SWIFT) build -c release --product nearby-bench
-	.build/release/nearby-bench server --bin .build/release $(BENCH_SERVER_ARGS)
+bench-server: BENCH_PROGRAMS := nearby-server
+bench-server: bench-programs
+	.build/release/nearby-bench server --bin .build-static/release $(BENCH_SERVER_ARGS)
 
 # The manual pages, from each program's --help (swift-argument-parser's
 # generate-manual), into .build/man, mended where that mdoc is not roff: a

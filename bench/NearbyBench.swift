@@ -66,8 +66,9 @@ struct NearbyBench: AsyncParsableCommand {
 }
 
 struct Locations: ParsableArguments {
-    @Option(help: ArgumentHelp("Directory of the built programs.", valueName: "dir"))
-    var bin = ".build/release"
+    @Option(help: ArgumentHelp("Directory of the built programs: by default where `make bench-programs` builds them as the packages do (release, the Swift runtime linked in statically).",
+                               valueName: "dir"))
+    var bin = ".build-static/release"
 
     @Option(help: ArgumentHelp("Directory of the C reference programs.", valueName: "dir"))
     var reference = "bench/reference/bin"
