@@ -25,7 +25,7 @@ PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-de
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test fuzz bench bench-programs bench-modem deb manuals install clean
+.PHONY: setup build demo test fuzz static-programs bench bench-modem deb manuals install clean
 
 setup:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -123,22 +123,23 @@ deb: setup
 	SWIFT=$(SWIFT) debian/rules binary
 	lintian --fail-on error .build/debian/*.deb
 
-# The programs measured are built as the packages build them (debian/rules):
-# release, with the Swift runtime linked in statically, in .build-static.
-# Linked dynamically, each call into the runtime (reference counts,
-# exclusivity checks, hashing) goes through the PLT and its thread-local
-# state through __tls_get_addr: nearbyd spends about 4 % more per D-Bus call
-# (doc/performance.md).
-BENCH_PROGRAMS := nearbyd nearby-server nearby-air
-bench-programs: setup
-	for p in $(BENCH_PROGRAMS); do \
+# Release builds with the Swift runtime linked in statically, in .build-static:
+# what the packages hold (debian/rules builds them here) and what the
+# benchmarks measure. Linked dynamically, each call into the runtime
+# (reference counts, exclusivity checks, hashing) goes through the PLT and its
+# thread-local state through __tls_get_addr: nearbyd spends about 4 % more per
+# D-Bus call (doc/performance.md).
+STATIC_PROGRAMS := nearbyd nearbyctl nearby-server nearby-air nearby-modem
+static-programs:
+	for p in $(STATIC_PROGRAMS); do \
 		$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-static --product $$p || exit 1; \
 	done
-	$(SWIFT) build -c release --product nearby-bench
 
 # The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
 bench: PACKAGES += python3-aiohttp
-bench: bench-programs
+bench: STATIC_PROGRAMS := nearbyd nearby-server nearby-air
+bench: setup static-programs
+	$(SWIFT) build -c release --product nearby-bench
 	bench/reference/build.sh
 	.build/release/nearby-bench all --bin .build-static/release --reference bench/reference/bin
 
@@ -152,8 +153,9 @@ bench-modem: setup
 BENCH_SERVER_ARGS ?=
 .PHONY: bench-server
 bench-server: PACKAGES += python3-aiohttp
-bench-server: BENCH_PROGRAMS := nearby-server
-bench-server: bench-programs
+bench-server: STATIC_PROGRAMS := nearby-server
+bench-server: setup static-programs
+	$(SWIFT) build -c release --product nearby-bench
 	.build/release/nearby-bench server --bin .build-static/release $(BENCH_SERVER_ARGS)
 
 # The manual pages, from each program's --help (swift-argument-parser's

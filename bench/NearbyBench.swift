@@ -66,7 +66,7 @@ struct NearbyBench: AsyncParsableCommand {
 }
 
 struct Locations: ParsableArguments {
-    @Option(help: ArgumentHelp("Directory of the built programs: by default where `make bench-programs` builds them as the packages do (release, the Swift runtime linked in statically).",
+    @Option(help: ArgumentHelp("Directory of the built programs: by default where `make static-programs` builds them, as the packages hold them (release, the Swift runtime linked in statically).",
                                valueName: "dir"))
     var bin = ".build-static/release"
 
