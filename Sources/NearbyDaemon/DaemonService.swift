@@ -322,14 +322,16 @@ final class DaemonService {
         try permissions.registerAgent(path, for: caller)
     }
 
-    /// The uid whose decisions a caller asks about: its own, or, for root, any.
-    func permissionUser(_ requested: UInt32?, for busName: String) async throws(NearbyError) -> UInt32? {
-        let uid = try await caller(busName).uid
-        guard let requested else { return uid == 0 ? nil : uid }
-        guard requested == uid || uid == 0 else {
+    /// Whose decisions a caller may see or change: its own user's, or, for
+    /// root, any user's; and, for a sandboxed app, its own app's alone.
+    func permissionReach(_ requested: UInt32?, for busName: String) async throws(NearbyError) -> PermissionReach {
+        let caller = try await caller(busName)
+        let sandbox = caller.app.flatMap { $0.kind == .flatpak ? $0.id : nil }
+        guard let requested else { return PermissionReach(uid: caller.uid == 0 ? nil : caller.uid, onlyApp: sandbox) }
+        guard requested == caller.uid || caller.uid == 0 else {
             throw .accessDenied("only root may see or change the permission decisions of another user")
         }
-        return requested
+        return PermissionReach(uid: requested, onlyApp: sandbox)
     }
 
     /// Asks whether the app of `owner` may use Nearby on `mediums` (its

@@ -60,8 +60,13 @@ public final class LogindMock {
     /// Gives logind the GetSessionByPID the template lacks: `pid` is in
     /// `session`, every other process in none.
     public func placeProcess(_ pid: UInt32, in session: ObjectPath) async throws {
+        try await placeProcesses([pid], in: session)
+    }
+
+    /// Likewise for several processes, all in `session`.
+    public func placeProcesses(_ pids: [UInt32], in session: ObjectPath) async throws {
         try await addManagerMethod("GetSessionByPID", in: "u", out: "o", code: """
-            if args[0] != \(pid):
+            if args[0] not in (\(pids.map(String.init).joined(separator: ", ")),):
                 raise dbus.exceptions.DBusException("PID %d does not belong to any known session" % args[0], name="org.freedesktop.login1.NoSessionForPID")
             ret = "\(session)"
             """)

@@ -64,8 +64,7 @@ final class RootObject {
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
-                    let uid = try await service.permissionUser(user, for: caller) ?? 0
-                    let key = PermissionKey(uid: uid, appId: appId)
+                    let key = try await service.permissionReach(user, for: caller).key(appId)
                     return DBusValue.vardict(permissionEntry(key, service.permissions.decision(for: key)))
                 }
             },
@@ -74,8 +73,8 @@ final class RootObject {
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
-                    let uid = try await service.permissionUser(user, for: caller) ?? 0
-                    try await service.permissions.decide(PermissionKey(uid: uid, appId: appId), granted: granted, by: .user)
+                    let key = try await service.permissionReach(user, for: caller).key(appId)
+                    try await service.permissions.decide(key, granted: granted, by: .user)
                     return nil
                 }
             },
@@ -85,8 +84,10 @@ final class RootObject {
                 let service = root.service
                 let caller = call.caller.uniqueName
                 later(call) { () async throws(NearbyError) in
-                    let uid = try await service.permissionUser(user, for: caller)
-                    return DBusValue.array(element: "a{sv}", service.permissions.decisions(of: uid).map {
+                    let reach = try await service.permissionReach(user, for: caller)
+                    return DBusValue.array(element: "a{sv}", service.permissions.decisions(of: reach.uid).filter {
+                        reach.reaches($0.key)
+                    }.map {
                         DBusValue.vardict(permissionEntry($0.key, $0.decision))
                     })
                 }

@@ -238,7 +238,14 @@ final class PermissionBroker {
 
     // MARK: Agents
 
+    /// An agent answers for every app of its user in its session, so it must
+    /// be the user's own program: a sandboxed app may not be one (it would be
+    /// handed the other apps' requests and answer for them).
     func registerAgent(_ path: ObjectPath, for caller: Caller) throws(NearbyError) {
+        if let app = caller.app, app.kind == .flatpak {
+            throw .accessDenied("the sandboxed app '\(app.id)' cannot be a permission agent: an agent answers for its user's "
+                + "other apps, so it must run outside any app sandbox (nearbyctl agent, or the desktop's own)")
+        }
         guard agents[caller.busName] == nil else { throw .invalidArguments("this connection already registered an agent") }
         agentsRegistered += 1
         agents[caller.busName] = Agent(path: path, caller: caller, number: agentsRegistered)
@@ -255,12 +262,44 @@ final class PermissionBroker {
         agents.removeValue(forKey: busName)
     }
 
-    /// The agent of the caller's login session; where logind knows no session
-    /// for either, one of the caller's user. The latest registered wins.
+    /// An agent of the caller's own user, never another uid's, even in the
+    /// same login session (su, sudo: the decision is recorded under the
+    /// caller's uid, which the agent's user does not speak for). Where logind
+    /// knows a session for both, it must be the same one. An agent in the
+    /// caller's session goes before one logind knows no session for; of
+    /// those alike, the latest registered.
     private func agent(for caller: Caller) -> Agent? {
-        agents.values.filter { agent in
+        func sameSession(_ agent: Agent) -> Int { caller.session != nil && agent.caller.session == caller.session ? 1 : 0 }
+        return agents.values.filter { agent in
+            guard agent.caller.uid == caller.uid else { return false }
             if let session = caller.session, let agentSession = agent.caller.session { return session == agentSession }
-            return agent.caller.uid == caller.uid
-        }.max { $0.number < $1.number }
+            return true
+        }.max { (sameSession($0), $0.number) < (sameSession($1), $1.number) }
+    }
+}
+
+/// The decisions a caller of `GetPermission`, `SetPermission` or
+/// `ListPermissions` reaches. A sandboxed app (a Flatpak: nearbyd reads its
+/// control group) reaches its own app's decision alone, as its own dialog and
+/// its managers' `PermissionGranted` do: which other apps its user allowed is
+/// not its business, and deciding for them would be speaking for them.
+struct PermissionReach: Sendable {
+    /// The user whose decisions: nil for every user's (root listing).
+    let uid: UInt32?
+    /// The caller's own AppId, when it is a sandboxed app.
+    let onlyApp: String?
+
+    /// The key of `appId`'s decision, or AccessDenied when it is out of reach.
+    func key(_ appId: String) throws(NearbyError) -> PermissionKey {
+        if let onlyApp, appId != onlyApp {
+            throw .accessDenied("the sandboxed app '\(onlyApp)' may see and change its own permission decision only, "
+                + "not that of '\(appId)'")
+        }
+        return PermissionKey(uid: uid ?? 0, appId: appId)
+    }
+
+    /// Whether a decision is in reach, for a listing.
+    func reaches(_ key: PermissionKey) -> Bool {
+        onlyApp.map { key.appId == $0 } ?? true
     }
 }

@@ -15,9 +15,20 @@ agent or a Python app would. Prints one JSON line per event.
   permissions.py toggle BUS API_KEY APP_ID true|false
       Sets PermissionGranted from a manager of its own; prints "set" or "error",
       then "permission" changes. Runs until killed.
+  permissions.py decisions BUS OTHER_APP OWN_APP
+      What a caller reaches of its user's decisions: prints "get", "set" and
+      "set_own" (GetPermission of OTHER_APP, SetPermission of OTHER_APP to
+      false, of OWN_APP to true: each "ok" or the error's name), then
+      "listed" (the AppIds ListPermissions returns). Runs until killed.
+
+With --wait first, each prints "waiting" (its pid) and waits for a line on
+stdin before it connects, so that a test can first place it in a control
+group (as Flatpak would) or a logind session: nearbyd reads who a caller is
+when it first calls.
 """
 import asyncio
 import json
+import os
 import sys
 
 from dbus_next import DBusError, Variant
@@ -79,8 +90,11 @@ async def manager(bus, api_key, app_id):
 
 async def agent(bus, answer):
     bus.export("/org/example/agent", Agent(answer))
-    await (await nearby(bus)).call_register_permission_agent("/org/example/agent")
-    say(event="registered")
+    try:
+        await (await nearby(bus)).call_register_permission_agent("/org/example/agent")
+        say(event="registered")
+    except DBusError as error:
+        say(event="refused", name=error.type, message=error.text)
     await asyncio.Event().wait()
 
 
@@ -129,9 +143,32 @@ async def toggle(bus, api_key, app_id, granted):
     await asyncio.Event().wait()
 
 
-async def main(command, address, *arguments):
+async def outcome(call):
+    try:
+        await call
+        return "ok"
+    except DBusError as error:
+        return error.type
+
+
+async def decisions(bus, other_app, own_app):
+    interface = await nearby(bus)
+    say(event="get", outcome=await outcome(interface.call_get_permission(other_app, {})))
+    say(event="set", outcome=await outcome(interface.call_set_permission(other_app, False, {})))
+    say(event="set_own", outcome=await outcome(interface.call_set_permission(own_app, True, {})))
+    listed = await interface.call_list_permissions({})
+    say(event="listed", apps=sorted(plain(entry["AppId"]) for entry in listed))
+    await asyncio.Event().wait()
+
+
+async def main(command, *arguments):
+    if command == "--wait":
+        say(event="waiting", pid=os.getpid())
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        command, *arguments = arguments
+    address, *arguments = arguments
     bus = await MessageBus(bus_address=address).connect()
-    await {"agent": agent, "app": app, "toggle": toggle}[command](bus, *arguments)
+    await {"agent": agent, "app": app, "toggle": toggle, "decisions": decisions}[command](bus, *arguments)
 
 
 if __name__ == "__main__":
