@@ -189,8 +189,9 @@ install: manuals
 	install -D -m 0644 dist/sysusers.d/nearby-server.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/nearby-server.conf
 	# The configuration files are the administrator's once installed: an upgrade leaves them.
 	[ -e $(DESTDIR)/etc/nearbyd/nearbyd.conf ] || install -D -m 0644 dist/nearbyd.conf $(DESTDIR)/etc/nearbyd/nearbyd.conf
+	# It may hold the database's password: 0640, for the group nearby-server (doc/installation.md).
 	[ -e $(DESTDIR)/etc/nearby-server/nearby-server.conf ] || \
-		install -D -m 0644 dist/nearby-server.conf $(DESTDIR)/etc/nearby-server/nearby-server.conf
+		install -D -m 0640 dist/nearby-server.conf $(DESTDIR)/etc/nearby-server/nearby-server.conf
 	install -d $(DESTDIR)$(PREFIX)/share/doc/nearbyd
 	install -m 0644 doc/*.md $(DESTDIR)$(PREFIX)/share/doc/nearbyd/
 	install -D -m 0644 doc/server-api/openapi.yaml $(DESTDIR)$(PREFIX)/share/doc/nearbyd/server-api/openapi.yaml

@@ -34,6 +34,10 @@ struct NamespacedType: Equatable, Sendable {
         guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
             throw APIError(.invalidArgument, "\(field) '\(text)' must be \(form) (the type may not hold '/')")
         }
+        // Neither engine is asked about a namespace it cannot hold (PostgreSQL's text takes no NUL).
+        guard !parts[0].unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw APIError(.invalidArgument, "\(field): the namespace may not hold control characters")
+        }
         return (String(parts[0]), String(parts[1]))
     }
 

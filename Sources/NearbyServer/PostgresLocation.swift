@@ -12,7 +12,8 @@ import PostgresNIO
 ///   that directory (`.s.PGSQL.PORT` in it, as libpq names it), without TLS.
 ///
 /// `postgresql://` is accepted too; the user, password and database are
-/// percent-decoded. The database defaults to the user's name, as with libpq.
+/// percent-decoded. A URL without a password takes `password` instead (from
+/// `[database] password-file` or `PGPASSWORD`: ``ServerConfiguration/databasePassword(environment:)``). The database defaults to the user's name, as with libpq.
 /// Any other query parameter is refused, so that a misspelt one is not ignored.
 struct PostgresLocation: Sendable {
     enum Endpoint: Sendable, Equatable {
@@ -42,11 +43,11 @@ struct PostgresLocation: Sendable {
     /// The URL without its password, to name it in messages.
     var redacted: String
 
-    init(url: String) throws(DatabaseOpenError) {
+    init(url: String, password fallback: String? = nil) throws(DatabaseOpenError) {
         guard var components = URLComponents(string: url), components.scheme == "postgres" || components.scheme == "postgresql" else {
             throw DatabaseOpenError(message: "the database URL must start with postgres:// (postgres://user@host/database)")
         }
-        password = components.password
+        password = components.password ?? fallback
         let items = components.queryItems ?? []
         components.password = nil
         let named = items.filter { Self.parameters.contains($0.name) }

@@ -31,10 +31,11 @@ public final class PostgresStorage: ServerStorage {
     private let running: Task<Void, Never>
 
     /// Connects to the database at `url` (``PostgresLocation`` says which URLs
-    /// are read), migrates its schema, and starts the pool. Throws
-    /// ``DatabaseOpenError`` naming the URL without its password.
-    public init(url: String) async throws {
-        let location = try PostgresLocation(url: url)
+    /// are read; `password` is used when the URL has none), migrates its
+    /// schema, and starts the pool. Throws ``DatabaseOpenError`` naming the
+    /// URL without its password.
+    public init(url: String, password: String? = nil) async throws {
+        let location = try PostgresLocation(url: url, password: password)
         let logger = Logger(label: "nearby-server.postgres")
         do {
             // One connection of its own, so that a wrong URL or password is

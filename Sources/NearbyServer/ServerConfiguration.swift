@@ -17,6 +17,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `[database] url`: a PostgreSQL database (`postgres://…`, as
     /// ``PostgresLocation`` reads it) instead of the SQLite file.
     public var databaseURL: String?
+    /// `[database] password-file`: a file whose first line is the password of
+    /// `url`'s user, for a URL without one (``databasePassword(environment:)``).
+    public var databasePasswordFile: String?
     /// `[tokens] lifetime-seconds`: how long an issued token stays valid.
     public var tokenLifetimeSeconds = 600
     /// `[tokens] overlap-seconds`: how long before expiry the device should ask
@@ -84,6 +87,11 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// `max-connections`: authenticated application server connections at
         /// once; a login beyond is refused (resource-constraint).
         public var maxConnections = 1000
+        /// `max-connections-per-project`: the same for one project's
+        /// application servers (its sender ID), within `max-connections`, so
+        /// that one project can never take every place from the others (one
+        /// above `max-connections` is `max-connections`).
+        public var maxConnectionsPerProject = 100
         /// `max-unauthenticated-connections`: connections not yet logged in at
         /// once; at the limit the slowest makes room for a new one.
         public var maxUnauthenticatedConnections = 256
@@ -174,8 +182,27 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     /// Reads the file at `path`. A missing file is an error only when
     /// `required` (it was named explicitly); otherwise the defaults apply.
+    /// A file every user may read is refused when it holds the database's
+    /// password (in `[database] url`): the package installs it 0640, group
+    /// nearby-server.
     public static func load(path: String, required: Bool) throws(ConfigurationError) -> ServerConfiguration {
-        try ServerConfiguration().applying(ConfigFile(path: path, required: required))
+        let configuration = try ServerConfiguration().applying(ConfigFile(path: path, required: required))
+        if let url = configuration.databaseURL, URLComponents(string: url)?.password != nil {
+            try SecretFile.checkNotWorldReadable(path, holding: "the database's password ([database] url)",
+                                                 instead: "or move the password to [database] password-file or PGPASSWORD")
+        }
+        return configuration
+    }
+
+    /// The password for `[database] url` when the URL has none: the first
+    /// line of `[database] password-file`, else the environment's
+    /// `PGPASSWORD`, as libpq reads it; nil for neither. The file is refused
+    /// when every user may read it.
+    public func databasePassword(environment: [String: String] = ProcessInfo.processInfo.environment)
+        throws(ConfigurationError) -> String? {
+        guard let databaseURL, URLComponents(string: databaseURL)?.password == nil else { return nil }
+        guard let databasePasswordFile else { return environment["PGPASSWORD"] }
+        return try SecretFile.firstLine(of: databasePasswordFile, what: "[database] password-file")
     }
 
     /// Parses a TOML document. `source` names it in error messages.
@@ -206,7 +233,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try http.integer("request-timeout-seconds") { configuration.http.requestTimeoutSeconds = value }
         if let value = try http.integer("max-request-line-bytes") { configuration.http.maxRequestLineBytes = value }
         if let value = try http.integer("max-header-bytes") { configuration.http.maxHeaderBytes = value }
-        let database = try file.section("database", keys: ["path", "url"])
+        let database = try file.section("database", keys: ["path", "url", "password-file"])
+        if let value = try database.string("password-file") { configuration.databasePasswordFile = value }
         switch (try database.string("path"), try database.string("url")) {
         case (_?, _?):
             throw ConfigurationError("\(file.source): [database] has both path (a SQLite file) and url (a PostgreSQL database): set one")
@@ -255,7 +283,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try limits.integer("device-idle-days") { configuration.limits.deviceIdleDays = value }
         if let value = try limits.integer("deleted-device-days") { configuration.limits.deletedDeviceDays = value }
         let xmpp = try file.section("xmpp", keys: [
-            "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-unacked-per-connection",
+            "listen", "domain", "certificate", "private-key", "max-stanza-bytes", "max-connections", "max-connections-per-project", "max-unacked-per-connection",
             "max-pending-downstream-per-device", "max-pending-receipts-per-project", "claim-lease-seconds", "max-unauthenticated-connections", "max-unauthenticated-connections-per-address",
             "tls-handshake-timeout-seconds", "negotiation-timeout-seconds", "idle-timeout-seconds", "ping-timeout-seconds",
         ])
@@ -267,6 +295,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try xmpp.string("private-key") { configuration.xmpp.privateKeyPath = value }
         if let value = try xmpp.integer("max-stanza-bytes") { configuration.xmpp.maxStanzaBytes = value }
         if let value = try xmpp.integer("max-connections") { configuration.xmpp.maxConnections = value }
+        if let value = try xmpp.integer("max-connections-per-project") { configuration.xmpp.maxConnectionsPerProject = value }
         if let value = try xmpp.integer("max-unacked-per-connection") { configuration.xmpp.maxUnackedPerConnection = value }
         if let value = try xmpp.integer("max-pending-downstream-per-device") {
             configuration.xmpp.maxPendingDownstreamPerDevice = value
@@ -299,7 +328,13 @@ public struct ServerConfiguration: Sendable, Equatable {
             } catch {
                 throw ConfigurationError("[database] url: \(error.message)")
             }
+            if databasePasswordFile != nil, URLComponents(string: databaseURL)?.password != nil {
+                throw ConfigurationError("[database] url has a password and password-file names another: set one")
+            }
         } else {
+            if databasePasswordFile != nil {
+                throw ConfigurationError("[database] password-file is for url (a PostgreSQL database): path needs none")
+            }
             guard !databasePath.isEmpty else { throw ConfigurationError("[database] path must not be empty") }
         }
         try Self.check(http.maxConnections, in: 1...1_000_000, "[http] max-connections")
@@ -355,6 +390,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.maxStanzaBytes, in: 32_768...(16 << 20), "[xmpp] max-stanza-bytes",
                        below: "room for a 4096-byte payload, escaped")
         try Self.check(xmpp.maxConnections, in: 1...100_000, "[xmpp] max-connections")
+        try Self.check(xmpp.maxConnectionsPerProject, in: 1...100_000, "[xmpp] max-connections-per-project")
         try Self.check(xmpp.maxUnackedPerConnection, in: 1...10_000, "[xmpp] max-unacked-per-connection")
         try Self.check(xmpp.maxPendingDownstreamPerDevice, in: 1...100_000, "[xmpp] max-pending-downstream-per-device")
         try Self.check(xmpp.maxPendingReceiptsPerProject, in: 1...10_000_000, "[xmpp] max-pending-receipts-per-project")

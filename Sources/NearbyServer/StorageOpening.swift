@@ -6,7 +6,7 @@ extension ServerConfiguration {
     /// `path` (created, with its directory, when missing).
     public func openStorage() async throws -> any ServerStorage {
         if let databaseURL {
-            return try await PostgresStorage(url: databaseURL)
+            return try await PostgresStorage(url: databaseURL, password: try databasePassword())
         }
         return try SQLiteStorage(path: databasePath)
     }

@@ -5,8 +5,11 @@
 /// separately, so that connections that never log in cannot take the places
 /// of application servers that do:
 ///
-/// - Authenticated connections: at most `maximumAuthenticated`; one more is
-///   refused when it authenticates (``authenticate(_:)``).
+/// - Authenticated connections: at most `maximumAuthenticatedPerTenant` of
+///   one tenant (the login's bare JID: a project's sender ID), so that one
+///   project cannot take every place from the others, and at most
+///   `maximumAuthenticated` in all; one more is refused when it
+///   authenticates (``authenticate(_:tenant:)``).
 /// - Unauthenticated connections: at most `maximumUnauthenticated`, and
 ///   `maximumUnauthenticatedPerGroup` from one ``PeerAddressGroup``. A new
 ///   connection is never refused for them: the *slowest* of its group makes
@@ -27,6 +30,7 @@
 /// connection, which is cheap at the sizes the configuration allows.
 struct ConnectionAdmission<ID: Hashable> {
     let maximumAuthenticated: Int
+    let maximumAuthenticatedPerTenant: Int
     let maximumUnauthenticated: Int
     let maximumUnauthenticatedPerGroup: Int
 
@@ -46,12 +50,17 @@ struct ConnectionAdmission<ID: Hashable> {
 
     private var waiting: [ID: Waiting] = [:]
     private var groupSizes: [PeerAddressGroup: Int] = [:]
-    private var authenticated: Set<ID> = []
+    /// Each authenticated connection's tenant.
+    private var authenticated: [ID: String] = [:]
+    private var tenantSizes: [String: Int] = [:]
     private var events: UInt64 = 0
 
-    init(maximumAuthenticated: Int, maximumUnauthenticated: Int, maximumUnauthenticatedPerGroup: Int) {
-        precondition(maximumAuthenticated > 0 && maximumUnauthenticated > 0 && maximumUnauthenticatedPerGroup > 0)
+    init(maximumAuthenticated: Int, maximumAuthenticatedPerTenant: Int, maximumUnauthenticated: Int,
+         maximumUnauthenticatedPerGroup: Int) {
+        precondition(maximumAuthenticated > 0 && maximumAuthenticatedPerTenant > 0 && maximumUnauthenticated > 0
+            && maximumUnauthenticatedPerGroup > 0)
         self.maximumAuthenticated = maximumAuthenticated
+        self.maximumAuthenticatedPerTenant = maximumAuthenticatedPerTenant
         self.maximumUnauthenticated = maximumUnauthenticated
         self.maximumUnauthenticatedPerGroup = maximumUnauthenticatedPerGroup
     }
@@ -101,23 +110,34 @@ struct ConnectionAdmission<ID: Hashable> {
         case admitted
         /// `maximumAuthenticated` are authenticated already; it stays as it was.
         case full
+        /// `maximumAuthenticatedPerTenant` of its tenant are; it stays as it was.
+        case tenantFull
         /// It is no longer counted (displaced meanwhile).
         case unknown
     }
 
-    /// The connection authenticated.
-    mutating func authenticate(_ id: ID) -> Authentication {
+    /// The connection authenticated as one of `tenant`'s.
+    mutating func authenticate(_ id: ID, tenant: String) -> Authentication {
         guard waiting[id] != nil else { return .unknown }
+        guard tenantSizes[tenant, default: 0] < maximumAuthenticatedPerTenant else { return .tenantFull }
         guard authenticated.count < maximumAuthenticated else { return .full }
         removeWaiting(id)
-        authenticated.insert(id)
+        authenticated[id] = tenant
+        tenantSizes[tenant, default: 0] += 1
         return .admitted
+    }
+
+    /// Authenticated connections of `tenant`.
+    func authenticatedCount(of tenant: String) -> Int {
+        tenantSizes[tenant, default: 0]
     }
 
     /// The connection is gone.
     mutating func remove(_ id: ID) {
         removeWaiting(id)
-        authenticated.remove(id)
+        guard let tenant = authenticated.removeValue(forKey: id) else { return }
+        tenantSizes[tenant, default: 1] -= 1
+        if tenantSizes[tenant] == 0 { tenantSizes[tenant] = nil }
     }
 
     private mutating func advance(_ id: ID, to progress: Progress) {

@@ -167,6 +167,7 @@ final class ServerCore: Sendable {
         self.logger = logger
         state = Mutex(State(admission: ConnectionAdmission(
             maximumAuthenticated: configuration.maximumConnections,
+            maximumAuthenticatedPerTenant: configuration.maximumConnectionsPerUser,
             maximumUnauthenticated: configuration.maximumUnauthenticatedConnections,
             maximumUnauthenticatedPerGroup: configuration.maximumUnauthenticatedConnectionsPerAddress)))
     }
@@ -210,9 +211,10 @@ final class ServerCore: Sendable {
         state.withLock { $0.admission.handshakeCompleted(ObjectIdentifier(channel)) }
     }
 
-    /// The connection `channel` authenticated: whether it may go on.
-    func authenticate(_ channel: any Channel) -> ConnectionAdmission<ObjectIdentifier>.Authentication {
-        state.withLock { $0.admission.authenticate(ObjectIdentifier(channel)) }
+    /// The connection `channel` authenticated as `username` (a bare JID):
+    /// whether it may go on.
+    func authenticate(_ channel: any Channel, as username: String) -> ConnectionAdmission<ObjectIdentifier>.Authentication {
+        state.withLock { $0.admission.authenticate(ObjectIdentifier(channel), tenant: username) }
     }
 
     /// Runs the service on a newly bound session; once `serve` returns, the

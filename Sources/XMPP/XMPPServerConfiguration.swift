@@ -19,6 +19,11 @@ public struct XMPPServerConfiguration: Sendable {
     /// success; one more is refused then, with the stream error
     /// `resource-constraint`.
     public var maximumConnections: Int
+    /// Authenticated connections of one user (a bare JID: a project's sender
+    /// ID) at once, within ``maximumConnections``: so that one user's
+    /// connections can never take every place from the others. One more is
+    /// refused like one beyond ``maximumConnections``.
+    public var maximumConnectionsPerUser: Int
     /// Connections not yet authenticated (in their TLS handshake, or
     /// negotiating the stream) at once. A new connection is always taken; at
     /// the limit the slowest of the address holding the most is closed for it
@@ -49,7 +54,7 @@ public struct XMPPServerConfiguration: Sendable {
     public var maximumQueuedStanzas: Int
 
     public init(host: String, port: Int, domain: String, certificateChainPEM: String, privateKeyPEM: String,
-                maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000,
+                maximumStanzaBytes: Int = 65536, maximumConnections: Int = 1000, maximumConnectionsPerUser: Int = 100,
                 maximumUnauthenticatedConnections: Int = 256, maximumUnauthenticatedConnectionsPerAddress: Int = 32,
                 tlsHandshakeTimeout: Duration = .seconds(10), negotiationTimeout: Duration = .seconds(20),
                 idleTimeout: Duration = .seconds(120), pingTimeout: Duration = .seconds(30),
@@ -61,6 +66,7 @@ public struct XMPPServerConfiguration: Sendable {
         self.privateKeyPEM = privateKeyPEM
         self.maximumStanzaBytes = maximumStanzaBytes
         self.maximumConnections = maximumConnections
+        self.maximumConnectionsPerUser = maximumConnectionsPerUser
         self.maximumUnauthenticatedConnections = maximumUnauthenticatedConnections
         self.maximumUnauthenticatedConnectionsPerAddress = maximumUnauthenticatedConnectionsPerAddress
         self.tlsHandshakeTimeout = tlsHandshakeTimeout

@@ -393,13 +393,22 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
         promise.completeWithTask { await service.authenticate(username: username, password: password) }
         promise.futureResult.assumeIsolated().whenSuccess { [self] accepted in
             guard case .authenticating = state else { return }
-            if accepted, let admission = self.context.map({ core.authenticate($0.channel) }), admission != .admitted {
+            if accepted, let admission = self.context.map({ core.authenticate($0.channel, as: username) }), admission != .admitted {
                 // Full, or displaced meanwhile (then its own close is on its way).
-                if admission == .full {
+                switch admission {
+                case .full:
                     logger.notice("XMPP login refused: max-connections application server connections are open",
                                   metadata: ["username": "\(username)"])
+                    abort(.resourceConstraint, text: "the server has as many application server connections as it takes")
+                case .tenantFull:
+                    // The project's own doing: at debug, like its other failures (its logins may come in floods).
+                    logger.debug("XMPP login refused: max-connections-per-project of this project are open",
+                                 metadata: ["username": "\(username)"])
+                    abort(.resourceConstraint, text: "\(username) has as many connections open as the server takes of one project "
+                        + "(\(configuration.maximumConnectionsPerUser))")
+                case .admitted, .unknown:
+                    abort(.resourceConstraint, text: "the server has as many application server connections as it takes")
                 }
-                abort(.resourceConstraint, text: "the server has as many application server connections as it takes")
             } else if accepted {
                 logger.debug("authenticated", metadata: ["username": "\(username)"])
                 // Both sides start a new stream: a new parser for the client's.

@@ -32,8 +32,10 @@ struct MigrateCommand: AsyncParsableCommand {
 
             After: set [database] url to the same URL and start the server.
 
-            --to defaults to [database] url of the configuration file, which keeps a password \
-            off the command line, where other users can read it in the process list.
+            --to defaults to [database] url of the configuration file (with the password of \
+            [database] password-file, when the URL has none), which keeps a password off the \
+            command line, where other users can read it in the process list. A URL without a \
+            password, and no password-file, takes PGPASSWORD's, as libpq does.
 
             Output: one line per table as it is copied, TABLE: ROWS, then
 
@@ -70,12 +72,12 @@ struct MigrateCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let url = try to ?? configuredURL()
+        let (url, password) = try to.map { ($0, ProcessInfo.processInfo.environment["PGPASSWORD"]) } ?? configuredURL()
         ServiceLogging.bootstrap(identifier: "nearby-server", level: .warning)
         let path = String(from.dropFirst(Self.sqlitePrefix.count))
         let clock = ContinuousClock()
         let started = clock.now
-        let summary = try await DatabaseMigration(sqlitePath: path, postgresURL: url).run { table in
+        let summary = try await DatabaseMigration(sqlitePath: path, postgresURL: url, password: password).run { table in
             // Unbuffered: the operator sees each table as it is done.
             FileHandle.standardOutput.write(Data("\(table.name): \(table.rows)\n".utf8))
         }
@@ -85,12 +87,14 @@ struct MigrateCommand: AsyncParsableCommand {
             + String(format: "%.1f s", seconds))
     }
 
-    /// `[database] url` of the configuration file.
-    private func configuredURL() throws -> String {
+    /// `[database] url` of the configuration file, and its password when
+    /// the URL has none (`password-file`, or `PGPASSWORD`).
+    private func configuredURL() throws -> (String, String?) {
         let path = config ?? ServerConfiguration.defaultPath
-        guard let url = try ServerConfiguration.load(path: path, required: config != nil).databaseURL else {
+        let configuration = try ServerConfiguration.load(path: path, required: config != nil)
+        guard let url = configuration.databaseURL else {
             throw ValidationError("no --to, and \(path) has no [database] url")
         }
-        return url
+        return (url, try configuration.databasePassword())
     }
 }

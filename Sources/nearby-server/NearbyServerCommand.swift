@@ -70,6 +70,7 @@ struct StorageOptions: ParsableArguments {
             } else {
                 configuration.databasePath = database
                 configuration.databaseURL = nil
+                configuration.databasePasswordFile = nil
             }
         }
         try configuration.validate()

@@ -98,6 +98,7 @@ import Testing
                 ("alpha/*", 1, "may not hold '*'"),
                 ("*/type", 1, "must name one namespace"),
                 ("alpha/tab\there", 1, "control characters"),
+                ("al\u{0}pha/type", 1, "the namespace may not hold control characters"),
             ]
             for (namespacedType, bytes, message) in refused {
                 expectError(try await attach(namespacedType, bytes: bytes), .badRequest, .invalidArgument, mentioning: message)

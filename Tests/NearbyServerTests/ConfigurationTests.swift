@@ -40,6 +40,7 @@ import Testing
         #expect(!configuration.xmpp.isEnabled)
         #expect(configuration.xmpp.maxStanzaBytes == 65_536)
         #expect(configuration.xmpp.maxConnections == 1000)
+        #expect(configuration.xmpp.maxConnectionsPerProject == 100)
         #expect(configuration.xmpp.maxUnackedPerConnection == 100)
         #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 100)
         #expect(configuration.xmpp.maxPendingReceiptsPerProject == 10_000)
@@ -86,6 +87,7 @@ import Testing
             private-key = "/etc/x.key"
             max-stanza-bytes = 40000
             max-connections = 7
+            max-connections-per-project = 3
             max-unacked-per-connection = 20
             max-pending-downstream-per-device = 30
             max-pending-receipts-per-project = 5
@@ -125,6 +127,7 @@ import Testing
         #expect(configuration.xmpp.isEnabled)
         #expect(configuration.xmpp.maxStanzaBytes == 40_000)
         #expect(configuration.xmpp.maxConnections == 7)
+        #expect(configuration.xmpp.maxConnectionsPerProject == 3)
         #expect(configuration.xmpp.maxUnackedPerConnection == 20)
         #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 30)
         #expect(configuration.xmpp.maxPendingReceiptsPerProject == 5)

@@ -124,6 +124,9 @@ import Testing
             let malformed: [(GetForObservedRequest, String)] = [
                 (GetForObservedRequest(observations: [], namespacedTypes: ["alpha"]), "namespacedTypes[0] 'alpha'"),
                 (GetForObservedRequest(observations: [], namespacedTypes: ["*", "a/b/c"]), "namespacedTypes[1]"),
+                // A NUL in the namespace was a 500 on PostgreSQL, which cannot hold one.
+                (GetForObservedRequest(observations: [], namespacedTypes: ["al\u{0}pha/*"]),
+                 "namespacedTypes[0]: the namespace may not hold control characters"),
                 (GetForObservedRequest(observations: [observations[0], .init(advertisedId: AdvertisedIdJSON(type: .iBeacon, id: Data([1])))]),
                  "observations[1].advertisedId.id is 1 bytes; IBEACON ids are 20 bytes"),
                 (GetForObservedRequest(observations: [.init(advertisedId: advertisedID(seed: 0), telemetry: Data(count: 65))]),

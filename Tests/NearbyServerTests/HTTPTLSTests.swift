@@ -71,6 +71,35 @@ struct HTTPTLSTests {
         }
     }
 
+    /// Anyone can make handshakes fail at will (plain HTTP, a CA the client
+    /// does not trust, an old TLS version): each is logged at debug, never
+    /// as an error line, so a flood of them cannot push the server's real
+    /// errors past journald's rate limit.
+    @Test func failedHandshakesAreLoggedAtDebugNeverAsErrors() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificate, key) = try await Self.certificate(in: directory)
+            let server = try await ServerProcess.start(in: directory, http: """
+                certificate = "\(certificate)"
+                private-key = "\(key)"
+                """, logLevel: "debug")
+            let failures = [
+                ["http://127.0.0.1:\(server.port)/v1/health"],
+                ["\(server.baseURL)/v1/health"],
+                ["--cacert", certificate, "--tlsv1.1", "--tls-max", "1.1", "\(server.baseURL)/v1/health"],
+            ]
+            for (number, arguments) in failures.enumerated() {
+                let failed = try await Self.curl(arguments)
+                #expect(failed.output.contains("000"), "\(failed.output)")
+                try await server.process.waitForLine(containing: "Error handling upgrade result", occurrence: number + 1)
+            }
+            let logged = server.process.lines.values.filter { $0.contains("Error handling upgrade result") }
+            #expect(logged.allSatisfy { $0.contains(" debug ") }, "\(logged)")
+            let errors = server.process.lines.values.filter { $0.contains(" error ") || $0.contains(" critical ") }
+            #expect(errors.isEmpty, "\(errors)")
+            await server.stop()
+        }
+    }
+
     /// (A certificate without its key is a configuration error: ServerConfigurationTests.)
     @Test func aCertificateThatCannotBeReadIsRefusedAtStart() async throws {
         try await withTemporaryDirectory { directory in

@@ -14,9 +14,10 @@ struct ServerProcess {
     let scheme: String
 
     /// `configuration` is TOML for the file besides `[http] listen` and `[database] path`, each section once;
-    /// `descriptors` the soft and hard descriptor limit, `hardDescriptors` a higher hard one.
+    /// `descriptors` the soft and hard descriptor limit, `hardDescriptors` a higher hard one;
+    /// `logLevel` the `--log-level` (the default's is info).
     static func start(in directory: URL, http: String = "", configuration: String = "",
-                      descriptors: Int? = nil, hardDescriptors: Int? = nil) async throws -> ServerProcess {
+                      descriptors: Int? = nil, hardDescriptors: Int? = nil, logLevel: String? = nil) async throws -> ServerProcess {
         let config = directory.appendingPathComponent("nearby-server.conf")
         let databasePath = directory.appendingPathComponent("nearby.sqlite").path
         try """
@@ -27,7 +28,7 @@ struct ServerProcess {
             path = "\(databasePath)"
             \(configuration)
             """.write(to: config, atomically: true, encoding: .utf8)
-        let serve = [executable!.path, "serve", "--config", config.path]
+        let serve = [executable!.path, "serve", "--config", config.path] + (logLevel.map { ["--log-level", $0] } ?? [])
         let process = try await ChildProcess(
             name: "nearby-server",
             executable: descriptors == nil ? executable!.path : "/usr/bin/prlimit",

@@ -149,6 +149,20 @@ public final class PostgresCluster: Sendable {
         try await run("pg_ctl", ["-D", data, "-m", "fast", "-w", "-t", "30", "stop"], within: 45)
     }
 
+    /// Adds a superuser `role` who must give `password` (SCRAM), as a
+    /// production database's role must; the server is restarted to read the
+    /// rule, so that it holds once this returns. Other roles still need none.
+    public func addPasswordRole(_ role: String, password: String) async throws {
+        try await run("psql", ["-h", directory, "-U", superuser, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c",
+                               "SET password_encryption = 'scram-sha-256'; CREATE ROLE \(role) LOGIN SUPERUSER PASSWORD '\(password)'"],
+                      within: 60)
+        try await stopServer()
+        let rules = "\(data)/pg_hba.conf"
+        let existing = try String(contentsOfFile: rules, encoding: .utf8)
+        try "local all \(role) scram-sha-256\n\(existing)".write(toFile: rules, atomically: false, encoding: .utf8)
+        try await startServer()
+    }
+
     /// Kills the server (immediate: the data is thrown away) and removes the directory.
     public func stop() async {
         if FileManager.default.fileExists(atPath: "\(data)/postmaster.pid") {

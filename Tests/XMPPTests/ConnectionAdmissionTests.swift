@@ -8,9 +8,10 @@ struct ConnectionAdmissionTests {
     static let a = PeerAddressGroup(try! SocketAddress(ipAddress: "192.0.2.1", port: 1))
     static let b = PeerAddressGroup(try! SocketAddress(ipAddress: "192.0.2.2", port: 1))
 
-    func admission(authenticated: Int = 10, unauthenticated: Int = 10, perGroup: Int = 10) -> ConnectionAdmission<Int> {
-        ConnectionAdmission(maximumAuthenticated: authenticated, maximumUnauthenticated: unauthenticated,
-                            maximumUnauthenticatedPerGroup: perGroup)
+    func admission(authenticated: Int = 10, perTenant: Int = 10, unauthenticated: Int = 10,
+                   perGroup: Int = 10) -> ConnectionAdmission<Int> {
+        ConnectionAdmission(maximumAuthenticated: authenticated, maximumAuthenticatedPerTenant: perTenant,
+                            maximumUnauthenticated: unauthenticated, maximumUnauthenticatedPerGroup: perGroup)
     }
 
     @Test func upToTheUnauthenticatedLimitNothingIsDisplacedAndOneMoreDisplacesTheOldest() {
@@ -88,28 +89,49 @@ struct ConnectionAdmissionTests {
     @Test func authenticatedConnectionsAreCountedApartUpToTheirLimit() {
         var admission = admission(authenticated: 2, unauthenticated: 2)
         for id in 1...2 { _ = admission.admit(id, from: Self.a) }
-        #expect(admission.authenticate(1) == .admitted)
-        #expect(admission.authenticate(2) == .admitted)
+        #expect(admission.authenticate(1, tenant: "p") == .admitted)
+        #expect(admission.authenticate(2, tenant: "p") == .admitted)
         #expect(admission.authenticatedCount == 2 && admission.unauthenticatedCount == 0)
         // Their slots are not the unauthenticated ones: two more come in without displacing anyone.
         #expect(admission.admit(3, from: Self.a) == nil)
         #expect(admission.admit(4, from: Self.a) == nil)
-        #expect(admission.authenticate(3) == .full)
+        #expect(admission.authenticate(3, tenant: "p") == .full)
         #expect(admission.unauthenticatedCount == 2)
         // An authenticated connection that goes frees its slot.
         admission.remove(1)
-        #expect(admission.authenticate(3) == .admitted)
+        #expect(admission.authenticate(3, tenant: "p") == .admitted)
         // A displaced connection is not authenticated afterwards.
         #expect(admission.admit(5, from: Self.a) == nil)
         #expect(admission.admit(6, from: Self.a)?.id == 4)
         admission.remove(2)
-        #expect(admission.authenticate(4) == .unknown)
+        #expect(admission.authenticate(4, tenant: "p") == .unknown)
+    }
+
+    /// One tenant (a project's sender ID) holding its share leaves the rest
+    /// to the others: its next login is refused before the server is full,
+    /// and another's is taken; one of its own going gives its place back.
+    @Test func oneTenantTakesItsShareAndNeverTheLastPlace() {
+        var admission = admission(authenticated: 4, perTenant: 2, unauthenticated: 10)
+        for id in 1...6 { _ = admission.admit(id, from: Self.a) }
+        #expect(admission.authenticate(1, tenant: "greedy") == .admitted)
+        #expect(admission.authenticate(2, tenant: "greedy") == .admitted)
+        #expect(admission.authenticate(3, tenant: "greedy") == .tenantFull)
+        #expect(admission.authenticatedCount(of: "greedy") == 2 && admission.unauthenticatedCount == 4)
+        #expect(admission.authenticate(4, tenant: "other") == .admitted)
+        #expect(admission.authenticate(5, tenant: "third") == .admitted)
+        // The server is full now: a tenant below its share meets the total.
+        #expect(admission.authenticate(6, tenant: "other") == .full)
+        admission.remove(1)
+        #expect(admission.authenticatedCount(of: "greedy") == 1)
+        #expect(admission.authenticate(3, tenant: "greedy") == .admitted)
+        for id in 1...6 { admission.remove(id) }
+        #expect(admission.authenticatedCount == 0 && admission.authenticatedCount(of: "greedy") == 0)
     }
 
     @Test func removingEveryConnectionLeavesNothingCounted() {
         var admission = admission(unauthenticated: 5, perGroup: 3)
         for id in 1...20 { _ = admission.admit(id, from: id.isMultiple(of: 2) ? Self.a : Self.b) }
-        _ = admission.authenticate(20)
+        _ = admission.authenticate(20, tenant: "p")
         for id in 1...20 { admission.remove(id) }
         #expect(admission.unauthenticatedCount == 0 && admission.authenticatedCount == 0)
         // And the groups are empty again: the limit per group applies afresh.

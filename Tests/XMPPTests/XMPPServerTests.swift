@@ -14,6 +14,8 @@ import XMPP
 struct XMPPServerTests {
     static let domain = "gcm.nearbyd.test"
     static let username = "myproject@gcm.nearbyd.test"
+    /// Another project's application server, with the same password.
+    static let otherUsername = "otherproject@gcm.nearbyd.test"
     static let password = "server-key"
 
     static let packageRoot = URL(fileURLWithPath: #filePath)
@@ -38,7 +40,7 @@ struct XMPPServerTests {
         let release = Inbox<Bool>()
 
         func authenticate(username: String, password: String) async -> Bool {
-            username == XMPPServerTests.username && password == XMPPServerTests.password
+            [XMPPServerTests.username, XMPPServerTests.otherUsername].contains(username) && password == XMPPServerTests.password
         }
 
         func serve(_ session: XMPPSession) async {
@@ -89,10 +91,11 @@ struct XMPPServerTests {
         await server.shutdown(gracePeriod: .zero)
     }
 
-    func client(port: Int, password: String = password, _ arguments: [String] = []) async throws -> ChildProcess {
+    func client(port: Int, jid: String = username, password: String = password,
+                _ arguments: [String] = []) async throws -> ChildProcess {
         try await ChildProcess(
             name: "slixmpp", executable: Self.python,
-            arguments: [Self.clientScript, "--port", "\(port)", "--jid", Self.username, "--password", password,
+            arguments: [Self.clientScript, "--port", "\(port)", "--jid", jid, "--password", password,
                         "--ca", Self.certificate.file] + arguments)
     }
 
@@ -211,6 +214,26 @@ struct XMPPServerTests {
             let third = try await client(port: port, ["--send", "hello", "--expect", "1"])
             defer { third.signal(SIGKILL) }
             try await third.waitForLine(containing: "gcm echo: hello", within: 30)
+        }
+    }
+
+    /// One project's application servers holding every connection it may
+    /// have (answering pings, so they stay) leave the others their places:
+    /// its next login is refused with resource-constraint while the server
+    /// has room, and another project's logs in.
+    @Test func oneProjectHoldingItsShareLeavesAnotherProjectAPlace() async throws {
+        try await withServer({ $0.maximumConnections = 3; $0.maximumConnectionsPerUser = 2 }) { _, port, service in
+            let holders = [try await client(port: port, ["--stay"]), try await client(port: port, ["--stay"])]
+            defer { for holder in holders { holder.signal(SIGKILL) } }
+            for holder in holders { try await holder.waitForLine(containing: "session_start", within: 30) }
+            let third = try await client(port: port)
+            defer { third.signal(SIGKILL) }
+            try await third.waitForLine(containing: "stream_error resource-constraint", within: 30)
+            #expect(!third.output.contains("session_start"))
+            let other = try await client(port: port, jid: Self.otherUsername, ["--send", "hello", "--expect", "1"])
+            defer { other.signal(SIGKILL) }
+            try await other.waitForLine(containing: "gcm echo: hello", within: 30)
+            #expect(service.bound.values.count == 3)
         }
     }
 

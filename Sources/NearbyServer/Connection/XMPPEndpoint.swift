@@ -21,6 +21,7 @@ struct XMPPEndpoint: Service {
             certificateChainPEM: try TLSFiles.read(certificatePath, "[xmpp] certificate"),
             privateKeyPEM: try TLSFiles.read(privateKeyPath, "[xmpp] private-key"),
             maximumStanzaBytes: settings.maxStanzaBytes, maximumConnections: settings.maxConnections,
+            maximumConnectionsPerUser: min(settings.maxConnectionsPerProject, settings.maxConnections),
             maximumUnauthenticatedConnections: settings.maxUnauthenticatedConnections,
             maximumUnauthenticatedConnectionsPerAddress: settings.maxUnauthenticatedConnectionsPerAddress,
             tlsHandshakeTimeout: .seconds(settings.tlsHandshakeTimeoutSeconds),

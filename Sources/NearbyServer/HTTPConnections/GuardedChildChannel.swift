@@ -35,7 +35,11 @@ struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
         }.nonisolated()
     }
 
+    /// What the connection's handling logs is about its peer (an upgrade that
+    /// fails because the TLS handshake did, which Hummingbird's WebSocket
+    /// channel logs as an error): at debug. Requests are logged with the
+    /// application's logger, not this one.
     func handle(value: Value, logger: Logger) async {
-        await inner.handle(value: value, logger: logger)
+        await inner.handle(value: value, logger: logger.peerErrorsAtDebug)
     }
 }

@@ -20,12 +20,15 @@ public struct DatabaseMigration: Sendable {
     public var sqlitePath: String
     /// The PostgreSQL database to fill, as `[database] url` names it.
     public var postgresURL: String
+    /// The password, when the URL has none.
+    public var password: String?
     /// How much each batch copies at most (smaller in tests, to cross batches).
     var batch = BatchLimit.standard
 
-    public init(sqlitePath: String, postgresURL: String) {
+    public init(sqlitePath: String, postgresURL: String, password: String? = nil) {
         self.sqlitePath = sqlitePath
         self.postgresURL = postgresURL
+        self.password = password
     }
 
     /// Copies every table, calling `tableCopied` after each, and says what
@@ -34,7 +37,7 @@ public struct DatabaseMigration: Sendable {
     /// failure leaves the PostgreSQL database without a row.
     public func run(tableCopied: (CopiedTable) -> Void = { _ in }) async throws -> MigrationSummary {
         // The URL's mistakes are told before anything is opened.
-        let location = try PostgresLocation(url: postgresURL)
+        let location = try PostgresLocation(url: postgresURL, password: password)
         let logger = Logger(label: "nearby-server.migrate")
         let source = try await SQLiteMigrationSource(path: sqlitePath)
         let target: PostgresMigrationTarget
