@@ -1,5 +1,7 @@
 import Hummingbird
 import HummingbirdWebSocket
+import NIOCore
+import NIOWebSocket
 import NearbyCore
 
 /// The WebSockets a device opens: its stream of found and lost
@@ -21,14 +23,24 @@ enum DeviceSockets {
     }
 
     /// Decides on an upgrade request: only a socket path with that device's
-    /// credential is upgraded. Anything else continues as plain HTTP, where
-    /// the router answers with the APIError that says why.
-    static func shouldUpgrade(_ head: HTTPRequest, service: NearbyService) async -> ShouldUpgradeResult<
+    /// credential is upgraded (else the answer is an empty 400). One beyond
+    /// its project's share (`[http] max-websockets-per-project`) is closed
+    /// once open, with 1013 (try again later) and the reason, as a
+    /// WebSocket client hears a refusal.
+    static func shouldUpgrade(_ head: HTTPRequest, channel: any Channel, service: NearbyService,
+                              connections: ConnectionRegistry) async -> ShouldUpgradeResult<
         WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>
     > {
         guard let (device, kind) = route(head.path),
               let record = try? await service.authenticate(device: device, authorization: head.headerFields[.authorization])
         else { return .dontUpgrade }
+        guard connections.claimSocket(channel, for: record.project) else {
+            return .upgrade([:]) { _, outbound, _ in
+                try await outbound.close(WebSocketErrorCode(codeNumber: 1013),
+                                         reason: "the project's devices hold all the WebSockets the server takes of one project "
+                                            + "([http] max-websockets-per-project)")
+            }
+        }
         return .upgrade([:]) { inbound, outbound, _ in
             switch kind {
             case .stream: try await StreamEndpoint.run(device: record, service: service, inbound: inbound, outbound: outbound)

@@ -21,7 +21,8 @@ public struct NearbyServer: Sendable {
     public init(service: NearbyService) throws {
         self.service = service
         let http = service.configuration.http
-        connections = ConnectionRegistry(limits: .init(total: http.maxConnections, perAddress: http.maxConnectionsPerAddress))
+        connections = ConnectionRegistry(limits: .init(total: http.maxConnections, perAddress: http.maxConnectionsPerAddress,
+                                                       perProject: http.websocketsPerProject))
         if let certificatePath = http.certificatePath, let privateKeyPath = http.privateKeyPath {
             tls = try TLSFiles.serverContext(certificatePath: certificatePath, privateKeyPath: privateKeyPath, section: "[http]")
         } else {
@@ -71,8 +72,8 @@ public struct NearbyServer: Sendable {
         let tls = self.tls
         let server = HTTPServerBuilder { responder in
             GuardedChildChannel(
-                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, _, _ in
-                    await DeviceSockets.shouldUpgrade(head, service: service)
+                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
+                    await DeviceSockets.shouldUpgrade(head, channel: channel, service: service, connections: connections)
                 },
                 registry: connections, settings: guardSettings, tls: tls, logger: service.logger)
         }

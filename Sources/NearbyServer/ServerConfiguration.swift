@@ -54,6 +54,10 @@ public struct ServerConfiguration: Sendable, Equatable {
         public var idleTimeoutSeconds = 60
         /// `request-timeout-seconds`: from a request's head to the end of its response (body included).
         public var requestTimeoutSeconds = 30
+        /// `max-websockets-per-project`: device streams and channels of one
+        /// project at once; nil for three quarters of `max-connections`
+        /// (``websocketsPerProject``). One beyond is answered 503.
+        public var maxWebSocketsPerProject: Int?
         /// `max-request-line-bytes`: a longer request line is answered 414.
         public var maxRequestLineBytes = 8192
         /// `max-header-bytes`: a longer request head (line and header fields) is answered 431.
@@ -68,6 +72,13 @@ public struct ServerConfiguration: Sendable, Equatable {
 
         /// Whether the API is served over TLS.
         public var usesTLS: Bool { certificatePath != nil }
+
+        /// `max-websockets-per-project`, or its default: three quarters of
+        /// `max-connections`, so that one project's devices leave the others
+        /// a quarter; one above `max-connections` is `max-connections`.
+        public var websocketsPerProject: Int {
+            min(maxWebSocketsPerProject ?? max(1, maxConnections * 3 / 4), maxConnections)
+        }
 
         public init() {}
     }
@@ -215,7 +226,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         var configuration = self
         try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp"])
         let http = try file.section("http", keys: [
-            "listen", "certificate", "private-key", "max-connections", "max-connections-per-address", "header-timeout-seconds", "idle-timeout-seconds",
+            "listen", "certificate", "private-key", "max-connections", "max-connections-per-address", "max-websockets-per-project",
+            "header-timeout-seconds", "idle-timeout-seconds",
             "request-timeout-seconds", "max-request-line-bytes", "max-header-bytes",
         ])
         if let listen = try http.string("listen") {
@@ -228,6 +240,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             configuration.http.maxConnectionsConfigured = true
         }
         if let value = try http.integer("max-connections-per-address") { configuration.http.maxConnectionsPerAddress = value }
+        if let value = try http.integer("max-websockets-per-project") { configuration.http.maxWebSocketsPerProject = value }
         if let value = try http.integer("header-timeout-seconds") { configuration.http.headerTimeoutSeconds = value }
         if let value = try http.integer("idle-timeout-seconds") { configuration.http.idleTimeoutSeconds = value }
         if let value = try http.integer("request-timeout-seconds") { configuration.http.requestTimeoutSeconds = value }
@@ -339,6 +352,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         }
         try Self.check(http.maxConnections, in: 1...1_000_000, "[http] max-connections")
         try Self.check(http.maxConnectionsPerAddress, in: 1...http.maxConnections, "[http] max-connections-per-address")
+        if let perProject = http.maxWebSocketsPerProject {
+            try Self.check(perProject, in: 1...1_000_000, "[http] max-websockets-per-project")
+        }
         try Self.check(http.headerTimeoutSeconds, in: 1...3600, "[http] header-timeout-seconds")
         try Self.check(http.idleTimeoutSeconds, in: 1...86_400, "[http] idle-timeout-seconds")
         try Self.check(http.requestTimeoutSeconds, in: 1...3600, "[http] request-timeout-seconds")

@@ -72,7 +72,8 @@ struct CommandLineTests {
             let bad = try await run(["serve", "--config", path])
             #expect(bad.status == 1)
             #expect(bad.errors == "nearby-server: \(path): unknown key 'colour' in [http]; known: listen, certificate, private-key, max-connections, "
-                + "max-connections-per-address, header-timeout-seconds, idle-timeout-seconds, request-timeout-seconds, "
+                + "max-connections-per-address, max-websockets-per-project, header-timeout-seconds, idle-timeout-seconds, "
+                + "request-timeout-seconds, "
                 + "max-request-line-bytes, max-header-bytes\n")
 
             let limitPath = directory.appendingPathComponent("limit.conf").path

@@ -41,6 +41,8 @@ import Testing
         #expect(configuration.xmpp.maxStanzaBytes == 65_536)
         #expect(configuration.xmpp.maxConnections == 1000)
         #expect(configuration.xmpp.maxConnectionsPerProject == 100)
+        #expect(configuration.http.maxWebSocketsPerProject == nil)
+        #expect(configuration.http.websocketsPerProject == 12_288, "three quarters of max-connections")
         #expect(configuration.xmpp.maxUnackedPerConnection == 100)
         #expect(configuration.xmpp.maxPendingDownstreamPerDevice == 100)
         #expect(configuration.xmpp.maxPendingReceiptsPerProject == 10_000)
@@ -52,6 +54,7 @@ import Testing
             listen = "[::1]:9000"
             max-connections = 100
             max-connections-per-address = 20
+            max-websockets-per-project = 50
             header-timeout-seconds = 5
             idle-timeout-seconds = 30
             request-timeout-seconds = 15
@@ -96,6 +99,7 @@ import Testing
         #expect(configuration.http.maxConnections == 100)
         #expect(configuration.http.maxConnectionsConfigured)
         #expect(configuration.http.maxConnectionsPerAddress == 20)
+        #expect(configuration.http.websocketsPerProject == 50)
         #expect(configuration.http.headerTimeoutSeconds == 5)
         #expect(configuration.http.idleTimeoutSeconds == 30)
         #expect(configuration.http.requestTimeoutSeconds == 15)

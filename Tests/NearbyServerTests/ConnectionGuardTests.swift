@@ -136,6 +136,35 @@ struct ConnectionRegistryTests {
         }
     }
 
+    /// At the total, the oldest idle connection of the address holding the
+    /// most makes room, not the oldest of all: a flood displaces itself.
+    @Test func atTheTotalTheFullestAddressMakesRoom() throws {
+        let registry = ConnectionRegistry(limits: .init(total: 3, perAddress: 3))
+        let lone = channel()
+        _ = try #require(admittedID(registry.admit(lone, from: ClientAddress("10.0.0.1"))))
+        let flood = [channel(), channel()]
+        for connection in flood { _ = try #require(admittedID(registry.admit(connection, from: ClientAddress("10.0.0.2")))) }
+        #expect(evicted(registry.admit(channel(), from: ClientAddress("10.0.0.3"))) === flood[0])
+    }
+
+    /// A project's WebSockets take its share and give it back when they close;
+    /// another project's have theirs.
+    @Test func aProjectsWebSocketsAreCountedAgainstItsShare() throws {
+        let registry = ConnectionRegistry(limits: .init(total: 10, perAddress: 10, perProject: 2))
+        let address = ClientAddress("10.0.0.1")
+        let sockets = [channel(), channel(), channel(), channel()]
+        var ids: [ConnectionRegistry.ID] = []
+        for socket in sockets { ids.append(try #require(admittedID(registry.admit(socket, from: address)))) }
+        #expect(registry.claimSocket(sockets[0], for: "alpha"))
+        #expect(registry.claimSocket(sockets[0], for: "alpha"), "claimed again by the same: still its own")
+        #expect(registry.claimSocket(sockets[1], for: "alpha"))
+        #expect(!registry.claimSocket(sockets[2], for: "alpha"))
+        #expect(registry.claimSocket(sockets[3], for: "beta"))
+        registry.remove(ids[0])
+        #expect(registry.claimSocket(sockets[2], for: "alpha"))
+        #expect(!registry.claimSocket(channel(), for: "alpha"), "a channel the registry does not hold")
+    }
+
     @Test func ipv6ClientsCountByTheirSlash64() throws {
         let one = ClientAddress(try SocketAddress(ipAddress: "2001:db8:1:2:aaaa::1", port: 1))
         let two = ClientAddress(try SocketAddress(ipAddress: "2001:db8:1:2:bbbb::2", port: 2))

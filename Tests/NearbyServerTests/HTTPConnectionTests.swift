@@ -182,8 +182,8 @@ struct HTTPConnectionTests {
 
     /// Devices registered without the test's HTTP client, whose own
     /// connection would count against the limits these tests reach.
-    static func devices(_ count: Int, _ harness: Harness) async throws -> [TestDevice] {
-        let key = try await harness.createProject("alpha")
+    static func devices(_ count: Int, _ harness: Harness, project: String = "alpha") async throws -> [TestDevice] {
+        let key = try await harness.createProject(project)
         var devices: [TestDevice] = []
         for _ in 0..<count { devices.append(TestDevice(registration: try await harness.service.registerDevice(apiKey: key, from: ClientAddress("test")))) }
         return devices
@@ -191,14 +191,49 @@ struct HTTPConnectionTests {
 
     /// Opens a connection the server holds busy: `device`'s stream, a WebSocket.
     static func busyConnection(_ port: Int, _ device: TestDevice, from source: String = "127.0.0.1") async throws -> RawConnection {
+        let (connection, response) = try await upgrade(port, device, from: source)
+        #expect(response.status == 101)
+        return connection
+    }
+
+    /// Asks for `device`'s stream (`path`: its channel) on a new connection; the answer.
+    static func upgrade(_ port: Int, _ device: TestDevice, path: String? = nil,
+                        from source: String = "127.0.0.1") async throws -> (RawConnection, RawResponse) {
         let connection = try await RawConnection.open(port: port, from: source)
         try await connection.send("""
-            GET \(APIPath.stream(device.id)) HTTP/1.1\r\nHost: test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+            GET \(path ?? APIPath.stream(device.id)) HTTP/1.1\r\nHost: test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
             Authorization: Bearer \(device.registration.secret)\r\n\r\n
             """)
-        #expect(try await connection.response().status == 101)
-        return connection
+        return (connection, try await connection.response())
+    }
+
+    /// The report's attack, scaled down: devices holding one project's public
+    /// API key open WebSockets from two addresses until the server would be
+    /// full. They get their project's share (by default three quarters of
+    /// `max-connections`); one more is closed once open, with 1013 (try again
+    /// later) and the reason; and another project's device still opens its
+    /// channel from a third address.
+    @Test func oneProjectsWebSocketsLeaveAnotherProjectItsPlaces() async throws {
+        try await withServer(live: true, configure: { $0.http.maxConnections = 8; $0.http.maxConnectionsPerAddress = 4 }) { harness in
+            let port = try Self.port(harness)
+            let alpha = try await Self.devices(8, harness)
+            var held: [RawConnection] = []
+            for (index, device) in alpha.prefix(6).enumerated() {
+                held.append(try await Self.busyConnection(port, device, from: index < 3 ? "127.0.0.2" : "127.0.0.3"))
+            }
+            for (index, device) in alpha.suffix(2).enumerated() {
+                let refused = try await Self.busyConnection(port, device, from: index == 0 ? "127.0.0.2" : "127.0.0.3")
+                let close = try await refused.closedByServer(within: 10)
+                // The close frame's reason (after its code, 1013).
+                #expect(close.contains("[http] max-websockets-per-project"), "\(close)")
+            }
+            let beta = try await Self.devices(1, harness, project: "beta")[0]
+            let (channel, answer) = try await Self.upgrade(port, beta, path: APIPath.channel(beta.id), from: "127.0.0.4")
+            #expect(answer.status == 101)
+            #expect(held.allSatisfy { $0.isOpen })
+            await channel.close()
+        }
     }
 
     @Test func perAddressLimitClosesTheOldestIdleConnectionFirst() async throws {
@@ -243,7 +278,12 @@ struct HTTPConnectionTests {
     }
 
     @Test func globalLimitClosesTheOldestIdleOfAnyAddressThenRefuses() async throws {
-        try await withServer(live: true, configure: { $0.http.maxConnections = 3; $0.http.maxConnectionsPerAddress = 2 }) { harness in
+        try await withServer(live: true, configure: {
+            $0.http.maxConnections = 3
+            $0.http.maxConnectionsPerAddress = 2
+            // The devices are one project's: no share below the total here.
+            $0.http.maxWebSocketsPerProject = 3
+        }) { harness in
             let port = try Self.port(harness)
             let devices = try await Self.devices(3, harness)
             let idle = try await Self.idleConnection(port, from: "127.0.0.2")

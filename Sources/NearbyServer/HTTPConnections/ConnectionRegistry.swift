@@ -11,15 +11,30 @@ import Synchronization
 /// its first request head is whole, and between a response and the next
 /// head. Those are the connections a client holds without using them (the
 /// attack is thousands of half-sent heads), so when a limit is reached the
-/// one idle longest makes room; a connection in a request or an open
-/// WebSocket is never taken. Only when nothing of the kind is idle is the new
-/// connection refused.
+/// one idle longest makes room: of the connection's own address when that
+/// address is full, else of the address holding the most. A connection in a
+/// request or an open WebSocket is never taken. Only when nothing of the kind
+/// is idle is the new connection refused.
+///
+/// A WebSocket (a device's stream or channel) holds its connection for as
+/// long as the device likes, so WebSockets are also counted by the device's
+/// project: at most `perProject` of one project's, so that devices holding a
+/// project's public API key, from however many addresses, can never take the
+/// last connections from another project's.
 final class ConnectionRegistry: Sendable {
     struct Limits: Sendable, Equatable {
         /// Connections at once, all addresses together.
         var total: Int
         /// Connections at once from one ``ClientAddress``.
         var perAddress: Int
+        /// WebSockets of one project's devices at once.
+        var perProject: Int
+
+        init(total: Int, perAddress: Int, perProject: Int? = nil) {
+            self.total = total
+            self.perAddress = perAddress
+            self.perProject = perProject ?? total
+        }
     }
 
     /// A connection's handle in the registry.
@@ -42,12 +57,16 @@ final class ConnectionRegistry: Sendable {
         let channel: any Channel
         let address: ClientAddress
         var isIdle: Bool
+        /// The project of the device whose WebSocket this is.
+        var project: String?
     }
 
     private struct State {
         var nextID: ID = 0
         var entries: [ID: Entry] = [:]
+        var byChannel: [ObjectIdentifier: ID] = [:]
         var countByAddress: [ClientAddress: Int] = [:]
+        var socketsByProject: [String: Int] = [:]
         /// Idle connections in the order they became idle: the first is the oldest.
         var idle: OrderedSet<ID> = []
         var idleByAddress: [ClientAddress: OrderedSet<ID>] = [:]
@@ -75,13 +94,14 @@ final class ConnectionRegistry: Sendable {
                 }
                 evicted = oldest
             } else if state.entries.count >= limits.total {
-                guard let oldest = state.idle.first else { return .refused(.total(limit: limits.total)) }
+                guard let oldest = Self.oldestIdleOfTheFullestAddress(state) else { return .refused(.total(limit: limits.total)) }
                 evicted = oldest
             }
             let victim = evicted.flatMap { Self.remove($0, from: &state) }
             state.nextID += 1
             let id = state.nextID
             state.entries[id] = Entry(channel: channel, address: address, isIdle: true)
+            state.byChannel[ObjectIdentifier(channel)] = id
             state.countByAddress[address, default: 0] += 1
             state.idle.append(id)
             state.idleByAddress[address, default: []].append(id)
@@ -119,13 +139,42 @@ final class ConnectionRegistry: Sendable {
         }
     }
 
+    /// `channel` is to become a WebSocket of a device of `project`: whether
+    /// the project's share (``Limits/perProject``) has room for it. When it
+    /// has, the WebSocket counts against it until the connection closes.
+    func claimSocket(_ channel: any Channel, for project: String) -> Bool {
+        state.withLock { state in
+            guard let id = state.byChannel[ObjectIdentifier(channel)], var entry = state.entries[id] else { return false }
+            if entry.project == project { return true }
+            guard entry.project == nil, state.socketsByProject[project, default: 0] < limits.perProject else { return false }
+            entry.project = project
+            state.entries[id] = entry
+            state.socketsByProject[project, default: 0] += 1
+            return true
+        }
+    }
+
     /// The connection closed.
     func remove(_ id: ID) {
         state.withLock { state in _ = Self.remove(id, from: &state) }
     }
 
+    /// The connection idle longest of the addresses holding the most
+    /// connections among those holding an idle one: a flood from one
+    /// address makes room from itself before anyone else's. Looks at every
+    /// address and idle connection, only when the server is full.
+    private static func oldestIdleOfTheFullestAddress(_ state: State) -> ID? {
+        let most = state.idleByAddress.lazy.filter { !$0.value.isEmpty }.map { state.countByAddress[$0.key, default: 0] }.max()
+        return state.idle.first { state.entries[$0].map { state.countByAddress[$0.address] == most } ?? false }
+    }
+
     private static func remove(_ id: ID, from state: inout State) -> Entry? {
         guard let entry = state.entries.removeValue(forKey: id) else { return nil }
+        state.byChannel[ObjectIdentifier(entry.channel)] = nil
+        if let project = entry.project {
+            let sockets = state.socketsByProject[project, default: 1] - 1
+            state.socketsByProject[project] = sockets > 0 ? sockets : nil
+        }
         let remaining = state.countByAddress[entry.address, default: 1] - 1
         state.countByAddress[entry.address] = remaining > 0 ? remaining : nil
         if entry.isIdle {
