@@ -89,7 +89,8 @@ public final class NearbyService: Sendable {
         }
         let feed: any MatcherFeed
         if let bus {
-            feed = try await ReplicatedMatcherFeed.start(bus: bus, matcher: matcher, logger: logger, reload: contents)
+            feed = try await ReplicatedMatcherFeed.start(bus: bus, matcher: matcher, logger: logger, reload: contents,
+                                                         content: { try await storage.publicationContent(device: $0, id: $1) })
             logger.info("listening to the other replicas", metadata: ["replica": "\(matcher.replica)"])
         } else {
             await matcher.resync(try await contents())

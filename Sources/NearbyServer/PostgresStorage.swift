@@ -510,6 +510,12 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
+    public func publicationContent(device: String, id: String) async throws -> Data? {
+        try await read { connection in
+            try await value(Data.self, "SELECT content FROM publication WHERE device = \(device) AND id = \(id)", on: connection)
+        }
+    }
+
     public func deleteExpiredPublications(nowMs: UInt64) async throws {
         try await write { connection in
             try await execute("DELETE FROM publication WHERE expiresAtMs <= \(Int64(clamping: nowMs))", on: connection)

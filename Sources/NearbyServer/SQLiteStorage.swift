@@ -584,6 +584,12 @@ public final class SQLiteStorage: ServerStorage {
         }
     }
 
+    public func publicationContent(device: String, id: String) async throws -> Data? {
+        try await pool.read { db in
+            try Data.fetchOne(db, sql: "SELECT content FROM publication WHERE device = ? AND id = ?", arguments: [device, id])
+        }
+    }
+
     public func deleteExpiredPublications(nowMs: UInt64) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM publication WHERE expiresAtMs <= ?", arguments: [Int64(clamping: nowMs)])

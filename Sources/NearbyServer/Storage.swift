@@ -90,6 +90,8 @@ public protocol ServerStorage: BeaconStorage, ConnectionStorage {
 
     /// One device's publications, by id; or every device's when `device` is nil.
     func publications(device: String?) async throws -> [StoredPublication]
+    /// The content of one publication, or nil when the device has none of that id.
+    func publicationContent(device: String, id: String) async throws -> Data?
     /// Deletes publications that expire at or before `nowMs`.
     func deleteExpiredPublications(nowMs: UInt64) async throws
 

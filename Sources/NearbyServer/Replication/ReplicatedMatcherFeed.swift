@@ -12,15 +12,63 @@ import Synchronization
 /// (re)joins, the matcher is brought in line with storage (events missed
 /// meanwhile are lost; the sightings in them come back with the observers'
 /// next reports).
+///
+/// A publication's content (up to 100 KiB) is in storage already, with the
+/// device's quotas on it: an event that would not fit in one message of the
+/// bus goes without its publications' contents, which each replica reads
+/// from storage as it applies the event, so that they are neither stored a
+/// second time (PostgreSQL's `replicaMessage`, outside every quota) nor sent
+/// around whole. A content changed again meanwhile is read as it is then,
+/// and the later event changes nothing; one deleted meanwhile is skipped,
+/// and the later delete removes it.
 final class ReplicatedMatcherFeed: MatcherFeed {
     /// How long a publisher waits for its own event to come back applied.
     static let echoTimeout = Duration.seconds(5)
 
     /// An event on the bus, with who published it: a publisher waits for its own.
-    private struct Envelope: Codable {
+    struct Envelope: Codable, Equatable {
         var replica: String
         var sequence: UInt64
         var event: MatcherEvent
+        /// The publications of `event` whose content was left out, to be read from storage.
+        var contentInStorage: [String]?
+
+        /// The envelope as sent: without its publications' contents when it
+        /// would not fit in a message of `maximumBytes` with them.
+        static func encoded(replica: String, sequence: UInt64, event: MatcherEvent, maximumBytes: Int) throws -> String {
+            let whole = try JSONEncoder().encode(Envelope(replica: replica, sequence: sequence, event: event))
+            guard whole.count > maximumBytes, case .objects(let device, let changes) = event else {
+                return String(decoding: whole, as: UTF8.self)
+            }
+            var leftOut: [String] = []
+            let light = changes.map { change -> ObjectChange in
+                guard case .putPublication(var publication) = change, !publication.content.isEmpty else { return change }
+                leftOut.append(publication.id)
+                publication.content = Data()
+                return .putPublication(publication)
+            }
+            guard !leftOut.isEmpty else { return String(decoding: whole, as: UTF8.self) }
+            let envelope = Envelope(replica: replica, sequence: sequence, event: .objects(device: device, changes: light),
+                                    contentInStorage: leftOut)
+            return String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self)
+        }
+
+        /// The event with the contents left out read back from storage
+        /// (`content`); a publication storage no longer holds is left out.
+        func event(readingContents content: (_ device: String, _ id: String) async throws -> Data?) async throws -> MatcherEvent {
+            guard let leftOut = contentInStorage.map(Set.init), case .objects(let device, let changes) = event else { return event }
+            var whole: [ObjectChange] = []
+            for change in changes {
+                guard case .putPublication(var publication) = change, leftOut.contains(publication.id) else {
+                    whole.append(change)
+                    continue
+                }
+                guard let stored = try await content(device, publication.id) else { continue }
+                publication.content = stored
+                whole.append(.putPublication(publication))
+            }
+            return .objects(device: device, changes: whole)
+        }
     }
 
     /// Who waits for what to be applied. A class, so that the listening
@@ -121,10 +169,15 @@ final class ReplicatedMatcherFeed: MatcherFeed {
     /// Starts listening on `bus`; `reload` reads what storage holds, for
     /// each join. Returns once the first join has been applied (the matcher
     /// holds what storage does), or throws when it is not within `timeout`.
+    /// `content` reads a publication's content from storage, for the events
+    /// that come without it.
     static func start(bus: any ReplicaBus, matcher: Matcher, logger: Logger, timeout: Duration = .seconds(30),
-                      reload: @escaping @Sendable () async throws -> Matcher.Contents) async throws -> ReplicatedMatcherFeed {
+                      reload: @escaping @Sendable () async throws -> Matcher.Contents,
+                      content: @escaping @Sendable (_ device: String, _ id: String) async throws -> Data?)
+        async throws -> ReplicatedMatcherFeed {
         let (joined, continuation) = AsyncStream.makeStream(of: Void.self)
-        let feed = ReplicatedMatcherFeed(bus: bus, matcher: matcher, logger: logger, firstJoin: continuation, reload: reload)
+        let feed = ReplicatedMatcherFeed(bus: bus, matcher: matcher, logger: logger, firstJoin: continuation, reload: reload,
+                                         content: content)
         let outcome = await FirstOutcome.race(within: timeout) {
             for await _ in joined { return }
         }
@@ -136,7 +189,8 @@ final class ReplicatedMatcherFeed: MatcherFeed {
     }
 
     private init(bus: any ReplicaBus, matcher: Matcher, logger: Logger, firstJoin: AsyncStream<Void>.Continuation,
-                 reload: @escaping @Sendable () async throws -> Matcher.Contents) {
+                 reload: @escaping @Sendable () async throws -> Matcher.Contents,
+                 content: @escaping @Sendable (String, String) async throws -> Data?) {
         self.bus = bus
         self.matcher = matcher
         self.logger = logger
@@ -146,7 +200,8 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         // The task holds what it uses, not the feed: the feed's deinit ends it.
         listening = Task {
             await bus.listen { delivery in
-                try await Self.deliver(delivery, matcher: matcher, waiters: waiters, logger: logger, reload: reload)
+                try await Self.deliver(delivery, matcher: matcher, waiters: waiters, logger: logger, reload: reload,
+                                       content: content)
             }
         }
     }
@@ -164,8 +219,10 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         // Waiting before publishing: the event may come back before publish returns.
         let (sequence, applied) = waiters.waitForEvent()
         defer { waiters.stopWaiting(sequence) }
-        let envelope = Envelope(replica: matcher.replica, sequence: sequence, event: event)
-        try await outbox.enqueue(String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self)).result()
+        // Fitting alone in a message of the bus, its brackets aside, where its contents can be left out.
+        let envelope = try Envelope.encoded(replica: matcher.replica, sequence: sequence, event: event,
+                                            maximumBytes: bus.packedBytes - 2)
+        try await outbox.enqueue(envelope).result()
         let outcome = await FirstOutcome.race(within: Self.echoTimeout) {
             for await _ in applied { return }
         }
@@ -206,7 +263,8 @@ final class ReplicatedMatcherFeed: MatcherFeed {
     }
 
     private static func deliver(_ delivery: ReplicaDelivery, matcher: Matcher, waiters: Waiters, logger: Logger,
-                                reload: @Sendable () async throws -> Matcher.Contents) async throws {
+                                reload: @Sendable () async throws -> Matcher.Contents,
+                                content: @Sendable (String, String) async throws -> Data?) async throws {
         switch delivery {
         case .joined:
             let sentBefore = waiters.lastSequence
@@ -222,7 +280,9 @@ final class ReplicatedMatcherFeed: MatcherFeed {
                 await matcher.resync(try await reload())
                 return
             }
-            await matcher.apply(envelopes.map(\.event))
+            var events: [MatcherEvent] = []
+            for envelope in envelopes { events.append(try await envelope.event(readingContents: content)) }
+            await matcher.apply(events)
             for envelope in envelopes where envelope.replica == matcher.replica { waiters.eventApplied(envelope.sequence) }
         }
     }

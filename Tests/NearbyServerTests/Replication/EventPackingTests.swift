@@ -1,3 +1,4 @@
+import Foundation
 @testable import NearbyServer
 import Synchronization
 import Testing
@@ -21,6 +22,26 @@ import Testing
         }
 
         func listen(_ deliver: @escaping @Sendable (ReplicaDelivery) async throws -> Void) async {}
+    }
+
+    /// An event too long for one message goes without its publications'
+    /// contents, read back from storage as it is applied; one storage no
+    /// longer holds is left out, and the other changes stay.
+    @Test func contentsTooLongForAMessageAreReadFromStorage() async throws {
+        func put(_ id: String, _ bytes: Int) -> ObjectChange {
+            .putPublication(StoredPublication(device: "d1", id: id, namespace: "ns", type: "t", content: Data(count: bytes),
+                                              mediums: [.ble], mode: .broadcast, expiresAtMs: 1))
+        }
+        let event = MatcherEvent.objects(device: "d1", changes: [put("big", 10_000), put("gone", 10_000), .deleteSubscription(id: "s")])
+        let short = try ReplicatedMatcherFeed.Envelope.encoded(replica: "r", sequence: 1, event: .objects(device: "d1", changes: [put("small", 10)]),
+                                                               maximumBytes: 7900)
+        #expect(!short.contains("contentInStorage"))
+        let text = try ReplicatedMatcherFeed.Envelope.encoded(replica: "r", sequence: 2, event: event, maximumBytes: 7900)
+        #expect(text.utf8.count <= 7900)
+        let envelope = try JSONDecoder().decode(ReplicatedMatcherFeed.Envelope.self, from: Data(text.utf8))
+        #expect(envelope.contentInStorage == ["big", "gone"])
+        let read = try await envelope.event { device, id in id == "big" ? Data(count: 10_000) : nil }
+        #expect(read == .objects(device: "d1", changes: [put("big", 10_000), .deleteSubscription(id: "s")]))
     }
 
     @Test func envelopesArePackedInOrderIntoMessagesTheBusCarriesCheaply() async throws {

@@ -15,6 +15,8 @@ final class InMemoryReplicaHub: Sendable {
         var joins: [Int: Int] = [:]
         /// A cut-off replica's listener, waiting for ``reconnect(_:)``.
         var waitingToJoin: [Int: AsyncStream<Void>.Continuation] = [:]
+        /// The longest message published, in bytes.
+        var longest = 0
     }
 
     private let state = Mutex(State())
@@ -35,9 +37,13 @@ final class InMemoryReplicaHub: Sendable {
 
     fileprivate func publish(_ message: String) {
         state.withLock { state in
+            state.longest = max(state.longest, message.utf8.count)
             for listener in state.listeners.values { listener.yield(message) }
         }
     }
+
+    /// The longest message published so far, in bytes.
+    var longestMessage: Int { state.withLock { $0.longest } }
 
     /// What joining gives replica `number`: messages from now on, or, while
     /// it is cut off, what yields once it may try again.

@@ -37,6 +37,41 @@ import TestSupport
         }
     }
 
+    /// A publication's content goes from replica to replica through storage,
+    /// where it is held to the device's quotas, not on the bus: a device
+    /// putting a 100 KiB publication again and again sends only messages
+    /// that fit a notification (on PostgreSQL nothing is kept in
+    /// `replicaMessage`, outside every quota), and a subscriber on the other
+    /// replica finds the whole of its last content.
+    @Test(arguments: Engine.allCases) func largeContentsGoThroughStorageNotTheBus(engine: Engine) async throws {
+        let hub = InMemoryReplicaHub()
+        try await withReplicas(engine, hub: hub) { replicas in
+            let (a, b) = (replicas[0], replicas[1])
+            let key = try await a.createProject("alpha")
+            let publisher = try await a.register(apiKey: key)
+            let subscriber = try await b.register(apiKey: key)
+            let token = try await a.issueToken(publisher)
+            for letter in ["a", "b", "c", "d", "e"] {
+                try await a.publish(publisher, "p1", content: String(repeating: letter, count: 100 * 1024))
+            }
+            try await b.subscribe(subscriber, "s1")
+            let stream = try await b.openStream(subscriber)
+            #expect(try await b.report(subscriber, seen: [(token.token, .ble)], rssi: -42) == [.ok])
+            let expected = Match(subscription: "s1", source: "\(publisher.id)/p1", namespace: "alpha", type: "greeting",
+                                 content: Data(String(repeating: "e", count: 100 * 1024).utf8), medium: .ble, rssi: -42, distance: 1.5)
+            #expect(try await stream.next() == .found(expected))
+            try await stream.close()
+            switch engine {
+            case .sqlite:
+                #expect(hub.longestMessage <= PostgresReplicaBus.inlineBytes, "\(hub.longestMessage)")
+            case .postgres:
+                let storage = try #require(a.service.storage as? PostgresStorage)
+                let stored = try await storage.read { try await storage.value(Int64.self, "SELECT count(*) FROM replicaMessage", on: $0) }
+                #expect(stored == 0)
+            }
+        }
+    }
+
     /// The observer reports to one replica, the subscriber it hears listens on
     /// another (the publisher scans): the sighting reaches the subscriber's
     /// replica; gone, and the end of the observer's stream, take it away.
