@@ -50,6 +50,8 @@ let package = Package(
             name: "SystemdService",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
         ),
+        // Events anyone can cause at will, logged at most once a minute with a count.
+        .target(name: "SummarisedLog", dependencies: [.product(name: "Logging", package: "swift-log")]),
         // nearbyd's D-Bus API as data: its names, written once (doc/dbus-api.md describes it).
         .target(name: "NearbyBusContract"),
         .target(name: "NearbyCore", dependencies: ["NearbyBusContract", .product(name: "HeapModule", package: "swift-collections")]),
@@ -183,6 +185,7 @@ let package = Package(
         .target(
             name: "NearbyServer",
             dependencies: [
+                "SummarisedLog",
                 "NearbyCore", "ServerAPI", "ConfigFile", "XMPP",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
@@ -226,6 +229,7 @@ let package = Package(
         .target(
             name: "XMPP",
             dependencies: [
+                "SummarisedLog",
                 "CLibXML2",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -320,7 +324,7 @@ let package = Package(
         .testTarget(
             name: "NearbyServerTests",
             dependencies: [
-                "NearbyServer", "ServerAPI", "ConfigFile", "TestSupport",
+                "NearbyServer", "ServerAPI", "ConfigFile", "TestSupport", "SummarisedLog",
                 // The migration's tests read both engines' schemas and rows directly.
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),

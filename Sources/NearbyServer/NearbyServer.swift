@@ -3,6 +3,7 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOSSL
+import SummarisedLog
 import NearbyCore
 import ServiceLifecycle
 
@@ -70,12 +71,13 @@ public struct NearbyServer: Sendable {
         let connections = self.connections
         let guardSettings = ConnectionGuard.Settings(http)
         let tls = self.tls
+        let refusals = SummarisedLog(logger: service.logger)
         let server = HTTPServerBuilder { responder in
             GuardedChildChannel(
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
                     await DeviceSockets.shouldUpgrade(head, channel: channel, service: service, connections: connections)
                 },
-                registry: connections, settings: guardSettings, tls: tls, logger: service.logger)
+                registry: connections, settings: guardSettings, tls: tls, logger: service.logger, refusals: refusals)
         }
         return Application(
             router: HTTPAPI(service: service).makeRouter(),

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import SummarisedLog
 import Synchronization
 
 /// Why ``XMPPServer/start()`` failed.
@@ -116,6 +117,8 @@ final class ServerCore: Sendable {
     let configuration: XMPPServerConfiguration
     let service: any XMPPService
     let logger: Logger
+    /// Logins refused at `maximumConnections`: a line a minute at most, with how many.
+    let refusedLogins: SummarisedLog
 
     /// One accepted connection, for shutdown and for being displaced.
     struct Connection: Sendable {
@@ -165,6 +168,7 @@ final class ServerCore: Sendable {
         self.configuration = configuration
         self.service = service
         self.logger = logger
+        refusedLogins = SummarisedLog(logger: logger)
         state = Mutex(State(admission: ConnectionAdmission(
             maximumAuthenticated: configuration.maximumConnections,
             maximumAuthenticatedPerTenant: configuration.maximumConnectionsPerUser,

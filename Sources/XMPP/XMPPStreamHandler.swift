@@ -397,8 +397,8 @@ final class XMPPStreamHandler: ChannelDuplexHandler {
                 // Full, or displaced meanwhile (then its own close is on its way).
                 switch admission {
                 case .full:
-                    logger.notice("XMPP login refused: max-connections application server connections are open",
-                                  metadata: ["username": "\(username)"])
+                    core.refusedLogins.note("max-connections", "XMPP login refused: max-connections application server connections are open",
+                                            metadata: ["username": "\(username)"])
                     abort(.resourceConstraint, text: "the server has as many application server connections as it takes")
                 case .tenantFull:
                     // The project's own doing: at debug, like its other failures (its logins may come in floods).

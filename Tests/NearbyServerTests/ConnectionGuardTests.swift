@@ -4,6 +4,7 @@ import NIOEmbedded
 import NIOHTTP1
 @testable import NearbyServer
 import ServerAPI
+import SummarisedLog
 import Testing
 
 @Suite(.timeLimit(.minutes(1)))
@@ -188,7 +189,8 @@ struct ConnectionGuardTimeTests {
     func connection(_ registry: ConnectionRegistry = ConnectionRegistry(limits: .init(total: 10, perAddress: 10)))
         throws -> (EmbeddedChannel, ConnectionRegistry) {
         let channel = EmbeddedChannel()
-        let connectionGuard = ConnectionGuard(registry: registry, settings: Self.settings, logger: quietLogger())
+        let connectionGuard = ConnectionGuard(registry: registry, settings: Self.settings, logger: quietLogger(),
+                                              refusals: SummarisedLog(logger: quietLogger()))
         try channel.pipeline.syncOperations.addHandler(connectionGuard)
         try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
         try channel.pipeline.syncOperations.addHandler(HTTPResponseEncoder())

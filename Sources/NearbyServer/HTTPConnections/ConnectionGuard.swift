@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ServerAPI
+import SummarisedLog
 
 /// The first handler of every connection to the HTTP API, on its raw bytes:
 /// it takes the connection's slot in the ``ConnectionRegistry`` (or refuses
@@ -49,6 +50,8 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private let registry: ConnectionRegistry
     private let settings: Settings
     private let logger: Logger
+    /// Connections refused at a limit: a line a minute at most, with how many.
+    private let refusals: SummarisedLog
     /// This handler's place in the pipeline, while it is in one: the
     /// observer's calls come from a handler further on, which must not write
     /// raw bytes through the HTTP encoder.
@@ -66,10 +69,12 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private var timer: Scheduled<Void>?
     private var deadline: NIODeadline?
 
-    init(registry: ConnectionRegistry, settings: Settings, logger: Logger) {
+    /// `refusals` is the server's, shared by every connection's guard.
+    init(registry: ConnectionRegistry, settings: Settings, logger: Logger, refusals: SummarisedLog) {
         self.registry = registry
         self.settings = settings
         self.logger = logger
+        self.refusals = refusals
         framing = .head(RequestHeadScanner(maxRequestLineBytes: settings.maxRequestLineBytes, maxHeadBytes: settings.maxHeadBytes))
     }
 
@@ -107,7 +112,7 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
             }
             arm(context, in: settings.headerTimeout)
         case .refused(let refusal):
-            logger.notice("connection refused", metadata: ["address": "\(address)", "reason": "\(refusal)"])
+            refusals.note("\(refusal)", "connection refused", metadata: ["address": "\(address)", "reason": "\(refusal)"])
             end(context, with: .tooManyConnections(refusal))
         }
     }

@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import SummarisedLog
 
 /// A child channel of Hummingbird's (`inner`, the HTTP/1 channel with its
 /// WebSocket upgrade) with a ``ConnectionGuard`` in front of everything but
@@ -17,9 +18,11 @@ struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     let settings: ConnectionGuard.Settings
     let tls: NIOSSLContext?
     let logger: Logger
+    /// Refused connections, logged a line a minute at most (shared by every connection).
+    let refusals: SummarisedLog
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        let connectionGuard = ConnectionGuard(registry: registry, settings: settings, logger: self.logger)
+        let connectionGuard = ConnectionGuard(registry: registry, settings: settings, logger: self.logger, refusals: refusals)
         do {
             try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
             if let tls {
