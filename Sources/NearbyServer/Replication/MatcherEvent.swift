@@ -20,6 +20,35 @@ enum MatcherEvent: Sendable, Equatable, Codable {
     case streamClosed(device: String, owner: StreamOwner)
 }
 
+extension MatcherEvent {
+    /// The event in two parts that, applied one after the other, do what it
+    /// does (a device's changes in their order; a report's sightings, seen
+    /// before gone, as one report applies them); nil for one that cannot be
+    /// split.
+    var halves: (MatcherEvent, MatcherEvent)? {
+        switch self {
+        case .objects(let device, let changes) where changes.count > 1:
+            let middle = changes.count / 2
+            return (.objects(device: device, changes: Array(changes[..<middle])),
+                    .objects(device: device, changes: Array(changes[middle...])))
+        case .devicesRemoved(let ids) where ids.count > 1:
+            let middle = ids.count / 2
+            return (.devicesRemoved(Array(ids[..<middle])), .devicesRemoved(Array(ids[middle...])))
+        case .sightings(let observer, let atMs, let seen, let gone) where seen.count + gone.count > 1:
+            let middle = (seen.count + gone.count) / 2
+            if middle <= seen.count {
+                return (.sightings(observer: observer, atMs: atMs, seen: Array(seen[..<middle]), gone: []),
+                        .sightings(observer: observer, atMs: atMs, seen: Array(seen[middle...]), gone: gone))
+            }
+            let goneMiddle = middle - seen.count
+            return (.sightings(observer: observer, atMs: atMs, seen: seen, gone: Array(gone[..<goneMiddle])),
+                    .sightings(observer: observer, atMs: atMs, seen: [], gone: Array(gone[goneMiddle...])))
+        default:
+            return nil
+        }
+    }
+}
+
 /// A device's stream: the replica that holds it and its id there.
 struct StreamOwner: Sendable, Hashable, Codable {
     var replica: String

@@ -13,14 +13,19 @@ import Synchronization
 /// meanwhile are lost; the sightings in them come back with the observers'
 /// next reports).
 ///
-/// A publication's content (up to 100 KiB) is in storage already, with the
-/// device's quotas on it: an event that would not fit in one message of the
-/// bus goes without its publications' contents, which each replica reads
-/// from storage as it applies the event, so that they are neither stored a
-/// second time (PostgreSQL's `replicaMessage`, outside every quota) nor sent
-/// around whole. A content changed again meanwhile is read as it is then,
-/// and the later event changes nothing; one deleted meanwhile is skipped,
-/// and the later delete removes it.
+/// Every event goes in messages the bus carries cheaply (a notification,
+/// on PostgreSQL), so that nothing of it is stored a second time
+/// (`replicaMessage`, outside every quota):
+///
+/// - A publication's content (up to 100 KiB) is in storage already, with the
+///   device's quotas on it: an event that would not fit in one message goes
+///   without its publications' contents, which each replica reads from
+///   storage as it applies the event. A content changed again meanwhile is
+///   read as it is then, and the later event changes nothing; one deleted
+///   meanwhile is skipped, and the later delete removes it.
+/// - An event still too long (a batch of many changes, a report of many
+///   sightings) goes in parts, each applied after the other to the same
+///   effect (``MatcherEvent/halves``); the publisher waits for the last.
 final class ReplicatedMatcherFeed: MatcherFeed {
     /// How long a publisher waits for its own event to come back applied.
     static let echoTimeout = Duration.seconds(5)
@@ -33,24 +38,54 @@ final class ReplicatedMatcherFeed: MatcherFeed {
         /// The publications of `event` whose content was left out, to be read from storage.
         var contentInStorage: [String]?
 
-        /// The envelope as sent: without its publications' contents when it
-        /// would not fit in a message of `maximumBytes` with them.
-        static func encoded(replica: String, sequence: UInt64, event: MatcherEvent, maximumBytes: Int) throws -> String {
-            let whole = try JSONEncoder().encode(Envelope(replica: replica, sequence: sequence, event: event))
-            guard whole.count > maximumBytes, case .objects(let device, let changes) = event else {
-                return String(decoding: whole, as: UTF8.self)
+        /// `event` in envelopes (their sequence numbers still to be set)
+        /// that each fit in a message of `maximumBytes`: without its
+        /// publications' contents, then in parts, as far as that takes. A
+        /// part that cannot be split further goes as it is.
+        static func parts(of event: MatcherEvent, replica: String, maximumBytes: Int) throws -> [Envelope] {
+            // Measured with the longest sequence number there is.
+            func fits(_ envelope: Envelope) throws -> Bool {
+                var measured = envelope
+                measured.sequence = .max
+                return try JSONEncoder().encode(measured).count <= maximumBytes
             }
-            var leftOut: [String] = []
-            let light = changes.map { change -> ObjectChange in
-                guard case .putPublication(var publication) = change, !publication.content.isEmpty else { return change }
-                leftOut.append(publication.id)
-                publication.content = Data()
-                return .putPublication(publication)
+            var envelope = Envelope(replica: replica, sequence: 0, event: event)
+            guard try !fits(envelope) else { return [envelope] }
+            if case .objects(let device, let changes) = event {
+                var leftOut: [String] = []
+                let light = changes.map { change -> ObjectChange in
+                    guard case .putPublication(var publication) = change, !publication.content.isEmpty else { return change }
+                    leftOut.append(publication.id)
+                    publication.content = Data()
+                    return .putPublication(publication)
+                }
+                if !leftOut.isEmpty {
+                    envelope = Envelope(replica: replica, sequence: 0, event: .objects(device: device, changes: light),
+                                        contentInStorage: leftOut)
+                    if try fits(envelope) { return [envelope] }
+                }
             }
-            guard !leftOut.isEmpty else { return String(decoding: whole, as: UTF8.self) }
-            let envelope = Envelope(replica: replica, sequence: sequence, event: .objects(device: device, changes: light),
-                                    contentInStorage: leftOut)
-            return String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self)
+            guard let (first, second) = envelope.event.halves else { return [envelope] }
+            let split = try parts(of: first, replica: replica, maximumBytes: maximumBytes)
+                + parts(of: second, replica: replica, maximumBytes: maximumBytes)
+            guard let leftOut = envelope.contentInStorage.map(Set.init) else { return split }
+            // Each part names the contents left out of its own publications.
+            return split.map { part in
+                var part = part
+                if case .objects(_, let changes) = part.event {
+                    let own = changes.compactMap { change -> String? in
+                        guard case .putPublication(let publication) = change, leftOut.contains(publication.id) else { return nil }
+                        return publication.id
+                    }
+                    part.contentInStorage = own.isEmpty ? nil : own
+                }
+                return part
+            }
+        }
+
+        /// The envelope as sent.
+        var encoded: String {
+            get throws { String(decoding: try JSONEncoder().encode(self), as: UTF8.self) }
         }
 
         /// The event with the contents left out read back from storage
@@ -216,15 +251,23 @@ final class ReplicatedMatcherFeed: MatcherFeed {
     }
 
     func publish(_ event: MatcherEvent) async throws {
-        // Waiting before publishing: the event may come back before publish returns.
-        let (sequence, applied) = waiters.waitForEvent()
-        defer { waiters.stopWaiting(sequence) }
-        // Fitting alone in a message of the bus, its brackets aside, where its contents can be left out.
-        let envelope = try Envelope.encoded(replica: matcher.replica, sequence: sequence, event: event,
-                                            maximumBytes: bus.packedBytes - 2)
-        try await outbox.enqueue(envelope).result()
+        // Each part fitting alone in a message of the bus, its brackets aside.
+        var parts = try Envelope.parts(of: event, replica: matcher.replica, maximumBytes: bus.packedBytes - 2)
+        // Waiting before publishing: the event may come back before publish returns. The parts are applied in
+        // order, so the last one's coming back is the whole event's.
+        var waits: [(sequence: UInt64, applied: AsyncStream<Void>)] = []
+        for index in parts.indices {
+            let wait = waiters.waitForEvent()
+            parts[index].sequence = wait.0
+            waits.append(wait)
+        }
+        defer { for wait in waits { waiters.stopWaiting(wait.sequence) } }
+        let sent = try parts.map { try outbox.enqueue(try $0.encoded) }
+        for part in sent { try await part.result() }
+        let last = waits.last?.applied
         let outcome = await FirstOutcome.race(within: Self.echoTimeout) {
-            for await _ in applied { return }
+            guard let last else { return }
+            for await _ in last { return }
         }
         if case .failure = outcome {
             // Sent, so other replicas apply it; this one catches up when its bus rejoins.

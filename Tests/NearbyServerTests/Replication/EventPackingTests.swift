@@ -1,4 +1,5 @@
 import Foundation
+import NearbyCore
 @testable import NearbyServer
 import Synchronization
 import Testing
@@ -24,24 +25,65 @@ import Testing
         func listen(_ deliver: @escaping @Sendable (ReplicaDelivery) async throws -> Void) async {}
     }
 
+    static func put(_ id: String, _ bytes: Int) -> ObjectChange {
+        .putPublication(StoredPublication(device: "d1", id: id, namespace: "ns", type: "t", content: Data(count: bytes),
+                                          mediums: [.ble], mode: .broadcast, expiresAtMs: 1))
+    }
+
     /// An event too long for one message goes without its publications'
     /// contents, read back from storage as it is applied; one storage no
     /// longer holds is left out, and the other changes stay.
     @Test func contentsTooLongForAMessageAreReadFromStorage() async throws {
-        func put(_ id: String, _ bytes: Int) -> ObjectChange {
-            .putPublication(StoredPublication(device: "d1", id: id, namespace: "ns", type: "t", content: Data(count: bytes),
-                                              mediums: [.ble], mode: .broadcast, expiresAtMs: 1))
-        }
-        let event = MatcherEvent.objects(device: "d1", changes: [put("big", 10_000), put("gone", 10_000), .deleteSubscription(id: "s")])
-        let short = try ReplicatedMatcherFeed.Envelope.encoded(replica: "r", sequence: 1, event: .objects(device: "d1", changes: [put("small", 10)]),
-                                                               maximumBytes: 7900)
-        #expect(!short.contains("contentInStorage"))
-        let text = try ReplicatedMatcherFeed.Envelope.encoded(replica: "r", sequence: 2, event: event, maximumBytes: 7900)
+        let small = try ReplicatedMatcherFeed.Envelope.parts(of: .objects(device: "d1", changes: [Self.put("small", 10)]),
+                                                             replica: "r", maximumBytes: 7900)
+        #expect(small.count == 1 && small[0].contentInStorage == nil)
+        let event = MatcherEvent.objects(device: "d1", changes: [Self.put("big", 10_000), Self.put("gone", 10_000),
+                                                                  .deleteSubscription(id: "s")])
+        let parts = try ReplicatedMatcherFeed.Envelope.parts(of: event, replica: "r", maximumBytes: 7900)
+        #expect(parts.count == 1)
+        let text = try parts[0].encoded
         #expect(text.utf8.count <= 7900)
         let envelope = try JSONDecoder().decode(ReplicatedMatcherFeed.Envelope.self, from: Data(text.utf8))
         #expect(envelope.contentInStorage == ["big", "gone"])
-        let read = try await envelope.event { device, id in id == "big" ? Data(count: 10_000) : nil }
-        #expect(read == .objects(device: "d1", changes: [put("big", 10_000), .deleteSubscription(id: "s")]))
+        let read = try await envelope.event { _, id in id == "big" ? Data(count: 10_000) : nil }
+        #expect(read == .objects(device: "d1", changes: [Self.put("big", 10_000), .deleteSubscription(id: "s")]))
+    }
+
+    /// An event too long even so goes in parts that each fit, applied one
+    /// after the other to the same effect: a batch's changes in order, a
+    /// report's sightings seen before gone.
+    @Test func anEventTooLongEvenSoGoesInPartsThatEachFit() async throws {
+        let changes = (0..<256).map { Self.put("publication-\($0)", $0.isMultiple(of: 2) ? 200 : 0) }
+        let parts = try ReplicatedMatcherFeed.Envelope.parts(of: .objects(device: "d1", changes: changes), replica: "r",
+                                                             maximumBytes: 7900)
+        #expect(parts.count > 1)
+        for part in parts { #expect(try part.encoded.utf8.count <= 7900) }
+        var applied: [ObjectChange] = []
+        for part in parts {
+            // Storage gives back each content left out: the even ones' 200 bytes.
+            guard case .objects(_, let some) = try await part.event(readingContents: { _, id in
+                Int(id.split(separator: "-")[1])!.isMultiple(of: 2) ? Data(count: 200) : Data()
+            }) else { Issue.record("not objects"); return }
+            applied += some
+        }
+        #expect(applied == changes)
+
+        let seen = (0..<300).map { SeenEdge(observed: "device-\($0)", token: Token(bytes: Array(repeating: UInt8($0 % 256), count: Token.byteCount))!, medium: .ble,
+                                            rssi: -50, distance: 1.5) }
+        let gone = (0..<100).map { GoneEdge(observed: "device-\($0)", token: Token(bytes: Array(repeating: 1, count: Token.byteCount))!, medium: .audio) }
+        let report = MatcherEvent.sightings(observer: "o", atMs: 7, seen: seen, gone: gone)
+        let reportParts = try ReplicatedMatcherFeed.Envelope.parts(of: report, replica: "r", maximumBytes: 7900)
+        #expect(reportParts.count > 1)
+        var allSeen: [SeenEdge] = [], allGone: [GoneEdge] = []
+        for part in reportParts {
+            #expect(try part.encoded.utf8.count <= 7900)
+            guard case .sightings("o", 7, let someSeen, let someGone) = part.event else { Issue.record("not the report"); return }
+            // Nothing seen comes after something gone.
+            #expect(someSeen.isEmpty || allGone.isEmpty)
+            allSeen += someSeen
+            allGone += someGone
+        }
+        #expect(allSeen == seen && allGone == gone)
     }
 
     @Test func envelopesArePackedInOrderIntoMessagesTheBusCarriesCheaply() async throws {
