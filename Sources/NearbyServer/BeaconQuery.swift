@@ -29,9 +29,9 @@ enum BeaconQuery {
                 }
                 filter.types.append(type)
             case "description":
-                // No stored description holds one, and PostgreSQL's text cannot.
-                guard !value.unicodeScalars.contains("\u{0}") else {
-                    throw APIError(.invalidArgument, "q term: a description may not hold the NUL character (U+0000)")
+                // No stored description holds what the rule refuses, and PostgreSQL's text cannot hold a NUL.
+                if let problem = TextRule.problem(value, field: "q term: a description", .freeText) {
+                    throw APIError(.invalidArgument, problem)
                 }
                 filter.descriptions.append(value)
             default:

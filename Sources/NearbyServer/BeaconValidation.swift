@@ -19,22 +19,22 @@ enum BeaconValidation {
     /// place) from `fields` onto `beacon`, checked. A field `fields` lacks is
     /// cleared, as Google's update does.
     static func describe(_ beacon: inout StoredBeacon, with fields: Beacon) throws(APIError) {
-        try checkLength(fields.description, max: maxDescriptionBytes, field: "description")
+        try checkLength(fields.description, max: maxDescriptionBytes, field: "description", .freeText)
         let properties = fields.properties ?? [:]
         guard properties.count <= maxProperties else {
             throw APIError(.invalidArgument, "properties has \(properties.count) entries; at most \(maxProperties) are kept")
         }
         for (key, value) in properties {
             guard !key.isEmpty else { throw APIError(.invalidArgument, "properties has an empty key") }
-            try checkLength(key, max: maxPropertyKeyBytes, field: "a properties key")
-            try checkLength(value, max: maxPropertyValueBytes, field: "properties.\(key)")
+            try checkLength(key, max: maxPropertyKeyBytes, field: "a properties key", .name)
+            try checkLength(value, max: maxPropertyValueBytes, field: "properties.\(key)", .freeText)
         }
         if let stability = fields.expectedStability, !stabilities.contains(stability) {
             throw APIError(.invalidArgument,
                            "expectedStability '\(stability)' is not one of \(stabilities.joined(separator: ", "))")
         }
-        try checkLength(fields.indoorLevel?.name, max: maxNameBytes, field: "indoorLevel.name")
-        try checkLength(fields.placeId, max: maxNameBytes, field: "placeId")
+        try checkLength(fields.indoorLevel?.name, max: maxNameBytes, field: "indoorLevel.name", .name)
+        try checkLength(fields.placeId, max: maxNameBytes, field: "placeId", .name)
         if let latLng = fields.latLng {
             guard (-90...90).contains(latLng.latitude) else {
                 throw APIError(.invalidArgument, "latLng.latitude \(latLng.latitude) is not between -90 and 90")
@@ -63,14 +63,14 @@ enum BeaconValidation {
         }
     }
 
-    /// At most `max` bytes, and no NUL, which PostgreSQL's text cannot hold
-    /// (so both engines refuse it alike).
-    private static func checkLength(_ text: String?, max: Int, field: String) throws(APIError) {
+    /// At most `max` bytes, and within ``TextRule`` (no NUL, which
+    /// PostgreSQL's text cannot hold: both engines refuse it alike).
+    private static func checkLength(_ text: String?, max: Int, field: String, _ kind: TextRule.Kind) throws(APIError) {
         guard let text else { return }
         guard text.utf8.count <= max else {
             throw APIError(.invalidArgument, "\(field) is \(text.utf8.count) bytes long (UTF-8); at most \(max) are kept")
         }
-        guard !text.utf8.contains(0) else { throw APIError(.invalidArgument, "\(field) may not hold the NUL character (U+0000)") }
+        if let problem = TextRule.problem(text, field: field, kind) { throw APIError(.invalidArgument, problem) }
     }
 }
 

@@ -35,8 +35,8 @@ struct NamespacedType: Equatable, Sendable {
             throw APIError(.invalidArgument, "\(field) '\(text)' must be \(form) (the type may not hold '/')")
         }
         // Neither engine is asked about a namespace it cannot hold (PostgreSQL's text takes no NUL).
-        guard !parts[0].unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw APIError(.invalidArgument, "\(field): the namespace may not hold control characters")
+        if let problem = TextRule.problem(parts[0], field: "\(field): the namespace", .name) {
+            throw APIError(.invalidArgument, problem)
         }
         return (String(parts[0]), String(parts[1]))
     }
@@ -45,9 +45,10 @@ struct NamespacedType: Equatable, Sendable {
         guard type.unicodeScalars.count <= maxTypeLength else {
             throw APIError(.invalidArgument, "\(field) '\(text)': the type is longer than \(maxTypeLength) characters")
         }
-        guard !type.unicodeScalars.contains(where: { $0 == "*" || $0.properties.generalCategory == .control }) else {
-            throw APIError(.invalidArgument, "\(field) '\(text)': the type may not hold '*' or control characters")
+        guard !type.unicodeScalars.contains("*") else {
+            throw APIError(.invalidArgument, "\(field) '\(text)': the type may not hold '*'")
         }
+        if let problem = TextRule.problem(type, field: "\(field): the type", .name) { throw APIError(.invalidArgument, problem) }
     }
 
     /// Whether an attachment of `namespace` and `type` fits, `owned` being the

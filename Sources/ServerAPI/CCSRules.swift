@@ -40,6 +40,6 @@ public enum CCSRules {
     /// which in PostgreSQL cannot hold a NUL, and in logs and payloads): 1 to
     /// ``maximumIDBytes`` bytes, no control characters.
     public static func isID(_ text: String) -> Bool {
-        (1...maximumIDBytes).contains(text.utf8.count) && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        (1...maximumIDBytes).contains(text.utf8.count) && TextRule.refused(in: text, .name) == nil
     }
 }

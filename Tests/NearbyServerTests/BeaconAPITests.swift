@@ -59,7 +59,13 @@ import Testing
             // PostgreSQL's text cannot hold a NUL: both engines refuse it by name.
             let nul = Beacon(advertisedId: advertisedID(seed: 2), description: "lobby\u{0}")
             expectError(try await harness.request(.post, BeaconAPIPath.register, headers: alpha.admin, json: nul),
-                        .badRequest, .invalidArgument, mentioning: "description may not hold the NUL character")
+                        .badRequest, .invalidArgument, mentioning: "description may not hold the control character U+0000 (only line breaks and tabs)")
+            // Nor any other control character than line breaks and tabs (an escape sequence for a terminal).
+            let escape = Beacon(advertisedId: advertisedID(seed: 3), description: "lobby\u{1b}[2J")
+            expectError(try await harness.request(.post, BeaconAPIPath.register, headers: alpha.admin, json: escape),
+                        .badRequest, .invalidArgument, mentioning: "description may not hold the control character U+001B")
+            let lines = Beacon(advertisedId: advertisedID(seed: 4), description: "lobby\r\n\tfloor 2")
+            #expect(try await harness.request(.post, BeaconAPIPath.register, headers: alpha.admin, json: lines).status == .ok)
         }
     }
 

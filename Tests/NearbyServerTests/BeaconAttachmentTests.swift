@@ -97,8 +97,8 @@ import Testing
                 ("/type", 1, "NAMESPACE/TYPE"),
                 ("alpha/*", 1, "may not hold '*'"),
                 ("*/type", 1, "must name one namespace"),
-                ("alpha/tab\there", 1, "control characters"),
-                ("al\u{0}pha/type", 1, "the namespace may not hold control characters"),
+                ("alpha/tab\there", 1, "the type may not hold the control character U+0009"),
+                ("al\u{0}pha/type", 1, "the namespace may not hold the control character U+0000"),
             ]
             for (namespacedType, bytes, message) in refused {
                 expectError(try await attach(namespacedType, bytes: bytes), .badRequest, .invalidArgument, mentioning: message)

@@ -126,7 +126,7 @@ import Testing
                 (GetForObservedRequest(observations: [], namespacedTypes: ["*", "a/b/c"]), "namespacedTypes[1]"),
                 // A NUL in the namespace was a 500 on PostgreSQL, which cannot hold one.
                 (GetForObservedRequest(observations: [], namespacedTypes: ["al\u{0}pha/*"]),
-                 "namespacedTypes[0]: the namespace may not hold control characters"),
+                 "namespacedTypes[0]: the namespace may not hold the control character U+0000"),
                 (GetForObservedRequest(observations: [observations[0], .init(advertisedId: AdvertisedIdJSON(type: .iBeacon, id: Data([1])))]),
                  "observations[1].advertisedId.id is 1 bytes; IBEACON ids are 20 bytes"),
                 (GetForObservedRequest(observations: [.init(advertisedId: advertisedID(seed: 0), telemetry: Data(count: 65))]),
