@@ -56,12 +56,7 @@ struct PermissionIdentityTests {
 
     /// `GetPermission` of the test's user, as busctl prints it (`--json=short`).
     func decision(on device: Cluster.Device, _ appId: String) async throws -> String {
-        let result = try await runProgram("/usr/bin/busctl", [
-            "--address=\(device.busAddress)", "--json=short", "call", "org.nearbyd", "/org/nearbyd",
-            "org.nearbyd.Nearby1", "GetPermission", "sa{sv}", appId, "0",
-        ])
-        #expect(result.status == 0, "\(result.output)")
-        return result.output
+        try await PermissionTests().permission(on: device, appId)
     }
 
     /// A sandboxed app in the user's session registers an agent after the
