@@ -63,6 +63,7 @@ test: setup
 	$(REPLAY) .build/debug/xmpp-fuzz Sources/XMPPFuzz/corpus
 	$(REPLAY) .build/debug/ccs-fuzz Sources/CCSFuzz/corpus
 	$(REPLAY) .build/debug/server-fuzz Sources/ServerFuzz/corpus
+	$(REPLAY) .build/debug/storage-fuzz Sources/StorageFuzz/corpus
 	$(REPLAY) .build/debug/air-fuzz Sources/AirFuzz/corpus
 	$(REPLAY) .build/debug/hci-fuzz Sources/HCIFuzz/corpus
 	$(REPLAY) .build/debug/dbus-fuzz Sources/DBusFuzz/corpus
@@ -81,7 +82,7 @@ FUZZ_SECONDS ?= 60
 # libFuzzer's random seed: the same mutations on every run, so a finding in CI
 # is found again by `make fuzz` here; another seed explores elsewhere.
 FUZZ_SEED ?= 1
-FUZZ_HARNESSES := beacons-fuzz xmpp-fuzz ccs-fuzz server-fuzz air-fuzz hci-fuzz dbus-fuzz config-fuzz modem-fuzz
+FUZZ_HARNESSES := beacons-fuzz xmpp-fuzz ccs-fuzz server-fuzz storage-fuzz air-fuzz hci-fuzz dbus-fuzz config-fuzz modem-fuzz
 FUZZ_FLAGS := -Xswiftc -sanitize=fuzzer,address -Xswiftc -DLIBFUZZER
 FUZZ_RUN = -seed=$(FUZZ_SEED) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
 	-artifact_prefix=.build-fuzz/
@@ -91,7 +92,7 @@ fuzz: setup
 	for p in $(FUZZ_HARNESSES); do \
 		$(SWIFT) build -c debug --scratch-path .build-fuzz --product $$p $(FUZZ_FLAGS) || exit 1; \
 	done
-	for c in beacons xmpp ccs server air hci dbus config modem; do mkdir -p .build-fuzz/corpus/$$c; done
+	for c in beacons xmpp ccs server storage air hci dbus config modem; do mkdir -p .build-fuzz/corpus/$$c; done
 	.build/debug/beacons-fuzz --write-seeds .build-fuzz/corpus/beacons
 	.build-fuzz/debug/beacons-fuzz -dict=Sources/BeaconsFuzz/beacons.dict -max_len=64 $(FUZZ_RUN) .build-fuzz/corpus/beacons
 	.build-fuzz/debug/xmpp-fuzz -dict=Sources/XMPPFuzz/xmpp.dict -max_len=4096 $(FUZZ_RUN) \
@@ -100,6 +101,8 @@ fuzz: setup
 		.build-fuzz/corpus/ccs Sources/CCSFuzz/corpus
 	.build-fuzz/debug/server-fuzz -dict=Sources/ServerFuzz/server.dict -max_len=8192 $(FUZZ_RUN) \
 		.build-fuzz/corpus/server Sources/ServerFuzz/corpus
+	.build-fuzz/debug/storage-fuzz -dict=Sources/StorageFuzz/storage.dict -max_len=1024 $(FUZZ_RUN) \
+		.build-fuzz/corpus/storage Sources/StorageFuzz/corpus
 	.build-fuzz/debug/air-fuzz -dict=Sources/AirFuzz/air.dict -max_len=16384 $(FUZZ_RUN) \
 		.build-fuzz/corpus/air Sources/AirFuzz/corpus
 	.build-fuzz/debug/hci-fuzz -dict=Sources/HCIFuzz/hci.dict -max_len=300 $(FUZZ_RUN) \

@@ -109,7 +109,8 @@ let package = Package(
         ),
         // libFuzzer harnesses of the other parsers of outside input (each
         // Sources/*Fuzz/README.md): nearby-server's request bodies and query
-        // strings, nearby-air's connections, HCI events, nearbyd's D-Bus
+        // strings, text on its way to both storage engines (storage-fuzz
+        // starts a throwaway PostgreSQL cluster), nearby-air's connections, HCI events, nearbyd's D-Bus
         // arguments, the configuration and static publication files, and the
         // audio demodulator; plain builds replay inputs.
         .executableTarget(
@@ -117,6 +118,12 @@ let package = Package(
             dependencies: ["NearbyServer", "FuzzReplay"],
             path: "Sources/ServerFuzz",
             exclude: ["server.dict", "README.md", "corpus"]
+        ),
+        .executableTarget(
+            name: "storage-fuzz",
+            dependencies: ["NearbyServer", "FuzzReplay", "TestSupport"],
+            path: "Sources/StorageFuzz",
+            exclude: ["storage.dict", "README.md", "corpus"]
         ),
         .executableTarget(
             name: "air-fuzz",

@@ -35,8 +35,7 @@ public enum MessageRules {
         for scalar in type.unicodeScalars {
             count += 1
             if scalar == "*" { throw .invalidArguments("type must not contain '*'") }
-            // The control characters (general category Cc) are exactly these two ranges.
-            if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) {
+            if TextRule.refuses(scalar, .name) {
                 throw .invalidArguments("type must not contain control characters")
             }
         }

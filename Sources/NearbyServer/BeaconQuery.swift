@@ -1,3 +1,4 @@
+import NearbyCore
 import ServerAPI
 
 /// The `q` of `GET /v1beta1/beacons`: terms `FIELD:VALUE` separated by

@@ -1,4 +1,5 @@
 import Foundation
+import NearbyCore
 import ServerAPI
 
 /// Checks what a project sends about its beacons before anything is stored;

@@ -1,3 +1,4 @@
+import NearbyCore
 import ServerAPI
 
 /// An attachment's `NAMESPACE/TYPE`, or a pattern of them in a query, where

@@ -1,3 +1,5 @@
+import NearbyCore
+
 /// The rules of Firebase Cloud Messaging's XMPP connection server (CCS) for
 /// a message's data, ids and time to live, in one place: nearbyd checks an
 /// app's upstream message against them before it keeps it (`SendMessage`),

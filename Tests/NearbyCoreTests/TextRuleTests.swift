@@ -1,4 +1,4 @@
-import ServerAPI
+import NearbyCore
 import Testing
 
 /// The one rule for text that reaches storage, at its edges.
