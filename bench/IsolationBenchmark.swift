@@ -34,12 +34,13 @@ enum IsolationBenchmark {
     /// The project whose application server acks the flood's messages: its name is their recipient's sender id.
     static let project = "isolation"
 
-    static func run(locations: Locations, seconds: Double, interval: Int, connections: Int, window: Int) async throws {
+    static func run(locations: Locations, seconds: Double, interval: Int, connections: Int, window: Int,
+                    loads: [Load] = Load.allCases) async throws {
         try await LoadScripts.withCluster(Cluster.Options(
             daemonLogLevel: "info", xmpp: true, busPolicy: .sharedWithOtherUsers(including: [LoadScripts.busPolicy]))
         ) { cluster, scripts in
             try await measure(cluster, scripts, locations: locations, seconds: seconds, interval: interval,
-                              connections: connections, window: window)
+                              connections: connections, window: window, loads: loads)
         }
     }
 
@@ -54,7 +55,7 @@ enum IsolationBenchmark {
     }
 
     private static func measure(_ cluster: Cluster, _ scripts: LoadScripts, locations: Locations, seconds: Double,
-                                interval: Int, connections: Int, window: Int) async throws {
+                                interval: Int, connections: Int, window: Int, loads: [Load]) async throws {
         let keys = try await cluster.createProjectKeys(project)
         let device = try await cluster.addDevice("A")
         let reference = try await ChildProcess(name: "svc_sdbus", executable: locations.program("svc_sdbus"), arguments: ["probe.Ref"],
@@ -82,7 +83,7 @@ enum IsolationBenchmark {
         let alone = try await probe()
         rows.append(Row(load: "none (the reference)", user: "", rate: nil, ours: alone.ours, reference: alone.reference,
                         errors: alone.errors, answers: ""))
-        for load in Load.allCases {
+        for load in Load.allCases where loads.contains(load) {
             for user in load.users {
                 progress("isolation: \(load.rawValue) from \(user)'s clients")
                 let process = try await scripts.start("isolation_load.py", [

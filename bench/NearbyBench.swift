@@ -371,12 +371,20 @@ struct Isolation: AsyncParsableCommand {
     @Option(help: "Calls in flight on each load connection.")
     var window = 16
 
+    @Option(name: .customLong("load"), help: ArgumentHelp(
+        "Run only this load (repeatable; by default every one). The 30 MiB ratio alone: --load big-args --load big-args-reference (about a minute).",
+        valueName: "load"))
+    var loads: [IsolationBenchmark.Load] = []
+
     func run() async throws {
         locations.apply()
         try await IsolationBenchmark.run(locations: locations, seconds: seconds, interval: interval,
-                                         connections: connections, window: window)
+                                         connections: connections, window: window,
+                                         loads: loads.isEmpty ? IsolationBenchmark.Load.allCases : loads)
     }
 }
+
+extension IsolationBenchmark.Load: ExpressibleByArgument {}
 
 /// Percentiles of a sample, in the sample's unit.
 struct Sample {
