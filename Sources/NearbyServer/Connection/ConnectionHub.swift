@@ -149,6 +149,8 @@ public actor ConnectionHub {
             pump(project)
         case .event(.tell(let device, let event)):
             tell(device, event)
+        case .event(.downstreamWaiting(let device)):
+            if let channel = channels[device] { await resend(to: device, id: channel.id) }
         case .joined:
             // What the others said while this replica was away is in storage.
             for project in Set(sessions.values.map(\.project)) { pump(project) }

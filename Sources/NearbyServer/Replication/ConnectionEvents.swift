@@ -12,6 +12,10 @@ enum ConnectionEvent: Codable, Sendable, Equatable {
     case waiting(project: String)
     /// An event for the device's channel, which is not open on this replica.
     case tell(device: String, ChannelEvent)
+    /// The device has downstream messages in storage that were too large to
+    /// tell on the bus: the replica holding its channel gives it, from
+    /// storage, what it has not been given.
+    case downstreamWaiting(device: String)
 }
 
 /// The hubs' events over a ``ReplicaBus`` of their own. They are hints: a
@@ -71,9 +75,22 @@ final class ConnectionEventFeed: Sendable {
     /// their next look (their leases' renewal, or their next join).
     func publish(_ event: ConnectionEvent) async {
         do {
-            try await bus.publish(String(decoding: try JSONEncoder().encode(Envelope(replica: replica, event: event)), as: UTF8.self))
+            var text = try encoded(event)
+            // A downstream message is in storage already: one too large for a
+            // notification is read from there by the replica holding the
+            // channel, not stored a second time for the bus (PostgreSQL's
+            // `replicaMessage`, outside every quota). A TTL 0 message told so
+            // may be swept as expired before it is read.
+            if text.utf8.count > bus.packedBytes, case .tell(let device, .message) = event {
+                text = try encoded(.downstreamWaiting(device: device))
+            }
+            try await bus.publish(text)
         } catch {
             logger.warning("a connection event could not be sent to the other replicas", metadata: ["reason": "\(error)"])
         }
+    }
+
+    private func encoded(_ event: ConnectionEvent) throws -> String {
+        String(decoding: try JSONEncoder().encode(Envelope(replica: replica, event: event)), as: UTF8.self)
     }
 }

@@ -51,6 +51,42 @@ import TestSupport
         }
     }
 
+    /// A downstream message too large for a notification reaches the
+    /// device's channel on the other replica from storage, where it is held
+    /// to the device's quota; it is not stored again for the bus (on
+    /// PostgreSQL nothing is kept in `replicaMessage`).
+    @Test(arguments: Engine.allCases) func aLargeDownstreamMessageReachesAChannelElsewhereFromStorage(engine: Engine) async throws {
+        let connectionsHub = InMemoryReplicaHub()
+        try await withReplicas(engine, connectionsHub: connectionsHub) { replicas in
+            let (one, two) = (replicas[0].service.connections, replicas[1].service.connections)
+            let device = try await replicas[0].devices(1)[0].id
+            let (_, channelEvents) = await one.openChannel(device: device, project: "alpha")
+            var channel = channelEvents.makeAsyncIterator()
+            let (session, _) = await two.openSession(project: "alpha")
+
+            // JSON writes each "/" as "\/": 4,000 of them do not fit a notification.
+            let large = ChannelDownstream(messageId: "d-large", from: "alpha", data: ["k": String(repeating: "/", count: 4000)])
+            try #require(try JSONEncoder().encode(ConnectionEvent.tell(device: device, .message(large))).count > PostgresReplicaBus.inlineBytes)
+            let downstream = #"{"to":"\#(device)","message_id":"d-large","data":{"k":"\#(String(repeating: "/", count: 4000))"}}"#
+            let answer = try ConnectionHubTests.json(await two.received(downstream, from: session))
+            #expect(answer["message_type"] as? String == "ack")
+            #expect(await channel.next() == .message(large))
+
+            // And a small one after it is told on the bus, in order.
+            let small = #"{"to":"\#(device)","message_id":"d-small","data":{"k":"v"}}"#
+            #expect(try ConnectionHubTests.json(await two.received(small, from: session))["message_type"] as? String == "ack")
+            #expect(await channel.next() == .message(ChannelDownstream(messageId: "d-small", from: "alpha", data: ["k": "v"])))
+            switch engine {
+            case .sqlite:
+                #expect(connectionsHub.longestMessage <= PostgresReplicaBus.inlineBytes, "\(connectionsHub.longestMessage)")
+            case .postgres:
+                let storage = try #require(replicas[1].service.storage as? PostgresStorage)
+                let stored = try await storage.read { try await storage.value(Int64.self, "SELECT count(*) FROM replicaMessage", on: $0) }
+                #expect(stored == 0)
+            }
+        }
+    }
+
     /// Sessions of one project on both replicas share the messages, each
     /// out with one of them; what one leaves unacked goes to the other, and
     /// what is acked never comes back.

@@ -257,11 +257,11 @@ private func waitUntilReady(_ replica: Harness, sourceLocation: SourceLocation =
 /// `engine`, each serving on a socket of its own, sharing one manual clock.
 /// On SQLite they share a file, and `hub` as their matchers' bus.
 func withReplicas(_ engine: Engine, count: Int = 2, hub: InMemoryReplicaHub = InMemoryReplicaHub(),
+                  connectionsHub: InMemoryReplicaHub = InMemoryReplicaHub(),
                   configuration: ServerConfiguration = testConfiguration(databasePath: "unused"),
                   _ body: @escaping @Sendable ([Harness]) async throws -> Void) async throws {
     let clock = ManualWallClock(nowMs: startMs)
-    // The connection hubs' bus: in PostgreSQL, a channel of its own.
-    let connectionsHub = InMemoryReplicaHub()
+    // The connection hubs' bus (`connectionsHub` on SQLite): in PostgreSQL, a channel of its own.
     try await withStorages(engine, count: count) { storages in
         var servers: [NearbyServer] = []
         for (number, storage) in storages.enumerated() {
