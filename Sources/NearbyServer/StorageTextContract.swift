@@ -40,9 +40,9 @@ import ServerAPI
         }
     }
 
-    /// The texts of an input: its bytes split at each 0xFF (a byte UTF-8
-    /// never holds), each part read as UTF-8 (what is not becomes U+FFFD, as
-    /// a JSON decoder would refuse it).
+    /// How many texts an input holds: its bytes split at each 0xFF (a byte
+    /// UTF-8 never holds), each part read as UTF-8 (what is not becomes
+    /// U+FFFD, as a JSON decoder would refuse it).
     static let fieldCount = 8
 
     /// Puts `input` through every engine; traps, naming the broken promise,
@@ -58,14 +58,14 @@ import ServerAPI
             for case .answered(let json) in outcomes {
                 for text in Self.texts(inJSON: json) {
                     if let scalar = TextRule.refused(in: text, .freeText) {
-                        broken("\(name) answered text holding U+\(String(scalar.value, radix: 16, uppercase: true)): \(json)", input)
+                        Self.broken("\(name) answered text holding U+\(String(scalar.value, radix: 16, uppercase: true)): \(json)", input)
                     }
                 }
             }
             answers.append(outcomes)
         }
         for (index, outcomes) in answers.enumerated().dropFirst() where outcomes != answers[0] {
-            broken("\(engines[0].name) and \(engines[index].name) answered apart:\n\(answers[0])\n\(outcomes)", input)
+            Self.broken("\(engines[0].name) and \(engines[index].name) answered apart:\n\(answers[0])\n\(outcomes)", input)
         }
     }
 
@@ -180,10 +180,6 @@ import ServerAPI
 
     private static func broken(_ promise: String, _ input: [UInt8]) -> Never {
         fatalError("storage-fuzz: \(promise)" + (input.isEmpty ? "" : " (input: \(input.count) bytes)"))
-    }
-
-    private func broken(_ promise: String, _ input: [UInt8]) -> Never {
-        Self.broken(promise, input)
     }
 
     /// The server's clock, stopped, so that both engines' answers carry the same times.
