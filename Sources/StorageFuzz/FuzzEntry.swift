@@ -15,8 +15,10 @@ private let clusterURLVariable = "NEARBY_STORAGE_FUZZ_POSTGRES"
 private let clusterDirectoryVariable = "NEARBY_STORAGE_FUZZ_DIRECTORY"
 
 /// Runs `body` to its end on the concurrency pool while this thread (libFuzzer's)
-/// waits; a call that takes a minute is a hang, and a finding.
-func blocking<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) throws -> T {
+/// waits; one that takes longer than `seconds` (an input: a minute) is a hang,
+/// and a finding.
+func blocking<T: Sendable>(_ what: String, within seconds: Int = 60,
+                           _ body: @escaping @Sendable () async throws -> T) throws -> T {
     let result = Mutex<Result<T, any Error>?>(nil)
     let done = DispatchSemaphore(value: 0)
     Task.detached {
@@ -25,7 +27,9 @@ func blocking<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async 
         result.withLock { $0 = outcome }
         done.signal()
     }
-    guard done.wait(timeout: .now() + 60) == .success else { fatalError("storage-fuzz: \(what) took more than 60 s") }
+    guard done.wait(timeout: .now() + .seconds(seconds)) == .success else {
+        fatalError("storage-fuzz: \(what) took more than \(seconds) s")
+    }
     return try result.withLock { $0! }.get()
 }
 
@@ -64,7 +68,8 @@ func superviseWithCluster() -> Never {
     let cluster: PostgresCluster
     let url: String
     do {
-        (cluster, url) = try blocking("starting PostgreSQL") {
+        // PostgresCluster bounds each of its steps (initdb: 120 s) itself.
+        (cluster, url) = try blocking("starting PostgreSQL", within: 600) {
             let cluster = try await PostgresCluster.start()
             do {
                 return (cluster, try await cluster.createDatabase())
@@ -103,7 +108,7 @@ func superviseWithCluster() -> Never {
     } catch {
         FileHandle.standardError.write(Data("storage-fuzz: cannot run itself again: \(error)\n".utf8))
     }
-    _ = try? blocking("removing the PostgreSQL cluster") { await cluster.stop() }
+    _ = try? blocking("removing the PostgreSQL cluster", within: 120) { await cluster.stop() }
     forwarding.forEach { $0.cancel() }
     // Not exit(): a fuzzing build's LeakSanitizer would check this run too
     // at exit, and Foundation's Process keeps a little for good.
