@@ -11,6 +11,9 @@ final class BusPump {
     private let bus: OpaquePointer
     private var io: OpaquePointer?
     private var timer: OpaquePointer?
+    /// Told how long the steps that read without dispatching took, when the
+    /// connection paces oversized calls.
+    var pacer: OversizedCallPacer?
 
     /// Steps of sd-bus (a message dispatched, or part of one read) before other
     /// event sources (Swift jobs, timers) get a turn, unless
@@ -87,12 +90,21 @@ final class BusPump {
     }
 
     private func process() {
-        let deadline = ContinuousClock.now + Self.budget
+        var started = ContinuousClock.now
+        let deadline = started + Self.budget
         var steps = 0
         // The budget is checked after each step, not before the first (the
         // deadline was just read): reading the clock costs about what a step
         // of a small call's work does.
         repeat {
+            // A step with messages waiting to be written writes them (sd-bus
+            // reads only once the queue is empty): not reading, not charged.
+            var writing = false
+            if let pacer {
+                pacer.dispatched = false
+                var queued: UInt64 = 0
+                writing = sd_bus_get_n_queued_write(bus, &queued) >= 0 && queued > 0
+            }
             let result = sd_bus_process(bus, nil)
             if result < 0 {
                 // Disconnected: sd-bus has delivered its Disconnected signal; nothing more will come.
@@ -101,6 +113,15 @@ final class BusPump {
             }
             if result == 0 { return }
             steps += 1
-        } while steps < Self.batch && ContinuousClock.now < deadline
+            let now = ContinuousClock.now
+            // A step that dispatched nothing read part of a message: its time
+            // goes to the message it was reading.
+            if let pacer, !pacer.dispatched, !writing {
+                pacer.unbilled += now - started
+                pacer.reads += 1
+            }
+            started = now
+            if now >= deadline { return }
+        } while steps < Self.batch
     }
 }

@@ -27,6 +27,7 @@ public final class BusConnection {
     let bus: OpaquePointer
     let objects = ObjectTable()
     private var pump: BusPump?
+    private var pacer: OversizedCallPacer?
     private var disconnectHandlers: [@BusActor () -> Void] = []
     private var disconnectSlot: OpaquePointer?
     /// What is waiting on the bus (replies, match installations), each with how
@@ -63,6 +64,7 @@ public final class BusConnection {
         abandonWaiting()
         if let disconnectSlot { sd_bus_slot_unref(disconnectSlot) }
         objects.close()
+        pacer?.stop()
         pump?.stop()
         sd_bus_flush_close_unref(bus)
     }
@@ -94,8 +96,20 @@ public final class BusConnection {
     public func close() {
         sd_bus_flush(bus)
         sd_bus_close(bus)
+        pacer?.stop()
         pump?.stop()
         abandonWaiting()
+    }
+
+    /// Paces the oversized messages this connection receives
+    /// (``OversizedCallBudget``): a method call found oversized once the budget
+    /// is spent is not run but answered with `refusal`, held back until the
+    /// budget would have covered it. Calls of usual size are never touched.
+    public func paceOversizedCalls(_ budget: OversizedCallBudget, refusal: DBusError) throws(DBusError) {
+        pacer?.stop()
+        let pacer = try OversizedCallPacer(bus, budget: budget, refusal: refusal)
+        self.pacer = pacer
+        pump?.pacer = pacer
     }
 
     private func abandonWaiting() {

@@ -108,6 +108,11 @@ public struct Daemon: Service {
     @BusActor
     private func start(onBusLost: @escaping @Sendable () -> Void) throws -> DaemonService {
         let connection = try BusConnection(configuration.bus)
+        try connection.paceOversizedCalls(
+            OversizedCallBudget(share: configuration.oversizedCallShare),
+            refusal: NearbyError.limitExceeded(
+                "this connection's calls are several MiB each, more than nearbyd reads in a second "
+                    + "([limits] oversized-call-share); this one was not run").dbusError)
         connection.onDisconnect {
             logger.error("the connection to the bus was lost")
             onBusLost()

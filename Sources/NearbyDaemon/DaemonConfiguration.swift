@@ -106,6 +106,10 @@ public struct DaemonConfiguration: Sendable {
 
     /// `[limits]`.
     public var limits = RegistryLimits()
+    /// `[limits] oversized-call-share`: the share of the bus thread's time that
+    /// reading oversized calls (several MiB each) may take; beyond it they are
+    /// refused, and the refusals held back (``OversizedCallBudget``).
+    public var oversizedCallShare = 0.02
 
     /// `[ble] backend` and `tx-power` (dBm at one metre).
     public var ble = Backend.bluez
@@ -248,7 +252,9 @@ public struct DaemonConfiguration: Sendable {
         let limits = try file.section("limits", keys: [
             "max-clients-per-user", "max-clients", "max-managers-per-client", "max-managers-per-user", "max-api-keys-per-user",
             "max-objects-per-manager", "max-objects-per-user", "max-objects", "max-registrations-per-user", "max-registrations",
+            "oversized-call-share",
         ])
+        if let value = try limits.number("oversized-call-share") { result.oversizedCallShare = value }
         if let value = try limits.integer("max-registrations-per-user") { result.maxRegistrationsPerUser = value }
         if let value = try limits.integer("max-registrations") { result.maxRegistrations = value }
         if try limits.integer("max-registrations-per-user") == nil {
@@ -355,6 +361,7 @@ public struct DaemonConfiguration: Sendable {
         try Self.check(lostTimeout, in: 0.2...600, "[discovery] lost-timeout")
         try Self.check(refreshInterval, in: 0.1...25, "[discovery] refresh-interval")
         try Self.check(Double(limits.maxClients), in: 1...100_000, "[limits] max-clients")
+        try Self.check(oversizedCallShare, in: 0.001...1, "[limits] oversized-call-share")
         try Self.check(Double(limits.maxClientsPerUser), in: 1...Double(limits.maxClients), "[limits] max-clients-per-user")
         try Self.check(Double(limits.maxManagersPerClient), in: 1...10_000, "[limits] max-managers-per-client")
         try Self.check(Double(limits.maxManagersPerUser), in: Double(limits.maxManagersPerClient)...1_000_000,

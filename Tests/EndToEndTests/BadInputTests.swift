@@ -241,7 +241,9 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
     /// refused with a named error as soon as it is found too large, without a decoded copy
     /// of it, and what the daemon took to read them is given back.
     @Test func oversizedArgumentsAreRefusedAndCostNoLastingMemory() async throws {
-        try await withCluster { cluster in
+        // The whole bus thread for oversized calls: each of these is refused for what it
+        // holds, never for the budget (the next test's).
+        try await withCluster(Cluster.Options(extraConfiguration: "[limits]\noversized-call-share = 1\n")) { cluster in
             let device = try await cluster.addDevice("A", at: (0, 0))
             let before = try Self.residentMiB(device.daemon.pid)
             let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("python/big_call.py").path
@@ -271,6 +273,45 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
                 after = try Self.residentMiB(device.daemon.pid)
             }
             #expect(after - before < 24, "resident \(before) MiB before, \(after) MiB after")
+        }
+    }
+
+    /// A program that sends 30 MiB calls one after another (python/oversized_flood.py,
+    /// dbus-next) is held to `[limits] oversized-call-share`: once the budget is spent its
+    /// calls are refused with LimitExceeded, each answer held back until the budget
+    /// would have covered it, while an app's calls beside it are answered as usual.
+    @Test func oversizedCallsBeyondTheirShareAreRefusedAndAnsweredLate() async throws {
+        // 5 ms of reading a second: a refused call owes at least the 1 ms an oversized
+        // message costs, so its answer waits at least 0.2 s.
+        try await withCluster(Cluster.Options(extraConfiguration: "[limits]\noversized-call-share = 0.005\n")) { cluster in
+            let device = try await cluster.addDevice("A", at: (0, 0))
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("python/oversized_flood.py").path
+            let result = try await runProgram("/usr/bin/python3", [script, device.busAddress, "\(30 << 20)", "6"])
+            var flood: [(outcome: String, message: String, seconds: Double)] = []
+            var app: [String] = []
+            for line in result.output.split(separator: "\n") {
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                      let who = object["who"] as? String else { continue }
+                let outcome = object["outcome"] as? String ?? ""
+                if who == "flood" {
+                    flood.append((outcome, object["message"] as? String ?? "", object["seconds"] as? Double ?? 0))
+                } else if who == "app" {
+                    app.append(outcome)
+                }
+            }
+            #expect(result.output.contains("\"who\": \"done\""), "\(result.output)")
+            #expect(flood.count == 6, "\(result.output)")
+            // The first finds the budget unspent: refused for what it holds.
+            #expect(flood.first?.outcome == Self.invalid, "\(result.output)")
+            let refused = flood.filter { $0.outcome == "org.nearbyd.Error.LimitExceeded" }
+            #expect(!refused.isEmpty, "no call was refused for the budget: \(result.output)")
+            for call in refused {
+                #expect(call.message.contains("[limits] oversized-call-share"), "\(call.message)")
+                #expect(call.seconds >= 0.2, "answered after \(call.seconds) s")
+            }
+            #expect(flood.allSatisfy { $0.outcome == Self.invalid || $0.outcome == "org.nearbyd.Error.LimitExceeded" },
+                    "\(result.output)")
+            #expect(!app.isEmpty && app.allSatisfy { $0 == "ok" }, "the app's calls: \(app)")
         }
     }
 

@@ -28,6 +28,7 @@ import Testing
             max-clients = 10
             max-managers-per-client = 2
             max-objects-per-manager = 50
+            oversized-call-share = 0.1
             [ble]
             backend = "off"
             tx-power = -65
@@ -62,6 +63,7 @@ import Testing
         #expect(configuration.serverURLs == ["https://nearby.example:8443"])
         #expect(configuration.lostTimeout == 2)
         #expect(configuration.limits.maxObjectsPerManager == 50)
+        #expect(configuration.oversizedCallShare == 0.1)
         #expect(configuration.ble == .off && configuration.enabledMediums == [.audio])
         #expect(configuration.audio == .alsa && configuration.capturePCM == "hw:1,0" && configuration.playbackPCM == "plughw:1,0")
         #expect(configuration.alsaConfig == "/etc/nearbyd/asound.conf")
@@ -114,6 +116,8 @@ import Testing
         ("[limits]\nmax-objects-per-user = 10\nmax-objects-per-manager = 11", "[limits] max-objects-per-manager is 11.0"),
         ("[limits]\nmax-managers-per-client = 8\nmax-managers-per-user = 7", "[limits] max-managers-per-user is 7.0"),
         ("[limits]\nmax-api-keys-per-user = 0", "[limits] max-api-keys-per-user is 0.0"),
+        ("[limits]\noversized-call-share = 0", "[limits] oversized-call-share is 0.0; it must be between 0.001 and 1.0"),
+        ("[limits]\noversized-call-share = 1.5", "[limits] oversized-call-share is 1.5"),
         ("[upstream]\nmax-pending = 10\nmax-per-user = 9", "[upstream] max-per-user is 9.0"),
         ("[upstream]\nmax-pending = 5\nmax-per-user = 10\nmax-total = 9", "[upstream] max-total is 9.0"),
         ("[upstream]\nverdict-retention-days = 0", "[upstream] verdict-retention-days is 0.0"),
