@@ -14,6 +14,10 @@ final class BusPump {
     /// Told how long the steps that read without dispatching took, when the
     /// connection paces oversized calls.
     var pacer: OversizedCallPacer?
+    /// Set when a step hands a message to a handler: the pacer's filter (calls
+    /// and signals) or a reply's callback (``BusConnection``'s calls). Steps
+    /// run one at a time on the bus thread, whichever connection they serve.
+    static var dispatched = false
 
     /// Steps of sd-bus (a message dispatched, or part of one read) before other
     /// event sources (Swift jobs, timers) get a turn, unless
@@ -100,8 +104,8 @@ final class BusPump {
             // A step with messages waiting to be written writes them (sd-bus
             // reads only once the queue is empty): not reading, not charged.
             var writing = false
-            if let pacer {
-                pacer.dispatched = false
+            if pacer != nil {
+                Self.dispatched = false
                 var queued: UInt64 = 0
                 writing = sd_bus_get_n_queued_write(bus, &queued) >= 0 && queued > 0
             }
@@ -116,7 +120,7 @@ final class BusPump {
             let now = ContinuousClock.now
             // A step that dispatched nothing read part of a message: its time
             // goes to the message it was reading.
-            if let pacer, !pacer.dispatched, !writing {
+            if let pacer, !Self.dispatched, !writing {
                 pacer.unbilled += now - started
                 pacer.reads += 1
             }

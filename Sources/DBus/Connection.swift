@@ -358,6 +358,7 @@ private let signalTrampoline: sd_bus_message_handler_t = { message, userdata, _ 
 
 private let matchInstalled: sd_bus_message_handler_t = { message, userdata, _ in
     BusActor.assumeIsolated((message, userdata)) { message, userdata in
+        BusPump.dispatched = true
         let subscription = Unmanaged<SignalSubscription>.fromOpaque(userdata!).takeUnretainedValue()
         guard let continuation = subscription.installed else { return }
         subscription.installed = nil
@@ -427,6 +428,7 @@ extension PendingCall: ReplyReceiver {}
 
 private let pendingCallReply: sd_bus_message_handler_t = { message, userdata, _ in
     BusActor.assumeIsolated((message, userdata)) { message, userdata in
+        BusPump.dispatched = true
         // Retained by the connection's table until `complete` takes it off.
         let receiver = Unmanaged<AnyObject>.fromOpaque(userdata!).takeUnretainedValue() as! ReplyReceiver
         receiver.complete(message!)

@@ -82,8 +82,6 @@ final class OversizedCallPacer {
     var unbilled: Duration = .zero
     /// How many steps that was.
     var reads = 0
-    /// Set by the filter: the step in progress dispatched a message.
-    var dispatched = false
 
     private var ledger: ReadingLedger
     private let maxHeld: Int
@@ -124,7 +122,7 @@ final class OversizedCallPacer {
 
     /// 0: dispatch the message as usual; 1: it was taken care of here.
     private func filter(_ message: OpaquePointer) -> Int32 {
-        dispatched = true
+        BusPump.dispatched = true
         let cost = unbilled
         let count = reads
         unbilled = .zero
