@@ -101,8 +101,9 @@ final class BusPump {
         // deadline was just read): reading the clock costs about what a step
         // of a small call's work does.
         repeat {
-            // A step with messages waiting to be written writes them (sd-bus
-            // reads only once the queue is empty): not reading, not charged.
+            // A step with messages waiting to be written may spend itself
+            // writing them (sd-bus writes before it reads): not charged, which
+            // errs only in the sender's favour.
             var writing = false
             if pacer != nil {
                 Self.dispatched = false

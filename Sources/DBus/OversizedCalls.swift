@@ -8,8 +8,8 @@ import Glibc
 /// decline to read what is queued: every other caller's message waits behind
 /// it. A client that sends one such call after another, each as soon as the
 /// last is answered, keeps that queue full. So the time spent reading oversized
-/// messages is paced: a message whose reading took ``oversized`` or more
-/// (several MiB) is charged to a budget that refills at ``share`` of the
+/// messages is paced: a message that took many reads and ``oversized`` or
+/// more to read (3 MiB or more) is charged to a budget that refills at ``share`` of the
 /// thread's time; a method call that finds the budget spent is not run but
 /// refused, and its refusal is held back until the budget would have covered
 /// it. A caller that waits for its answers, as every synchronous D-Bus client
