@@ -309,6 +309,17 @@ public final class Cluster: Sendable {
         serverProcess.withLock { $0 = server }
     }
 
+    /// Sends the server SIGTERM and waits up to `within` seconds for it to
+    /// exit: its exit status and how long it took.
+    public func terminateServer(within seconds: Double = 30) async throws -> (status: Int32, seconds: Double) {
+        let server = serverProcess.withLock { $0 }
+        let start = ContinuousClock.now
+        server.signal(SIGTERM)
+        let status = try await server.waitForExit(within: seconds)
+        let took = ContinuousClock.now - start
+        return (status, Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
+    }
+
     /// Stops the server gracefully (SIGTERM) and waits for it to exit.
     public func stopServer() async {
         await serverProcess.withLock { $0 }.stop()
