@@ -142,6 +142,9 @@ struct Publish: AsyncParsableCommand {
             API key, no medium works now, no permission...), again at each new reason, and
             'active' once it no longer waits; with --json {"event": "waiting", "status",
             "reason"} and {"event": "active"}.
+
+            With --ttl it ends by itself when the publication expires: 'expired', then
+            'ended', and exit status 0 ({"event": "expired"}, {"event": "ended"}).
             """
     )
 
@@ -174,7 +177,11 @@ struct Publish: AsyncParsableCommand {
             let waits = WaitReporter(output: output)
             let publication = try await messages.publication(
                 of: Message(content: bytes, namespace: namespace, type: type), strategy: try strategy.strategy(),
-                expired: { expire.yield() }, statusChanged: waits.statusChanged, statusReasonChanged: waits.reasonChanged)
+                expired: {
+                    output.event(["event": "expired"], human: "expired")
+                    expire.finish()
+                },
+                statusChanged: waits.statusChanged, statusReasonChanged: waits.reasonChanged)
             output.event(["event": "published", "path": publication.path.rawValue],
                          human: "published \(publication.path)")
             waits.begin(status: try await publication.status, reason: try await publication.statusReason)
@@ -203,7 +210,9 @@ struct Subscribe: AsyncParsableCommand {
             "distance"}. 'waiting' and 'active' lines say why the subscription waits, as
             for publish. 'background' and 'foreground' lines ({"event": ...}) say when
             the manager goes to the background (--background, or nearbyd saw your
-            login session become inactive or locked) and back.
+            login session become inactive or locked) and back. With --ttl it ends by
+            itself when the subscription expires: 'expired' ({"event": "expired"}), and
+            exit status 0.
 
             In the background only subscriptions allowed there keep running, on BLE
             alone. --notify makes the subscription one of them and posts a desktop
@@ -272,7 +281,11 @@ struct Subscribe: AsyncParsableCommand {
             let subscription = try await messages.subscription(
                 namespace: namespace, type: type, strategy: strategy,
                 messageFound: found, messageLost: { report("lost", $0, $1) },
-                expired: { limit.end() }, statusChanged: waits.statusChanged, statusReasonChanged: waits.reasonChanged)
+                expired: {
+                    output.event(["event": "expired"], human: "expired")
+                    limit.end()
+                },
+                statusChanged: waits.statusChanged, statusReasonChanged: waits.reasonChanged)
             output.event(["event": "subscribed", "path": subscription.path.rawValue], human: "subscribed \(subscription.path)")
             waits.begin(status: try await subscription.status, reason: try await subscription.statusReason)
             await untilInterrupted(or: limit.ended)
