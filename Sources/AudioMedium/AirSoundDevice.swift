@@ -59,7 +59,7 @@ public actor AirSoundDevice: SoundDevice {
             // The air went away or never was: attach afresh next time.
             attachment?.close()
             attachment = nil
-            throw .unavailable("nearby-air: \(error)")
+            throw .unavailable(error is AirProtocolError ? "\(error)" : "nearby-air: \(error)")
         }
     }
 

@@ -89,10 +89,13 @@ public actor SimulatedMedium: BeaconScanner {
 
     public func run() async {
         var delay = Duration.milliseconds(100)
+        // The first failure of an outage is a warning, naming the socket; the retries are debug.
+        var told = false
         while !Task.isCancelled {
             do {
                 let client = try await connect()
                 delay = .milliseconds(100)
+                told = false
                 for await heard in client.heard where heard.medium == medium {
                     if let sighting = sighting(from: heard) {
                         reports.sightingSink.yield(sighting)
@@ -102,7 +105,12 @@ public actor SimulatedMedium: BeaconScanner {
                 }
                 logger.warning("lost the connection to nearby-air; reconnecting", metadata: ["medium": "\(medium)"])
             } catch {
-                logger.debug("cannot reach nearby-air: \(error)", metadata: ["medium": "\(medium)"])
+                if told {
+                    logger.debug("\(error)", metadata: ["medium": "\(medium)"])
+                } else {
+                    logger.warning("\(error); trying again until it can", metadata: ["medium": "\(medium)"])
+                    told = true
+                }
             }
             disconnected()
             try? await Task.sleep(for: delay)

@@ -13,10 +13,16 @@ public final class AirClient: Sendable {
     private let replies = Replies()
     private let connection: Task<Void, Never>
 
-    /// Connects to the air at `socketPath`.
+    /// Connects to the air at `socketPath`. A socket that cannot be reached
+    /// is an ``AirProtocolError`` naming it and saying what to do.
     public init(socketPath: String) async throws {
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(unixDomainSocketPath: socketPath) { channel in LineFraming.wrap(channel) }
+        let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(unixDomainSocketPath: socketPath) { channel in LineFraming.wrap(channel) }
+        } catch {
+            throw AirProtocolError(AirSocket.unreachable(socketPath, error))
+        }
         (heard, heardSink) = AsyncStream.makeStream(of: Heard.self, bufferingPolicy: .bufferingNewest(1024))
         let (lines, outgoing) = AsyncStream.makeStream(of: String.self)
         self.outgoing = outgoing

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NearbyCore
 
 // The line protocol between nearby-air and the programs attached to it: one JSON
@@ -6,6 +7,31 @@ import NearbyCore
 // reply repeats; `heard` events arrive whenever the space delivers a broadcast.
 // A connection whose first line is an `audio` request becomes, once answered
 // `ok`, a device's audio link and carries binary sample frames (see AirAudio).
+
+/// Where nearby-air listens and its clients connect.
+public enum AirSocket {
+    /// `$XDG_RUNTIME_DIR/nearby-air.sock` when XDG_RUNTIME_DIR is set (a
+    /// user's own space), else `/run/nearby-air.sock` (the system's): nearby-air
+    /// and nearbyd take the same default, so that started alike they meet.
+    public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/nearby-air.sock" }
+        return "/run/nearby-air.sock"
+    }
+
+    /// What to say when connecting to `path` failed with `error`: the path,
+    /// the cause in words, and what to do.
+    public static func unreachable(_ path: String, _ error: any Error) -> String {
+        let errno = (error as? IOError)?.errnoCode
+        let cause = switch errno {
+        case ENOENT: "no such socket (is `nearby-air serve` running, with this socket?)"
+        case ECONNREFUSED: "nothing listens on it (nearby-air is not running; start `nearby-air serve`)"
+        case EACCES, EPERM: "permission denied (the socket belongs to another user)"
+        case ENOTSOCK, ENOTDIR: "it is not a socket"
+        default: "\(error)"
+        }
+        return "cannot reach nearby-air at \(path): \(cause)"
+    }
+}
 
 /// A point in the simulated space, in metres.
 public struct Position: Codable, Equatable, Sendable, CustomStringConvertible {

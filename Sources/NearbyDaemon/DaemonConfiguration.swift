@@ -163,7 +163,7 @@ public struct DaemonConfiguration: Sendable {
     public var verdictRetentionDays = 7.0
 
     /// `[sim] air-socket`, `device`, `position`: how the daemon appears in nearby-air.
-    public var airSocket = "/run/nearby-air.sock"
+    public var airSocket = AirSocket.defaultPath()
     public var simDevice = ProcessInfo.processInfo.hostName
     public var simPosition = Position(x: 0, y: 0)
 

@@ -64,14 +64,7 @@ struct NearbyAirCommand: AsyncParsableCommand {
 /// The socket option every subcommand shares.
 struct SocketOption: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Unix socket of the space.", valueName: "path"))
-    var socket: String = SocketOption.defaultPath
-
-    static var defaultPath: String {
-        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
-            return runtime + "/nearby-air.sock"
-        }
-        return "/run/nearby-air.sock"
-    }
+    var socket: String = AirSocket.defaultPath()
 }
 
 struct Serve: AsyncParsableCommand {

@@ -163,6 +163,8 @@ import Testing
     @Test func perUserLimitsFitTheDaemonsAndFollowThemWhenLeftOut() throws {
         let defaults = try parse("")
         #expect(defaults.limits == RegistryLimits())
+        // Where `nearby-air serve` listens when started alike: the two meet without settings.
+        #expect(defaults.airSocket == AirSocket.defaultPath())
         let lowered = try parse("[limits]\nmax-clients = 10\nmax-objects = 100\nmax-managers-per-client = 300")
         #expect(lowered.limits.maxClientsPerUser == 10 && lowered.limits.maxObjectsPerUser == 100)
         #expect(lowered.limits.maxObjectsPerManager == 100 && lowered.limits.maxManagersPerUser == 300)
