@@ -51,7 +51,7 @@ struct ProjectCommand: AsyncParsableCommand {
         var json = false
 
         func run() async throws {
-            let created = try await admin(storage).create(name: name)
+            let created = try await admin(storage, creating: true).create(name: name)
             if json {
                 try printJSON(created)
             } else {
@@ -268,15 +268,31 @@ private struct ListedProject: Encodable {
     var createdAtMs: UInt64
 }
 
-private func admin(_ options: StorageOptions) async throws -> ProjectAdmin {
-    ProjectAdmin(storage: try await openStorage(options))
+private func admin(_ options: StorageOptions, creating: Bool = false) async throws -> ProjectAdmin {
+    ProjectAdmin(storage: try await openStorage(options, creating: creating))
 }
 
 /// The database the options name, for the commands that work on it directly.
-func openStorage(_ options: StorageOptions) async throws -> any ServerStorage {
+/// A SQLite file that does not exist is made only when `creating` (`project
+/// create`, as `serve` does): a command that reads or changes what is there
+/// leaves no empty database behind where none was.
+func openStorage(_ options: StorageOptions, creating: Bool = false) async throws -> any ServerStorage {
     let configuration = try options.load()
+    if !creating, configuration.databaseURL == nil, !FileManager.default.fileExists(atPath: configuration.databasePath) {
+        throw MissingDatabase(path: configuration.databasePath, named: options.database != nil ? "--database" : "[database] path")
+    }
     ServiceLogging.bootstrap(identifier: "nearby-server", level: .warning)
     return try await configuration.openStorage()
+}
+
+/// A command other than `serve` and `project create` named a SQLite file that is not there.
+struct MissingDatabase: Error, CustomStringConvertible {
+    let path: String
+    let named: String
+    var description: String {
+        "no database at \(path) (\(named)): `nearby-server serve` or `project create` makes it; "
+            + "to use another, give --database PATH or --config FILE"
+    }
 }
 
 func printJSON(_ value: some Encodable) throws {

@@ -61,6 +61,29 @@ struct CommandLineTests {
         }
     }
 
+    /// Commands that read or change what a database holds leave none behind
+    /// where there was none: they say where they looked and what to do.
+    @Test func commandsOtherThanCreateMakeNoDatabase() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("none.sqlite").path
+            for command in [["project", "list"], ["project", "devices", "alpha"], ["project", "admin-key", "alpha"],
+                            ["beacon", "list", "--project", "alpha"], ["namespace", "list", "--project", "alpha"]] {
+                let result = try await run(command + ["--database", path])
+                #expect(result.status == 1, "\(command)")
+                #expect(result.errors == "nearby-server: no database at \(path) (--database): `nearby-server serve` or `project create` "
+                    + "makes it; to use another, give --database PATH or --config FILE\n", "\(command)")
+                #expect(!FileManager.default.fileExists(atPath: path), "\(command) made \(path)")
+            }
+            // A configuration file's path is named as such.
+            let config = directory.appendingPathComponent("server.conf").path
+            try Data("[database]\npath = \"\(path)\"\n".utf8).write(to: URL(fileURLWithPath: config))
+            let listed = try await run(["project", "list", "--config", config])
+            #expect(listed.errors.contains("no database at \(path) ([database] path)"), "\(listed.errors)")
+            #expect(try await run(["project", "create", "alpha", "--database", path]).status == 0)
+            #expect(try await run(["project", "list", "--database", path]).output.hasPrefix("alpha\t"))
+        }
+    }
+
     @Test func configurationErrorsAreOneLine() async throws {
         try await withTemporaryDirectory { directory in
             let missing = try await run(["serve", "--config", directory.appendingPathComponent("none.conf").path])
