@@ -26,6 +26,30 @@ import TestSupport
         }
     }
 
+    /// A server that is down is said in words where the user looks: `nearbyctl
+    /// status`, the object's StatusReason and the journal (here the daemon's
+    /// log) name the address and the likely cause, never NIO's description.
+    @Test func aServerThatIsDownIsSaidInWords() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("down")
+            await cluster.stopServer()
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let publication = try await MessageManager(a, apiKey: key).publish("waits")
+            let refused = "cannot reach nearby-server at \(cluster.serverURL): POST /v1/devices: connection refused (nothing "
+                + "listens there: is nearby-server running, and is [server] url right?)"
+            let logged = try await a.daemon.waitForLine(containing: "nearby-server link: cannot reach nearby-server")
+            #expect(logged.contains(refused), "\(logged)")
+            let status = try await runProgram(Programs.path("nearbyctl"), ["status", "--bus", a.busAddress])
+            #expect(status.output.contains("server:              unreachable: \(refused)"), "\(status.output)")
+            #expect(status.output.contains(refused), "\(status.output)")
+            let reason = try await publication.statusReason
+            #expect(reason.contains(refused), "\(reason)")
+            for text in [logged, status.output, reason] {
+                #expect(!text.contains("SingleConnectionFailure") && !text.contains("errno"), "\(text)")
+            }
+        }
+    }
+
     /// `--server` given twice lists two replicas; `--help` says so.
     @Test func theCommandLineTakesSeveralServers() async throws {
         let help = try await runProgram(Programs.path("nearbyd"), ["--help"])

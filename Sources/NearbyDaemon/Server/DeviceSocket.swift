@@ -41,7 +41,9 @@ enum DeviceSocket {
             _ = try await server.subscriptions(device)
             throw error
         } catch {
-            guard !upgraded.value, let explained = ServerTLS.explain(error, caFile: server.caFile) else { throw error }
+            // After the upgrade the server was lost (ServerLink says so, in words too).
+            guard !upgraded.value,
+                  let explained = ServerTLS.explain(error, caFile: server.caFile) ?? NetworkErrors.explain(error) else { throw error }
             throw ServerCallError.unreachable("WebSocket \(path): \(explained)")
         }
     }

@@ -134,7 +134,7 @@ struct ServerClient: Sendable {
             status = Int(response.status.code)
             data = Data(buffer: try await response.body.collect(upTo: 64 << 20))
         } catch {
-            throw .unreachable("\(method) \(path): \(ServerTLS.explain(error, caFile: caFile) ?? "\(error)")")
+            throw .unreachable("\(method) \(path): \(ServerTLS.explain(error, caFile: caFile) ?? NetworkErrors.explain(error) ?? "\(error)")")
         }
         guard (200..<300).contains(status) else {
             let error = (try? JSONDecoder().decode(APIError.self, from: data))

@@ -228,8 +228,8 @@ final class ServerLink {
         guard !Task.isCancelled else { return }
         var reason = switch error {
         case ServerCallError.keyRefused(let message): "nearby-server refuses the API key: \(message)"
-        case ServerCallError.unreachable(let message): "cannot reach nearby-server: \(message)"
-        default: "lost nearby-server: \(error)"
+        case ServerCallError.unreachable(let message): "cannot reach nearby-server at \(client.baseURL): \(message)"
+        default: "lost nearby-server: \(NetworkErrors.explain(error) ?? "\(error)")"
         }
         if endpoints.clients.count > 1, ServerEndpoints.isServerFailure(error) {
             reason = "cannot reach nearby-server: \(await endpoints.failureSummary)"
