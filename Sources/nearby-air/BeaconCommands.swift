@@ -20,10 +20,13 @@ struct Beacon: AsyncParsableCommand {
             abstract: "Place a beacon, or replace the one of that name.",
             discussion: """
                 KIND and ID:
-                  eddystone-uid  NAMESPACE/INSTANCE in hex (20 and 12 digits), or 32 hex digits
+                  eddystone-uid  NAMESPACE/INSTANCE in hex (20 and 12 digits),
+                                 or 32 hex digits
                   eddystone-eid  the 16 hex digits of the ephemeral id
-                  eddystone-url  an http:// or https:// URL that fits the frame's 17 bytes
-                  eddystone-tlm  MILLIVOLTS:CELSIUS:PDUS:SECONDS (battery and temperature may be empty)
+                  eddystone-url  an http:// or https:// URL that fits the frame's
+                                 17 bytes
+                  eddystone-tlm  MILLIVOLTS:CELSIUS:PDUS:SECONDS (battery and
+                                 temperature may be empty)
                   ibeacon        UUID/MAJOR/MINOR
 
                 --tx-power is the strength the beacon is heard with at 1 m, as iBeacon's measured \

@@ -71,11 +71,11 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the space.",
         discussion: """
-            Listens on the socket until SIGTERM or SIGINT. Once it accepts
-            connections it prints the line "nearby-air: listening on PATH" and
-            notifies systemd (Type=notify). With --noise, each hearing gets Gaussian noise from
-            a generator seeded with --seed, so a noisy run can be repeated exactly;
-            the microphones' noise (--audio-noise) is seeded with --seed too.
+            Listens on the socket until SIGTERM or SIGINT. Once it accepts \
+            connections it prints the line "nearby-air: listening on PATH" and \
+            notifies systemd (Type=notify). With --noise, each hearing gets Gaussian \
+            noise from a generator seeded with --seed, so a noisy run can be repeated \
+            exactly; the microphones' noise (--audio-noise) is seeded with --seed too.
             """
     )
 

@@ -23,7 +23,8 @@ struct Agent: AsyncParsableCommand {
 
             With --answer, every request is answered without asking, for kiosks and
             tests. Each answered request is one line:
-              ANSWER APP_ID user=UID pid=PID mediums=M1,M2 bluetooth="..." microphone="..."
+              ANSWER APP_ID user=UID pid=PID mediums=M1,M2 bluetooth="..."
+                microphone="..."
             (pid, bluetooth and microphone when known; ANSWER is granted or denied). With
             --json, one object per line instead: {"event": "granted"|"denied", "appId",
             "user", "processId", "client", "mediums", "bluetoothUsageDescription",

@@ -18,10 +18,10 @@ struct Beacons: AsyncParsableCommand {
               gone     KIND ID                            not heard for the lost timeout
               attached ID NAMESPACE/TYPE CONTENT          an attachment was found
               detached ID NAMESPACE/TYPE CONTENT          ... and lost
-            KIND is eddystone-uid, eddystone-eid or ibeacon; ID the advertised id in hex;
-            CONTENT as text when it is UTF-8, else base64. With --json, one object per line:
-            {"event", "kind", "id", "rssi", "distance"} or {"event", "id", "namespace",
-            "type", "content" (base64), "text"}.
+            KIND is eddystone-uid, eddystone-eid or ibeacon; ID the advertised id in \
+            hex; CONTENT as text when it is UTF-8, else base64. With --json, one \
+            object per line: {"event", "kind", "id", "rssi", "distance"} or \
+            {"event", "id", "namespace", "type", "content" (base64), "text"}.
             """
     )
 

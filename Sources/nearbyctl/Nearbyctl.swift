@@ -134,17 +134,17 @@ struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Publish a message until interrupted or expired.",
         discussion: """
-            The content is the CONTENT argument as UTF-8 text, or the bytes of --file (- for
-            standard input).
+            The content is the CONTENT argument as UTF-8 text, or the bytes of \
+            --file (- for standard input).
 
-            If the publication is still not active two seconds after it was made, a line
-            'waiting (STATUS): REASON' says why (the server cannot be reached or refuses the
-            API key, no medium works now, no permission...), again at each new reason, and
-            'active' once it no longer waits; with --json {"event": "waiting", "status",
-            "reason"} and {"event": "active"}.
+            If the publication is still not active two seconds after it was made, a \
+            line 'waiting (STATUS): REASON' says why (the server cannot be reached or \
+            refuses the API key, no medium works now, no permission...), again at \
+            each new reason, and 'active' once it no longer waits; with --json \
+            {"event": "waiting", "status", "reason"} and {"event": "active"}.
 
-            With --ttl it ends by itself when the publication expires: 'expired', then
-            'ended', and exit status 0 ({"event": "expired"}, {"event": "ended"}).
+            With --ttl it ends by itself when the publication expires: 'expired', \
+            then 'ended', and exit status 0 ({"event": "expired"}, {"event": "ended"}).
             """
     )
 

@@ -20,15 +20,18 @@ struct UpstreamSend: AsyncParsableCommand {
         commandName: "send",
         abstract: "Send one upstream message and wait for its verdict.",
         discussion: """
-            The data is KEY=VALUE arguments. The command asks for the direct channel
-            while it waits (with --ttl 0 it first waits up to 10 s for the channel to
-            open, since a message that is now or never fails without it), and prints 'succeeded ID' or 'failed ID ERROR: DESCRIPTION'
-            (with --json: {"event": "succeeded"|"failed", "id", "error", "description"}).
-            Verdicts kept for the app from an earlier run are printed as they come too.
+            The data is KEY=VALUE arguments. The command asks for the direct channel \
+            while it waits (with --ttl 0 it first waits up to 10 s for the channel to \
+            open, since a message that is now or never fails without it), and prints \
+            'succeeded ID' or 'failed ID ERROR: DESCRIPTION' (with --json: {"event": \
+            "succeeded"|"failed", "id", "error", "description"}). Verdicts kept for \
+            the app from an earlier run are printed as they come too.
 
             EXAMPLES
-              nearbyctl upstream send --api-key KEY --to shop@nearby.example --id order-1 item=42
-              nearbyctl upstream send --api-key KEY --to shop@nearby.example --ttl 0 ping=1
+              nearbyctl upstream send --api-key KEY --to shop@nearby.example \\
+                --id order-1 item=42
+              nearbyctl upstream send --api-key KEY --to shop@nearby.example \\
+                --ttl 0 ping=1
 
             EXIT STATUS
               0 when the message was delivered; 1 when it failed or nearbyd refused it.
@@ -44,7 +47,7 @@ struct UpstreamSend: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("The message id (default: a new UUID).", valueName: "id"))
     var id: String?
 
-    @Option(name: .long, help: ArgumentHelp("Seconds it may wait for delivery (default 60; 0 = now or never).", valueName: "seconds"))
+    @Option(name: .long, help: ArgumentHelp("Seconds it may wait for delivery (0 = now or never).", valueName: "seconds"))
     var ttl: Int64 = 60
 
     @Argument(help: ArgumentHelp("The data, as KEY=VALUE.", valueName: "key=value"))
