@@ -64,6 +64,17 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
     }
 }
 
+/// The error a call failed with, name and message, or "" when it succeeded.
+@BusActor
+func failure(_ body: () async throws(DBusError) -> Void) async -> String {
+    do {
+        try await body()
+        return ""
+    } catch {
+        return "\(error.name): \(error.message)"
+    }
+}
+
 @Suite(.serialized) struct BadInputTests {
     static let invalid = "org.nearbyd.Error.InvalidArguments"
     static let notSupported = "org.nearbyd.Error.NotSupported"
@@ -147,6 +158,23 @@ func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
                 _ = try await client.call("/org/nearbyd", "org.nearbyd.Nearby1", "CreateManager")
             }
             #expect(missingArguments == Self.dbusInvalid)
+
+            // SendMessage's data: 4096 bytes of keys and values together, as dbus-api.md says.
+            for size in [4095, 4096] {
+                let message = await failure { () async throws(DBusError) in
+                    _ = try await client.call(manager, "org.nearbyd.Upstream1", "SendMessage") { writer throws(DBusError) in
+                        try writer.append(["k": String(repeating: "v", count: size)])
+                        try writer.append("shop@nearby.test")
+                        try writer.append("data-\(size)")
+                        try writer.append(Int64(60))
+                    }
+                }
+                if size == 4095 {
+                    #expect(!message.contains("larger") && !message.contains("longer"), "4096 bytes: \(message)")
+                } else {
+                    #expect(message == "\(Self.invalid): data is larger than 4096 bytes (its keys and values together)")
+                }
+            }
 
             // Limits: two managers per client, three objects per manager.
             _ = try await client.createManager("key")

@@ -59,9 +59,10 @@ struct Arguments {
             var result: [String: String] = [:]
             var left = maxBytes
             try reader.readEntries(value: "s", maxEntries: maxEntries, maxKeyBytes: maxBytes, name) { key throws(DBusError) in
-                let value = try reader.readString(maxBytes: max(left - key.utf8.count, 0), "\(name)['\(key)']")
+                // Bounded by the whole, so that the error names the whole's limit, not what was left of it.
+                let value = try reader.readString(maxBytes: maxBytes, "\(name)['\(key)']")
                 left -= key.utf8.count + value.utf8.count
-                guard left >= 0 else { throw .invalidArgs("\(name) is larger than \(maxBytes) bytes") }
+                guard left >= 0 else { throw .invalidArgs("\(name) is larger than \(maxBytes) bytes (its keys and values together)") }
                 result[key] = value
             }
             return result
