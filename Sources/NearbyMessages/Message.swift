@@ -22,7 +22,8 @@ public struct Message: Hashable, Sendable {
 public struct MessageInfo: Hashable, Sendable {
     /// `ble` or `audio`.
     public var medium: String
-    /// Received signal strength, dBm.
+    /// Over BLE the received signal strength, dBm; over audio the level the
+    /// burst was heard at, dBFS. For a lost message, the last reading.
     public var rssi: Int
     /// Estimated distance, metres.
     public var distanceMeters: Double

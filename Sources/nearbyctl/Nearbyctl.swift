@@ -203,16 +203,20 @@ struct Subscribe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Subscribe and print messages as they are found and lost.",
         discussion: """
-            Each event is one line: 'found' or 'lost', the namespace and type, how it
-            was heard (medium, RSSI in dBm, estimated distance) and the content (as
-            text when it is UTF-8, else base64). With --json: {"event", "namespace",
-            "type", "content" (base64), "text" (when UTF-8), "medium", "rssi",
-            "distance"}. 'waiting' and 'active' lines say why the subscription waits, as
-            for publish. 'background' and 'foreground' lines ({"event": ...}) say when
-            the manager goes to the background (--background, or nearbyd saw your
-            login session become inactive or locked) and back. With --ttl it ends by
-            itself when the subscription expires: 'expired' ({"event": "expired"}), and
-            exit status 0.
+            Each event is one line: 'found' or 'lost', the namespace and type, the \
+            medium, for 'found' how it was heard (rssi=N dBm over BLE, level=N dBFS \
+            over audio, and the estimated distance) and the content (as text when \
+            it is UTF-8, else base64). A lost message gives no reading: it was not \
+            heard for a while. With --json: {"event", "namespace", "type", "content" \
+            (base64), "text" (when UTF-8), "medium", and for 'found' "rssi" (over \
+            audio the level in dBFS) and "distance"}.
+
+            'waiting' and 'active' lines say why the subscription waits, as for \
+            publish. 'background' and 'foreground' lines ({"event": ...}) say when \
+            the manager goes to the background (--background, or nearbyd saw your \
+            login session become inactive or locked) and back. With --ttl it ends by \
+            itself when the subscription expires: 'expired' ({"event": "expired"}), \
+            and exit status 0.
 
             In the background only subscriptions allowed there keep running, on BLE
             alone. --notify makes the subscription one of them and posts a desktop

@@ -11,18 +11,29 @@ struct Output: Sendable {
         write(json ? Self.jsonLine(fields) : human.rendered)
     }
 
+    /// A found or lost message. A found one says how it was heard: over BLE
+    /// the signal strength in dBm, over audio the burst's level in dBFS, and
+    /// the estimated distance. A lost one was not heard for a while, so it
+    /// gives no reading (the last one, from before it went, would mislead).
     func message(_ event: String, _ message: Message, _ info: MessageInfo) {
         let text = String(data: message.content, encoding: .utf8)
         var fields: [String: any Sendable] = [
             "event": event, "namespace": message.namespace, "type": message.type,
-            "content": message.content.base64EncodedString(), "medium": info.medium, "rssi": info.rssi,
-            "distance": info.distanceMeters,
+            "content": message.content.base64EncodedString(), "medium": info.medium,
         ]
+        if event != "lost" {
+            fields["rssi"] = info.rssi
+            fields["distance"] = info.distanceMeters
+        }
         if let text { fields["text"] = text }
         let shown: TerminalText = text.map { "'\($0)'" } ?? "base64:\(message.content.base64EncodedString())"
-        let human: TerminalText = "\(event.padding(toLength: 5, withPad: " ", startingAt: 0)) \(message.namespace)/\(message.type)"
-            + " \(info.medium) rssi=\(info.rssi) distance=\(String(format: "%.1f", info.distanceMeters))m \(shown)"
-        self.event(fields, human: human)
+        var human: TerminalText = "\(event.padding(toLength: 5, withPad: " ", startingAt: 0)) \(message.namespace)/\(message.type)"
+            + " \(info.medium)"
+        if event != "lost" {
+            let reading = info.medium == "audio" ? "level=\(info.rssi)dBFS" : "rssi=\(info.rssi)dBm"
+            human += " \(reading) distance=\(String(format: "%.1f", info.distanceMeters))m"
+        }
+        self.event(fields, human: human + " \(shown)")
     }
 
     /// A failure or warning on standard error, which is a terminal too.
