@@ -33,6 +33,8 @@ struct Beacon: AsyncParsableCommand {
                 power says; an Eddystone frame declares 41 dB more, its power at 0 m. The same \
                 figure drives the space's path loss, so a daemon's distance estimate is right.
 
+                On success it prints one line: placed beacon NAME: KIND ID at (X, Y, Z), N dBm at 1 m.
+
                 Exit status: 0 placed; 1 the space refused it (a device of that name is attached) \
                 or cannot be reached; 64 a malformed ID.
                 """
@@ -81,13 +83,15 @@ struct Beacon: AsyncParsableCommand {
             let position = Position(x: coordinates[0], y: coordinates[1], z: coordinates.count == 3 ? coordinates[2] : 0)
             try await client.request(.placeBeacon(name: name, position: position, payload: frame.advertisingData,
                                                   txPower: txPower))
+            print("placed beacon \(name): \(kind.name) \(id) at \(position), \(txPower) dBm at 1 m")
         }
     }
 
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove a beacon.",
-            discussion: "Daemons that heard it report it lost after their lost timeout. Exit status 1 when there is no beacon of that name."
+            discussion: "Daemons that heard it report it lost after their lost timeout. On success it prints " +
+                "'removed beacon NAME'. Exit status 1 when there is no beacon of that name."
         )
 
         @OptionGroup var socket: SocketOption
@@ -99,6 +103,7 @@ struct Beacon: AsyncParsableCommand {
             let client = try await AirClient(socketPath: socket.socket)
             defer { client.close() }
             try await client.request(.removeBeacon(name: name))
+            print("removed beacon \(name)")
         }
     }
 }

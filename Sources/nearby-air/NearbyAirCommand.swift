@@ -158,6 +158,7 @@ struct Move: AsyncParsableCommand {
         defer { client.close() }
         let position = Position(x: coordinates[0], y: coordinates[1], z: coordinates.count == 3 ? coordinates[2] : 0)
         try await client.request(.move(device: device, position: position))
+        print("moved \(device) to \(position)")
     }
 }
 
