@@ -169,9 +169,9 @@ struct Publish: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let bytes = try readContent()
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
+            let bytes = try readContent()
             let messages = try await manager.open(on: bus)
             let (expired, expire) = AsyncStream.makeStream(of: Void.self)
             let waits = WaitReporter(output: output)
@@ -191,11 +191,19 @@ struct Publish: AsyncParsableCommand {
         }
     }
 
+    /// CONTENT, or the file's bytes; a file that cannot be read is named with why.
     private func readContent() throws -> Data {
         guard let file else { return Data((content ?? "").utf8) }
         if file == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
-        guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
-        return data
+        let descriptor = open(file, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw InputError(message: "cannot read \(file): \(String(cString: strerror(errno)))") }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do {
+            return try handle.readToEnd() ?? Data()
+        } catch {
+            let reason = ((error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError).map { String(cString: strerror(Int32($0.code))) }
+            throw InputError(message: "cannot read \(file): \(reason ?? "\(error)")")
+        }
     }
 }
 
@@ -363,5 +371,13 @@ func reportingFailures(_ output: Output, _ body: () async throws -> Void) async 
         default: output.failure("\(message)")
         }
         throw ExitCode.failure
+    } catch let error as InputError {
+        output.failure("\(error.message)")
+        throw ExitCode.failure
     }
+}
+
+/// An input the command could not read (a file), said in one line on stderr, exit status 1.
+struct InputError: Error {
+    let message: String
 }
