@@ -25,15 +25,18 @@ PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-de
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 
-.PHONY: setup build demo test fuzz static-programs bench bench-modem deb manuals install clean
+.PHONY: packages setup build demo test fuzz static-programs bench bench-modem deb manuals install clean
 
-setup:
+# Debian's packages alone (the demo needs no more); `setup` adds the tests' Python tools.
+packages:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing: $$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+setup: packages
 	@[ -x $(VENV)/bin/python ] || /usr/bin/python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openapi_spec_validator, yaml" 2>/dev/null || \
 		$(VENV)/bin/python -m pip install -q openapi-spec-validator pyyaml
@@ -43,7 +46,11 @@ setup:
 build: setup
 	$(SWIFT) build
 
-demo: build
+# Only the four programs the demo runs (not the tests, the fuzz harnesses or
+# the benchmark), quietly: errors only, not the progress or the warnings
+# SwiftPM prints about dependencies' files. A second run builds nothing.
+demo: packages
+	@for p in $(PROGRAMS); do echo "building $$p"; $(SWIFT) build -q --product $$p || exit 1; done
 	dist/demo.sh .build/debug
 
 # The fuzz harnesses' committed seeds, replayed through their properties
