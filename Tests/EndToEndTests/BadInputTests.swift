@@ -233,6 +233,14 @@ func failure(_ body: () async throws(DBusError) -> Void) async -> String {
             #expect(await outcome { () async throws(DBusError) in _ = try await stranger.get(manager, "org.nearbyd.Manager1", "PermissionGranted") } == denied)
             // The owner is still served, and its objects are intact.
             #expect(try await owner.get(publication, "org.nearbyd.Publication1", "Type") == .string("chat"))
+            // Introspection answers anyone (dbus-api.md): busctl's own connection sees the
+            // interfaces, but plain `busctl introspect` reads the properties too, and is refused.
+            let xml = try await runProgram("/usr/bin/busctl", ["--address=\(device.busAddress)", "introspect", "--xml-interface",
+                                                               "org.nearbyd", publication.rawValue])
+            #expect(xml.status == 0 && xml.output.contains("org.nearbyd.Publication1"), "\(xml.output)")
+            let plain = try await runProgram("/usr/bin/busctl", ["--address=\(device.busAddress)", "introspect", "org.nearbyd",
+                                                                 publication.rawValue])
+            #expect(plain.status != 0 && plain.output.contains("this object belongs to another client"), "\(plain.output)")
 
             // After Release nothing of the manager answers anyone.
             _ = try await owner.call(manager, "org.nearbyd.Manager1", "Release")
