@@ -582,6 +582,11 @@ public final class Core {
                 refreshStatus(of: subscription)
             }
         }
+        if change.keyRefusedChanged {
+            for id in managersOfAccount[account] ?? [] {
+                if let manager = managers[id] { effects.append(.managerChanged(manager, [NearbyBusContract.Manager1.apiKeyError])) }
+            }
+        }
         if change.tokenChanged {
             if let token = link.view.token {
                 ownTokens.append(token)

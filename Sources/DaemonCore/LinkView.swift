@@ -37,6 +37,9 @@ public struct LinkView: Sendable {
     @_spi(Testing) public private(set) var server: String?
     /// Why the link is not connected, as it last said.
     public private(set) var waiting: String?
+    /// The server answered and refused the API key (unknown to it, or
+    /// revoked), as the last round of attempts found; false once connected.
+    public private(set) var keyRefused = false
     /// Why the server refused an object, by id, until it holds it.
     @_spi(Testing) public private(set) var refused: [String: String] = [:]
     public private(set) var namespace: String?
@@ -65,6 +68,8 @@ public struct LinkView: Sendable {
         public var namespaceChanged = false
         /// The token to broadcast changed.
         public var tokenChanged = false
+        /// Whether the server refuses the API key changed (``keyRefused``).
+        public var keyRefusedChanged = false
         /// Whether the server could be reached, when this event says.
         public var reach: Reach?
         public var found: [FoundChange] = []
@@ -87,6 +92,8 @@ public struct LinkView: Sendable {
             connected = true
             self.server = server
             waiting = nil
+            change.keyRefusedChanged = keyRefused
+            keyRefused = false
             change.namespaceChanged = self.namespace != namespace
             self.namespace = namespace
             self.registered = registered
@@ -99,6 +106,8 @@ public struct LinkView: Sendable {
             change.statuses = .all
         case .waiting(let reason, let reached):
             waiting = reason
+            change.keyRefusedChanged = keyRefused != reached
+            keyRefused = reached
             if !reached { change.reach = .unreachable(reason) }
             change.statuses = .all
         case .registered(let id):

@@ -135,6 +135,7 @@ public enum NearbyBusContract {
         public static let microphonePermissionError = Property("MicrophonePermissionError", "b")
         public static let bluetoothPowerError = Property("BluetoothPowerError", "b")
         public static let bluetoothPermissionError = Property("BluetoothPermissionError", "b")
+        public static let apiKeyError = Property("ApiKeyError", "b")
         public static let background = Property("Background", "b", .readWrite)
     }
 
@@ -209,7 +210,7 @@ public enum NearbyBusContract {
         methods: [Manager1.publish, Manager1.subscribe, Manager1.release],
         properties: [
             Manager1.permissionGranted, Manager1.microphonePermissionError, Manager1.bluetoothPowerError,
-            Manager1.bluetoothPermissionError, Manager1.background,
+            Manager1.bluetoothPermissionError, Manager1.apiKeyError, Manager1.background,
         ]
     )
 

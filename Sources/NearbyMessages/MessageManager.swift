@@ -61,11 +61,16 @@ public final class MessageManager: Sendable {
         public var bluetoothPower = false
         /// BLE is needed and BlueZ or the bus policy refuses the daemon.
         public var bluetoothPermission = false
+        /// nearby-server refuses the manager's API key (unknown to it, or revoked):
+        /// nothing of the manager's will run until the key is right.
+        public var apiKey = false
 
-        public init(microphonePermission: Bool = false, bluetoothPower: Bool = false, bluetoothPermission: Bool = false) {
+        public init(microphonePermission: Bool = false, bluetoothPower: Bool = false, bluetoothPermission: Bool = false,
+                    apiKey: Bool = false) {
             self.microphonePermission = microphonePermission
             self.bluetoothPower = bluetoothPower
             self.bluetoothPermission = bluetoothPermission
+            self.apiKey = apiKey
         }
 
         /// Applies changed `…Error` properties.
@@ -75,6 +80,7 @@ public final class MessageManager: Sendable {
             if let value = changed[Manager1.microphonePermissionError.name]?.bool { microphonePermission = value }
             if let value = changed[Manager1.bluetoothPowerError.name]?.bool { bluetoothPower = value }
             if let value = changed[Manager1.bluetoothPermissionError.name]?.bool { bluetoothPermission = value }
+            if let value = changed[Manager1.apiKeyError.name]?.bool { apiKey = value }
             return self != before
         }
     }

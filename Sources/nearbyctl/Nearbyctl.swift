@@ -96,9 +96,15 @@ struct ManagerOptions: ParsableArguments {
 
     /// A manager with these options on the bus `bus` names; `backgroundChanged`
     /// hears when it goes to the background and back.
-    func open(on bus: BusOptions, backgroundChanged: @escaping @Sendable (Bool) -> Void = { _ in }) async throws -> MessageManager {
-        try await MessageManager(apiKey: try key(), appId: appId, usageDescriptions: usageDescriptions, bus: bus.address,
-                                 backgroundChanged: backgroundChanged)
+    /// The manager; `keyRefused` runs once nearby-server refuses its API key
+    /// (at once, when nearbyd already knows the key is refused).
+    func open(on bus: BusOptions, backgroundChanged: @escaping @Sendable (Bool) -> Void = { _ in },
+              keyRefused: @escaping @Sendable () -> Void = {}) async throws -> MessageManager {
+        let manager = try await MessageManager(apiKey: try key(), appId: appId, usageDescriptions: usageDescriptions,
+                                               bus: bus.address, errorStateChanged: { if $0.apiKey { keyRefused() } },
+                                               backgroundChanged: backgroundChanged)
+        if try await manager.errorState.apiKey { keyRefused() }
+        return manager
     }
 
     func key() throws -> String {
@@ -138,10 +144,11 @@ struct Publish: AsyncParsableCommand {
             --file (- for standard input).
 
             If the publication is still not active two seconds after it was made, a \
-            line 'waiting (STATUS): REASON' says why (the server cannot be reached or \
-            refuses the API key, no medium works now, no permission...), again at \
-            each new reason, and 'active' once it no longer waits; with --json \
-            {"event": "waiting", "status", "reason"} and {"event": "active"}.
+            line 'waiting (STATUS): REASON' says why (the server cannot be reached, \
+            no medium works now, no permission...), again at each new reason, and \
+            'active' once it no longer waits; with --json {"event": "waiting", \
+            "status", "reason"} and {"event": "active"}. An API key nearby-server \
+            refuses ends the command: the reason on standard error, exit status 1.
 
             With --ttl it ends by itself when the publication expires: 'expired', \
             then 'ended', and exit status 0 ({"event": "expired"}, {"event": "ended"}).
@@ -172,8 +179,9 @@ struct Publish: AsyncParsableCommand {
         let output = Output(json: bus.json)
         try await reportingFailures(output) {
             let bytes = try readContent()
-            let messages = try await manager.open(on: bus)
             let (expired, expire) = AsyncStream.makeStream(of: Void.self)
+            let refused = KeyRefusal()
+            let messages = try await manager.open(on: bus, keyRefused: { refused.happened(); expire.finish() })
             let waits = WaitReporter(output: output)
             let publication = try await messages.publication(
                 of: Message(content: bytes, namespace: namespace, type: type), strategy: try strategy.strategy(),
@@ -186,6 +194,7 @@ struct Publish: AsyncParsableCommand {
                          human: "published \(publication.path)")
             waits.begin(status: try await publication.status, reason: try await publication.statusReason)
             await untilInterrupted(or: expired)
+            try await refused.fail(output, reason: try? await publication.statusReason)
             output.event(["event": "ended"], human: "ended")
             withExtendedLifetime(publication) {}
         }
@@ -219,8 +228,8 @@ struct Subscribe: AsyncParsableCommand {
             (base64), "text" (when UTF-8), "medium", and for 'found' "rssi" (over \
             audio the level in dBFS) and "distance"}.
 
-            'waiting' and 'active' lines say why the subscription waits, as for \
-            publish. 'background' and 'foreground' lines ({"event": ...}) say when \
+            'waiting' and 'active' lines say why the subscription waits, and a \
+            refused API key ends the command, as for publish. 'background' and 'foreground' lines ({"event": ...}) say when \
             the manager goes to the background (--background, or nearbyd saw your \
             login session become inactive or locked) and back. With --ttl it ends by \
             itself when the subscription expires: 'expired' ({"event": "expired"}), \
@@ -270,7 +279,10 @@ struct Subscribe: AsyncParsableCommand {
                 }) else { return }
                 output.event(["event": now ? "background" : "foreground"], human: now ? "background" : "foreground")
             }
-            let messages = try await manager.open(on: bus, backgroundChanged: backgroundChanged)
+            let limit = EventLimit(count)
+            let refused = KeyRefusal()
+            let messages = try await manager.open(on: bus, backgroundChanged: backgroundChanged,
+                                                  keyRefused: { refused.happened(); limit.end() })
             if background { try await messages.setBackground(true) }
             // Changes come to backgroundChanged from the start; this is where the manager started.
             backgroundChanged(try await messages.background)
@@ -280,7 +292,6 @@ struct Subscribe: AsyncParsableCommand {
                 strategy = strategy ?? Strategy()
                 strategy?.allowInBackground = true
             }
-            let limit = EventLimit(count)
             let report: @Sendable (String, Message, MessageInfo) -> Void = { event, message, info in
                 output.message(event, message, info)
                 limit.count()
@@ -301,6 +312,7 @@ struct Subscribe: AsyncParsableCommand {
             output.event(["event": "subscribed", "path": subscription.path.rawValue], human: "subscribed \(subscription.path)")
             waits.begin(status: try await subscription.status, reason: try await subscription.statusReason)
             await untilInterrupted(or: limit.ended)
+            try await refused.fail(output, reason: try? await subscription.statusReason)
             withExtendedLifetime(subscription) {}
         }
     }
@@ -344,6 +356,22 @@ struct Status: AsyncParsableCommand {
                           "staticPublications": statics],
                          human: human)
         }
+    }
+}
+
+/// Whether nearby-server refused the manager's API key: the command then
+/// fails, saying so, instead of waiting for a key that will not work.
+final class KeyRefusal: Sendable {
+    private let refused = Mutex(false)
+
+    func happened() { refused.withLock { $0 = true } }
+
+    /// Fails the command (exit status 1) if the key was refused; `reason` is the object's StatusReason.
+    func fail(_ output: Output, reason: String?) async throws {
+        guard refused.withLock({ $0 }) else { return }
+        let why = reason.flatMap { $0.isEmpty ? nil : $0 } ?? "nearby-server refuses the API key"
+        output.failure("\(why) (check --api-key or NEARBY_API_KEY: `nearby-server project create` printed the project's key)")
+        throw ExitCode.failure
     }
 }
 

@@ -119,6 +119,23 @@ struct LinkViewTests {
         #expect(apply([.stream(.lost(subscription: subscription.id, source: "a-elsewhere"))], to: &view) == ["-a"])
     }
 
+    /// ApiKeyError: set when a round of attempts ends with the server refusing
+    /// the key, cleared when another cannot reach it or the link connects;
+    /// each change said once.
+    @Test func aRefusedKeyIsKnownUntilTheServerTakesItOrCannotBeReached() {
+        var view = LinkView(refusedRetry: "30 s")
+        #expect(!view.keyRefused)
+        #expect(view.apply(.waiting("refuses the API key", reached: true), subscriptions: subscriptions).keyRefusedChanged)
+        #expect(view.keyRefused)
+        #expect(!view.apply(.waiting("refuses the API key", reached: true), subscriptions: subscriptions).keyRefusedChanged)
+        #expect(view.apply(.waiting("connection refused", reached: false), subscriptions: subscriptions).keyRefusedChanged)
+        #expect(!view.keyRefused)
+        _ = view.apply(.waiting("refuses the API key", reached: true), subscriptions: subscriptions)
+        #expect(view.apply(connected, subscriptions: subscriptions).keyRefusedChanged)
+        #expect(!view.keyRefused)
+        #expect(!view.apply(connected, subscriptions: subscriptions).keyRefusedChanged)
+    }
+
     @Test func statusFollowsTheLinkTheServerAndTheMediums() {
         var view = LinkView(refusedRetry: "30 s")
         let id = subscription.id

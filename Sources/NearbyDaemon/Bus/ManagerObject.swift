@@ -78,6 +78,7 @@ final class ManagerObject {
             Property(NearbyBusContract.Manager1.microphonePermissionError) { object, _ in .bool(object.errors.microphonePermission) },
             Property(NearbyBusContract.Manager1.bluetoothPowerError) { object, _ in .bool(object.errors.bluetoothPower) },
             Property(NearbyBusContract.Manager1.bluetoothPermissionError) { object, _ in .bool(object.errors.bluetoothPermission) },
+            Property(NearbyBusContract.Manager1.apiKeyError) { object, _ in .bool(object.manager.state.link?.view.keyRefused ?? false) },
             Property(NearbyBusContract.Manager1.background, get: { object, _ in .bool(object.background) },
                      set: { object, value, _ in object.service.setBackground(object, requested: value.bool ?? false) }),
         ]
