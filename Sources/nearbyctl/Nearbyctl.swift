@@ -44,7 +44,8 @@ struct Nearbyctl: AsyncParsableCommand {
 
             EXIT STATUS
               0 on success or interruption; 1 when nearbyd refuses the request or
-              cannot be reached (the message says which).
+              cannot be reached, or nearby-server refuses the API key (the message
+              says which).
             """,
         subcommands: [Publish.self, Subscribe.self, Beacons.self, Upstream.self, Permission.self, Agent.self, Status.self]
     )
