@@ -96,9 +96,9 @@ struct ManagerOptions: ParsableArguments {
     }
 
     /// A manager with these options on the bus `bus` names; `backgroundChanged`
-    /// hears when it goes to the background and back.
-    /// The manager; `keyRefused` runs once nearby-server refuses its API key
-    /// (at once, when nearbyd already knows the key is refused).
+    /// hears when it goes to the background and back, and `keyRefused` runs
+    /// once nearby-server refuses its API key (at once, when nearbyd already
+    /// knows the key is refused).
     func open(on bus: BusOptions, backgroundChanged: @escaping @Sendable (Bool) -> Void = { _ in },
               keyRefused: @escaping @Sendable () -> Void = {}) async throws -> MessageManager {
         let manager = try await MessageManager(apiKey: try key(), appId: appId, usageDescriptions: usageDescriptions,
@@ -230,9 +230,10 @@ struct Subscribe: AsyncParsableCommand {
             audio the level in dBFS) and "distance"}.
 
             'waiting' and 'active' lines say why the subscription waits, and a \
-            refused API key ends the command, as for publish. 'background' and 'foreground' lines ({"event": ...}) say when \
-            the manager goes to the background (--background, or nearbyd saw your \
-            login session become inactive or locked) and back. With --ttl it ends by \
+            refused API key ends the command, as for publish. 'background' and \
+            'foreground' lines ({"event": ...}) say when the manager goes to the \
+            background (--background, or nearbyd saw your login session become \
+            inactive or locked) and back. With --ttl it ends by \
             itself when the subscription expires: 'expired' ({"event": "expired"}), \
             and exit status 0.
 
