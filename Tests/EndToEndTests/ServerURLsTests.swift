@@ -50,6 +50,19 @@ import TestSupport
         }
     }
 
+    /// A server whose host name does not resolve is said as such.
+    @Test func aHostNameThatDoesNotResolveIsSaidInWords() async throws {
+        let url = "http://no-such-host.invalid:8080"
+        try await withCluster(Cluster.Options(serverURLsBefore: [url])) { cluster in
+            let key = try await cluster.createProject("dns")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let publication = try await MessageManager(a, apiKey: key).publish("waits")
+            let logged = try await a.daemon.waitForLine(containing: "at http://no-such-host.invalid:8080 failed")
+            #expect(logged.contains("cannot resolve the host name 'no-such-host.invalid'"), "\(logged)")
+            withExtendedLifetime(publication) {}
+        }
+    }
+
     /// `--server` given twice lists two replicas; `--help` says so.
     @Test func theCommandLineTakesSeveralServers() async throws {
         let help = try await runProgram(Programs.path("nearbyd"), ["--help"])
