@@ -42,6 +42,9 @@ setup: packages
 		$(VENV)/bin/python -m pip install -q openapi-spec-validator pyyaml
 	@$(VENV)/bin/python -c "import slixmpp; assert slixmpp.__version__ == '1.8.5'" 2>/dev/null || \
 		$(VENV)/bin/python -m pip install -q slixmpp==1.8.5
+	@# The Python client, editable: the tests use clients/python as it is now.
+	@$(VENV)/bin/python -c "import nearby, dbus_fast" 2>/dev/null || \
+		$(VENV)/bin/python -m pip install -q dbus-fast==5.2.0 -e ./clients/python
 
 build: setup
 	$(SWIFT) build

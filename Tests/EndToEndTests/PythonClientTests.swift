@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The Python client (clients/python, installed into .build/venv by `make
+/// setup`) against real daemons: a message published through it on one
+/// device is found through it on another, lost when the devices part, and
+/// found again after the subscriber's nearbyd restarts (the client makes its
+/// manager and subscription again on the new one).
+@Suite(.serialized, .timeLimit(.minutes(3))) struct PythonClientTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static func client(_ arguments: [String]) async throws -> ChildProcess {
+        try await ChildProcess(name: "python-client", executable: root.appendingPathComponent(".build/venv/bin/python").path,
+                               arguments: [root.appendingPathComponent("Tests/EndToEndTests/python/python_client.py").path] + arguments,
+                               environment: ["PYTHONUNBUFFERED": "1"])
+    }
+
+    @Test func foundLostAndFoundAgainAfterTheDaemonRestarts() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("python")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let b = try await cluster.addDevice("B", at: (1, 0))
+            let subscriber = try await Self.client(["subscribe", b.busAddress, key])
+            try await subscriber.waitForLine(containing: #""event": "subscribed""#)
+            let publisher = try await Self.client(["publish", a.busAddress, key, "from python"])
+            try await publisher.waitForLine(containing: #""event": "published""#)
+
+            let found = try await subscriber.waitForLine(containing: #""event": "found""#)
+            #expect(found.contains(#""medium": "ble""#) && found.contains(#""text": "from python""#), "\(found)")
+            try await cluster.move("A", to: (1_000, 0))
+            try await subscriber.waitForLine(containing: #""event": "lost""#)
+            try await cluster.move("A", to: (0, 0))
+            try await subscriber.waitForLine(containing: #""event": "found""#, occurrence: 2)
+
+            // B's nearbyd crashes and comes back: the client subscribes again by itself.
+            _ = try await cluster.restartDaemon("B")
+            try await subscriber.waitForLine(containing: #""event": "found""#, occurrence: 3, within: 30)
+            #expect(!subscriber.output.contains(#""event": "error""#), "\(subscriber.output)")
+            await publisher.stop()
+            await subscriber.stop()
+        }
+    }
+}

@@ -1,0 +1,299 @@
+"""nearbyd's D-Bus API (doc/dbus-api.md) as Python objects: a manager, its
+publications and subscriptions, with found and lost as callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbus_fast import BusType, MessageType, Variant
+from dbus_fast import Message as DBusMessage
+from dbus_fast.aio import MessageBus
+
+BUS_NAME = "org.nearbyd"
+ROOT = "/org/nearbyd"
+NEARBY1 = "org.nearbyd.Nearby1"
+MANAGER1 = "org.nearbyd.Manager1"
+PUBLICATION1 = "org.nearbyd.Publication1"
+SUBSCRIPTION1 = "org.nearbyd.Subscription1"
+PROPERTIES = "org.freedesktop.DBus.Properties"
+DBUS = "org.freedesktop.DBus"
+
+
+class NearbyError(Exception):
+    """A call nearbyd (or the bus) refused: `name` is the D-Bus error, such as
+    org.nearbyd.Error.NotPermitted, and the message says why."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message: up to 100 KiB of content, of a type in a namespace (empty:
+    the project's own)."""
+
+    content: bytes
+    type: str = ""
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """How a found message was heard: `medium` is "ble" or "audio"; `rssi` is
+    the signal strength in dBm over BLE, the level in dBFS over audio."""
+
+    medium: str
+    rssi: int
+    distance: float
+
+
+@dataclass
+class Strategy:
+    """Publish's and Subscribe's Strategy (dbus-api.md): every field optional."""
+
+    mediums: list[str] | None = None
+    mode: str | None = None
+    ttl_seconds: int | None = None
+    allow_in_background: bool | None = None
+
+    def variant(self) -> Variant:
+        fields: dict[str, Variant] = {}
+        if self.mediums is not None:
+            fields["Mediums"] = Variant("as", self.mediums)
+        if self.mode is not None:
+            fields["Mode"] = Variant("s", self.mode)
+        if self.ttl_seconds is not None:
+            fields["TTL"] = Variant("u", self.ttl_seconds)
+        if self.allow_in_background is not None:
+            fields["AllowInBackground"] = Variant("b", self.allow_in_background)
+        return Variant("a{sv}", fields)
+
+
+Found = Callable[[Message, MessageInfo], None]
+
+
+@dataclass(eq=False)
+class Publication:
+    """A message published until `unpublish()`, its TTL, or its manager's release."""
+
+    manager: MessageManager
+    message: Message
+    strategy: Strategy | None
+    on_expired: Callable[[], None] | None
+    path: str = ""
+    ended: bool = False
+
+    async def unpublish(self) -> None:
+        """Ends it; devices nearby lose it."""
+        if self.ended:
+            return
+        self.ended = True
+        self.manager._forget(self)
+        await self.manager._call(self.path, PUBLICATION1, "Unpublish")
+
+    async def status(self) -> tuple[str, str]:
+        """`Status` and `StatusReason`: ("active", "") once it is heard, else why not."""
+        return await self.manager._status(self.path, PUBLICATION1)
+
+    async def _make(self) -> None:
+        params: dict[str, Variant] = {}
+        if self.message.namespace:
+            params["Namespace"] = Variant("s", self.message.namespace)
+        if self.strategy is not None:
+            params["Strategy"] = self.strategy.variant()
+        self.path = await self.manager._call(self.manager.path, MANAGER1, "Publish", "aysa{sv}",
+                                             [self.message.content, self.message.type, params])
+
+
+@dataclass(eq=False)
+class Subscription:
+    """Messages of a type nearby, found and lost, until `unsubscribe()`."""
+
+    manager: MessageManager
+    type: str
+    namespace: str
+    strategy: Strategy | None
+    on_found: Found | None
+    on_lost: Found | None
+    on_expired: Callable[[], None] | None
+    path: str = ""
+    ended: bool = False
+    found: set[tuple[bytes, str, str]] = field(default_factory=set)
+
+    async def unsubscribe(self) -> None:
+        """Ends it; nothing more is found or lost."""
+        if self.ended:
+            return
+        self.ended = True
+        self.manager._forget(self)
+        await self.manager._call(self.path, SUBSCRIPTION1, "Unsubscribe")
+
+    async def status(self) -> tuple[str, str]:
+        """`Status` and `StatusReason`, as for a publication."""
+        return await self.manager._status(self.path, SUBSCRIPTION1)
+
+    async def _make(self) -> None:
+        params: dict[str, Variant] = {"Type": Variant("s", self.type)}
+        if self.namespace:
+            params["Namespace"] = Variant("s", self.namespace)
+        if self.strategy is not None:
+            params["Strategy"] = self.strategy.variant()
+        self.path = await self.manager._call(self.manager.path, MANAGER1, "Subscribe", "a{sv}", [params])
+
+    def _signal(self, member: str, body: list[Any]) -> None:
+        if member == "Expired":
+            self.ended = True
+            self.manager._forget(self)
+            if self.on_expired:
+                self.on_expired()
+            return
+        content, namespace, type_, info = body
+        message = Message(bytes(content), type_, namespace)
+        heard = MessageInfo(info["Medium"].value, info["Rssi"].value, info["DistanceMeters"].value)
+        key = (message.content, namespace, type_)
+        if member == "MessageFound":
+            self.found.add(key)
+            if self.on_found:
+                self.on_found(message, heard)
+        elif member == "MessageLost":
+            self.found.discard(key)
+            if self.on_lost:
+                self.on_lost(message, heard)
+
+
+class MessageManager:
+    """An app's access to Nearby under one API key (`CreateManager`): what it
+    publishes and subscribes to, its permission and error state. Made again,
+    with its publications and subscriptions, when nearbyd restarts."""
+
+    def __init__(self, bus: MessageBus, api_key: str, params: dict[str, Variant]) -> None:
+        self.bus = bus
+        self.api_key = api_key
+        self.params = params
+        self.path = ""
+        self.owner = ""
+        self.objects: list[Publication | Subscription] = []
+        self.released = False
+        self._revival: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def create(cls, api_key: str, app_id: str | None = None, bus_address: str | None = None) -> MessageManager:
+        """A manager on the system bus, or on the bus at `bus_address`.
+        Raises NearbyError when nearbyd refuses it or is not running."""
+        bus = await (MessageBus(bus_address=bus_address) if bus_address else MessageBus(bus_type=BusType.SYSTEM)).connect()
+        params = {"AppId": Variant("s", app_id)} if app_id else {}
+        manager = cls(bus, api_key, params)
+        bus.add_message_handler(manager._on_message)
+        await manager._call_bus("AddMatch", "s", [f"type='signal',sender='{DBUS}',member='NameOwnerChanged',arg0='{BUS_NAME}'"])
+        manager.owner = await manager._call_bus("GetNameOwner", "s", [BUS_NAME])
+        manager.path = await manager._call(ROOT, NEARBY1, "CreateManager", "sa{sv}", [api_key, params])
+        return manager
+
+    async def publish(self, content: bytes, type: str = "", namespace: str = "", strategy: Strategy | None = None,
+                      on_expired: Callable[[], None] | None = None) -> Publication:
+        """Publishes `content` as a message of `type` (`Publish`)."""
+        publication = Publication(self, Message(content, type, namespace), strategy, on_expired)
+        await publication._make()
+        self.objects.append(publication)
+        return publication
+
+    async def subscribe(self, type: str = "", namespace: str = "", strategy: Strategy | None = None,
+                        on_found: Found | None = None, on_lost: Found | None = None,
+                        on_expired: Callable[[], None] | None = None) -> Subscription:
+        """Subscribes to messages of `type` (every type: empty) nearby (`Subscribe`)."""
+        subscription = Subscription(self, type, namespace, strategy, on_found, on_lost, on_expired)
+        await subscription._make()
+        self.objects.append(subscription)
+        return subscription
+
+    async def permission_granted(self) -> bool:
+        """Whether the user allows this app to use Nearby (`PermissionGranted`)."""
+        return bool(await self._get(self.path, MANAGER1, "PermissionGranted"))
+
+    async def error_state(self) -> dict[str, bool]:
+        """The manager's error properties (`ApiKeyError`, `BluetoothPowerError`, ...), true while each holds."""
+        names = ["ApiKeyError", "BluetoothPowerError", "BluetoothPermissionError", "MicrophonePermissionError"]
+        return {name: bool(await self._get(self.path, MANAGER1, name)) for name in names}
+
+    async def release(self) -> None:
+        """Ends the manager and everything it published or subscribed to."""
+        if self.released:
+            return
+        self.released = True
+        self.objects.clear()
+        try:
+            await self._call(self.path, MANAGER1, "Release")
+        finally:
+            self.bus.disconnect()
+
+    # Signals: believed from nearbyd's owner only, for this manager's objects only.
+
+    def _on_message(self, message: DBusMessage) -> None:
+        if message.message_type != MessageType.SIGNAL:
+            return
+        if message.sender == DBUS and message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME:
+            self._owner_changed(message.body[2])
+            return
+        if not self.owner or message.sender != self.owner:
+            return
+        for thing in list(self.objects):
+            if isinstance(thing, Subscription) and thing.path == message.path:
+                thing._signal(message.member, message.body)
+            elif isinstance(thing, Publication) and thing.path == message.path and message.member == "Expired":
+                thing.ended = True
+                self._forget(thing)
+                if thing.on_expired:
+                    thing.on_expired()
+
+    def _owner_changed(self, owner: str) -> None:
+        self.owner = owner
+        if owner and not self.released:
+            # nearbyd restarted: the manager and its objects are made again on the new one.
+            self._revival = asyncio.ensure_future(self._revive())
+
+    async def _revive(self) -> None:
+        self.path = await self._call(ROOT, NEARBY1, "CreateManager", "sa{sv}", [self.api_key, self.params])
+        for thing in list(self.objects):
+            if isinstance(thing, Subscription):
+                # What was found is found afresh by the new subscription; lost ones are said lost.
+                for content, namespace, type_ in list(thing.found):
+                    thing._signal("MessageLost", [content, namespace, type_,
+                                                  {"Medium": Variant("s", ""), "Rssi": Variant("n", 0),
+                                                   "DistanceMeters": Variant("d", 0.0)}])
+            await thing._make()
+
+    def _forget(self, thing: Publication | Subscription) -> None:
+        if thing in self.objects:
+            self.objects.remove(thing)
+
+    # Calls.
+
+    async def _call(self, path: str, interface: str, member: str, signature: str = "", body: list[Any] | None = None) -> Any:
+        reply = await self.bus.call(DBusMessage(destination=BUS_NAME, path=path, interface=interface, member=member,
+                                                signature=signature, body=body or []))
+        return self._answer(reply)
+
+    async def _call_bus(self, member: str, signature: str, body: list[Any]) -> Any:
+        reply = await self.bus.call(DBusMessage(destination=DBUS, path="/org/freedesktop/DBus", interface=DBUS,
+                                                member=member, signature=signature, body=body))
+        return self._answer(reply)
+
+    async def _get(self, path: str, interface: str, name: str) -> Any:
+        value = await self._call(path, PROPERTIES, "Get", "ss", [interface, name])
+        return value.value
+
+    async def _status(self, path: str, interface: str) -> tuple[str, str]:
+        return await self._get(path, interface, "Status"), await self._get(path, interface, "StatusReason")
+
+    @staticmethod
+    def _answer(reply: DBusMessage | None) -> Any:
+        if reply is None:
+            raise NearbyError("org.freedesktop.DBus.Error.NoReply", "no answer")
+        if reply.message_type == MessageType.ERROR:
+            raise NearbyError(reply.error_name or "", reply.body[0] if reply.body else "")
+        return reply.body[0] if reply.body else None
