@@ -115,12 +115,12 @@ struct FairShareTests {
             #expect(asked.count == 1, "\(asked)")
             client.connection.close()
 
-            // nearbyctl says why its publication does nothing.
+            // nearbyctl fails at once with the reason: nearbyd already knows the key is refused.
             let publisher = try await ChildProcess(name: "nearbyctl", executable: Programs.path("nearbyctl"), arguments: [
                 "publish", "--bus", device.busAddress, "--api-key", "made-up-key", "hello",
             ])
-            try await publisher.waitForLine(containing: "waiting (starting): nearby-server refuses the API key: unknown API key")
-            await publisher.stop()
+            #expect(try await publisher.waitForExit(within: 20) == 1, "\(publisher.output)")
+            #expect(publisher.output.contains("nearbyctl: nearby-server refuses the API key: unknown API key"), "\(publisher.output)")
         }
     }
 }
