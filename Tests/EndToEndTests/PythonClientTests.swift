@@ -41,4 +41,27 @@ import TestSupport
             await subscriber.stop()
         }
     }
+
+    /// Signals forged by another user's program, addressed to the client (a
+    /// message found on its subscription's path, and a claim that nearbyd's
+    /// name went to the forger) are not believed; nearbyd's own are.
+    @Test func onlyNearbydIsBelieved() async throws {
+        try await withCluster(ForgedSignalTests.options) { cluster in
+            let key = try await cluster.createProject("genuine")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let b = try await cluster.addDevice("B", at: (1, 0))
+            let subscriber = try await Self.client(["subscribe", b.busAddress, key])
+            let subscribed = try await subscriber.waitForLine(containing: #""event": "subscribed""#)
+            let path = try #require((try JSONSerialization.jsonObject(with: Data(subscribed.utf8)) as? [String: Any])?["path"] as? String)
+            let fake = ForgedSignalTests.messageFound(at: path)
+            try await SignalForger.forge([fake, .nameOwnerChanged("org.nearbyd", from: "", to: "{forger}"), fake], on: b.busAddress)
+
+            let publisher = try await Self.client(["publish", a.busAddress, key, "genuine"])
+            let found = try await subscriber.waitForLine(containing: #""event": "found""#)
+            #expect(found.contains(#""text": "genuine""#), "\(subscriber.output)")
+            #expect(!subscriber.output.contains("FAKE"), "\(subscriber.output)")
+            await publisher.stop()
+            await subscriber.stop()
+        }
+    }
 }

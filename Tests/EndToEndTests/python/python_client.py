@@ -31,8 +31,8 @@ async def main(role, bus, key, *rest):
         else:
             report = lambda event: lambda message, info: say(event=event, text=message.content.decode(),
                                                              medium=info.medium, distance=info.distance)
-            await manager.subscribe(type="chat", on_found=report("found"), on_lost=report("lost"))
-            say(event="subscribed")
+            subscription = await manager.subscribe(type="chat", on_found=report("found"), on_lost=report("lost"))
+            say(event="subscribed", path=subscription.path)
     except NearbyError as error:
         say(event="error", name=error.name, message=error.message)
         return
