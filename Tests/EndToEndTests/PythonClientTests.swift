@@ -42,6 +42,27 @@ import TestSupport
         }
     }
 
+    /// nearbyd's status, an upstream message to a real application server
+    /// (slixmpp) and its verdict, and the app's permission, through the client.
+    @Test func statusUpstreamAndPermission() async throws {
+        try await withCluster(Cluster.Options(xmpp: true)) { cluster in
+            let keys = try await cluster.createProjectKeys("shop")
+            let appServer = try await ConnectionServerTests.appServer(cluster, keys)
+            let device = try await cluster.addDevice("A")
+            let client = try await Self.client(["upstream", device.busAddress, keys.apiKey, "shop@\(Cluster.xmppDomain)"])
+            let status = try await client.waitForLine(containing: #""event": "status""#)
+            #expect(status.contains(#""mediums": ["ble"]"#), "\(status)")
+            let verdict = try await client.waitForLine(containing: #""id": "py-1""#, within: 30)
+            #expect(verdict.contains(#""event": "succeeded""#), "\(client.output)")
+            try await appServer.waitForLine(containing: #""message_id": "py-1""#)
+            #expect(try await client.waitForExit(within: 20) == 0, "\(client.output)")
+            let permissions = client.lines.values.filter { $0.contains(#""event": "permission""#) }
+            #expect(permissions == [#"{"event": "permission", "granted": false}"#, #"{"event": "permission", "granted": true}"#],
+                    "\(client.output)")
+            await appServer.stop()
+        }
+    }
+
     /// Signals forged by another user's program, addressed to the client (a
     /// message found on its subscription's path, and a claim that nearbyd's
     /// name went to the forger) are not believed; nearbyd's own are.

@@ -3,6 +3,9 @@
 
   python_client.py publish BUS KEY TEXT     publish TEXT (type chat) until SIGTERM
   python_client.py subscribe BUS KEY        subscribe to chat, print found and lost
+  python_client.py upstream BUS KEY TO      print the status; send one upstream message to TO
+                                            with the direct channel open, print its verdict;
+                                            revoke and grant the app's permission
 
 Prints one JSON line per event: {"event": "published"|"subscribed"|"found"|"lost",
 "text", "medium", "distance"}, and {"event": "error", "name", "message"} when a
@@ -13,16 +16,40 @@ import json
 import signal
 import sys
 
-from nearby import MessageManager, NearbyError
+from nearby import MessageManager, NearbyError, Upstream, status
 
 
 def say(**fields):
     print(json.dumps(fields, sort_keys=True), flush=True)
 
 
+async def upstream(bus, key, to):
+    now = await status(bus)
+    say(event="status", version=now.version, mediums=now.available_mediums, server=now.server)
+    verdict = asyncio.get_running_loop().create_future()
+    handlers = Upstream(succeeded=lambda id: verdict.set_result(("succeeded", id, "")),
+                        failed=lambda id, error, why: verdict.set_result(("failed", id, error)))
+    manager = await MessageManager.create(key, app_id="org.example.PythonClient", bus_address=bus, upstream=handlers)
+    await manager.set_direct_channel(True)
+    await manager.send({"n": "1"}, to, "py-1", ttl_seconds=60)
+    outcome, id, error = await asyncio.wait_for(verdict, 30)
+    say(event=outcome, id=id, error=error)
+    await manager.set_permission_granted(False)
+    say(event="permission", granted=await manager.permission_granted())
+    await manager.set_permission_granted(True)
+    say(event="permission", granted=await manager.permission_granted())
+    await manager.release()
+
+
 async def main(role, bus, key, *rest):
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if role == "upstream":
+        try:
+            await upstream(bus, key, rest[0])
+        except NearbyError as error:
+            say(event="error", name=error.name, message=error.message)
+        return
     try:
         manager = await MessageManager.create(key, app_id="org.example.PythonClient", bus_address=bus)
         if role == "publish":

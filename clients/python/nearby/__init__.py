@@ -14,6 +14,7 @@ its publications and subscriptions are made again on the new one.
 """
 
 from .client import (
+    DaemonStatus,
     Message,
     MessageInfo,
     MessageManager,
@@ -21,6 +22,9 @@ from .client import (
     Publication,
     Strategy,
     Subscription,
+    Upstream,
+    status,
 )
 
-__all__ = ["Message", "MessageInfo", "MessageManager", "NearbyError", "Publication", "Strategy", "Subscription"]
+__all__ = ["DaemonStatus", "Message", "MessageInfo", "MessageManager", "NearbyError", "Publication", "Strategy",
+           "Subscription", "Upstream", "status"]

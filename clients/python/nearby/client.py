@@ -18,6 +18,7 @@ NEARBY1 = "org.nearbyd.Nearby1"
 MANAGER1 = "org.nearbyd.Manager1"
 PUBLICATION1 = "org.nearbyd.Publication1"
 SUBSCRIPTION1 = "org.nearbyd.Subscription1"
+UPSTREAM1 = "org.nearbyd.Upstream1"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 DBUS = "org.freedesktop.DBus"
 
@@ -75,6 +76,41 @@ class Strategy:
 
 
 Found = Callable[[Message, MessageInfo], None]
+
+
+@dataclass
+class Upstream:
+    """What an app hears of its upstream messages and its application server
+    (Upstream1's signals): each handler optional."""
+
+    succeeded: Callable[[str], None] | None = None
+    """The application server acked the message of this id."""
+    failed: Callable[[str, str, str], None] | None = None
+    """The message failed: its id, the error (TTL_EXCEEDED, ...) and why."""
+    received: Callable[[dict[str, str], str, str], None] | None = None
+    """A downstream message: its data, its sender id, its id."""
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    """What `nearbyctl status` shows: nearbyd's version, the mediums it can
+    use now, and nearby-server as it meets it (`connected: URL`, ...)."""
+
+    version: str
+    available_mediums: list[str]
+    server: str
+
+
+async def status(bus_address: str | None = None) -> DaemonStatus:
+    """nearbyd's status (Nearby1's properties), on the system bus or at `bus_address`."""
+    bus = await (MessageBus(bus_address=bus_address) if bus_address else MessageBus(bus_type=BusType.SYSTEM)).connect()
+    try:
+        reply = await bus.call(DBusMessage(destination=BUS_NAME, path=ROOT, interface=PROPERTIES, member="GetAll",
+                                           signature="s", body=[NEARBY1]))
+        values = MessageManager._answer(reply)
+        return DaemonStatus(values["Version"].value, list(values["AvailableMediums"].value), values["Server"].value)
+    finally:
+        bus.disconnect()
 
 
 @dataclass(eq=False)
@@ -171,8 +207,10 @@ class MessageManager:
     publishes and subscribes to, its permission and error state. Made again,
     with its publications and subscriptions, when nearbyd restarts."""
 
-    def __init__(self, bus: MessageBus, api_key: str, params: dict[str, Variant]) -> None:
+    def __init__(self, bus: MessageBus, api_key: str, params: dict[str, Variant], upstream: Upstream | None = None) -> None:
         self.bus = bus
+        self.upstream = upstream or Upstream()
+        self.direct_channel = False
         self.api_key = api_key
         self.params = params
         self.path = ""
@@ -182,12 +220,14 @@ class MessageManager:
         self._revival: asyncio.Task[None] | None = None
 
     @classmethod
-    async def create(cls, api_key: str, app_id: str | None = None, bus_address: str | None = None) -> MessageManager:
-        """A manager on the system bus, or on the bus at `bus_address`.
+    async def create(cls, api_key: str, app_id: str | None = None, bus_address: str | None = None,
+                     upstream: Upstream | None = None) -> MessageManager:
+        """A manager on the system bus, or on the bus at `bus_address`;
+        `upstream` hears of its upstream messages and downstream ones.
         Raises NearbyError when nearbyd refuses it or is not running."""
         bus = await (MessageBus(bus_address=bus_address) if bus_address else MessageBus(bus_type=BusType.SYSTEM)).connect()
         params = {"AppId": Variant("s", app_id)} if app_id else {}
-        manager = cls(bus, api_key, params)
+        manager = cls(bus, api_key, params, upstream)
         bus.add_message_handler(manager._on_message)
         await manager._call_bus("AddMatch", "s", [f"type='signal',sender='{DBUS}',member='NameOwnerChanged',arg0='{BUS_NAME}'"])
         manager.owner = await manager._call_bus("GetNameOwner", "s", [BUS_NAME])
@@ -215,6 +255,22 @@ class MessageManager:
         """Whether the user allows this app to use Nearby (`PermissionGranted`)."""
         return bool(await self._get(self.path, MANAGER1, "PermissionGranted"))
 
+    async def set_permission_granted(self, granted: bool) -> None:
+        """Records the user's decision for this app, as a settings panel would."""
+        await self._set(self.path, MANAGER1, "PermissionGranted", Variant("b", granted))
+
+    async def set_direct_channel(self, wanted: bool) -> None:
+        """Asks for the direct channel to nearby-server (`DirectChannel`): upstream
+        messages go while it is open, downstream ones come through it."""
+        self.direct_channel = wanted
+        await self._set(self.path, UPSTREAM1, "DirectChannel", Variant("b", wanted))
+
+    async def send(self, data: dict[str, str], to: str, message_id: str, ttl_seconds: int = 60) -> None:
+        """Sends an upstream message to the application server `to`
+        (SENDER_ID@DOMAIN); its verdict comes to `upstream`. Kept on disk by
+        nearbyd until then."""
+        await self._call(self.path, UPSTREAM1, "SendMessage", "a{ss}ssx", [data, to, message_id, ttl_seconds])
+
     async def error_state(self) -> dict[str, bool]:
         """The manager's error properties (`ApiKeyError`, `BluetoothPowerError`, ...), true while each holds."""
         names = ["ApiKeyError", "BluetoothPowerError", "BluetoothPermissionError", "MicrophonePermissionError"]
@@ -241,6 +297,14 @@ class MessageManager:
             return
         if not self.owner or message.sender != self.owner:
             return
+        if message.path == self.path and message.interface == UPSTREAM1:
+            if message.member == "SendSucceeded" and self.upstream.succeeded:
+                self.upstream.succeeded(message.body[0])
+            elif message.member == "SendFailed" and self.upstream.failed:
+                self.upstream.failed(*message.body)
+            elif message.member == "MessageReceived" and self.upstream.received:
+                self.upstream.received(dict(message.body[0]), message.body[1], message.body[2])
+            return
         for thing in list(self.objects):
             if isinstance(thing, Subscription) and thing.path == message.path:
                 thing._signal(message.member, message.body)
@@ -258,6 +322,8 @@ class MessageManager:
 
     async def _revive(self) -> None:
         self.path = await self._call(ROOT, NEARBY1, "CreateManager", "sa{sv}", [self.api_key, self.params])
+        if self.direct_channel:
+            await self._set(self.path, UPSTREAM1, "DirectChannel", Variant("b", True))
         for thing in list(self.objects):
             if isinstance(thing, Subscription):
                 # What was found is found afresh by the new subscription; lost ones are said lost.
@@ -286,6 +352,9 @@ class MessageManager:
     async def _get(self, path: str, interface: str, name: str) -> Any:
         value = await self._call(path, PROPERTIES, "Get", "ss", [interface, name])
         return value.value
+
+    async def _set(self, path: str, interface: str, name: str, value: Variant) -> None:
+        await self._call(path, PROPERTIES, "Set", "ssv", [interface, name, value])
 
     async def _status(self, path: str, interface: str) -> tuple[str, str]:
         return await self._get(path, interface, "Status"), await self._get(path, interface, "StatusReason")
