@@ -63,6 +63,27 @@ import TestSupport
         }
     }
 
+    /// A beacon's attachment and the raw beacon itself, through the client.
+    @Test func beaconsAndTheirAttachments() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("shop")
+            let uid = "0123456789abcdef0123" + "00000000002a"
+            try await cluster.serverCommand(["beacon", "register", "--project", "shop", "--type", "eddystone", "--id", uid])
+            try await cluster.serverCommand(["beacon", "attachment", "add", "3!\(uid)", "--project", "shop", "--type", "door",
+                                             "--data", "Welcome in"])
+            try await cluster.placeBeacon("door", "eddystone-uid", "0123456789abcdef0123/00000000002a", at: (1, 0))
+            let device = try await cluster.addDevice("A")
+            let client = try await Self.client(["beacons", device.busAddress, key])
+            let attachment = try await client.waitForLine(containing: #""event": "attachment""#, within: 30)
+            let welcome = Data("Welcome in".utf8).map { String(format: "%02x", $0) }.joined()
+            #expect(attachment.contains(#""content": "\#(welcome)""#) && attachment.contains(#""type": "door""#), "\(attachment)")
+            #expect(attachment.contains(#""kind": "eddystone-uid""#) && attachment.contains(#""id": "\#(uid)""#), "\(attachment)")
+            let raw = try await client.waitForLine(containing: #""event": "raw""#, within: 30)
+            #expect(raw.contains(#""content": "\#(uid)""#) && raw.contains(#""type": "__eddystone_uid""#), "\(raw)")
+            await client.stop()
+        }
+    }
+
     /// Signals forged by another user's program, addressed to the client (a
     /// message found on its subscription's path, and a claim that nearbyd's
     /// name went to the forger) are not believed; nearbyd's own are.

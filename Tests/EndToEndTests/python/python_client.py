@@ -6,6 +6,8 @@
   python_client.py upstream BUS KEY TO      print the status; send one upstream message to TO
                                             with the direct channel open, print its verdict;
                                             revoke and grant the app's permission
+  python_client.py beacons BUS KEY          subscribe to the project's beacons' attachments
+                                            and to raw beacons, print what is found
 
 Prints one JSON line per event: {"event": "published"|"subscribed"|"found"|"lost",
 "text", "medium", "distance"}, and {"event": "error", "name", "message"} when a
@@ -52,7 +54,14 @@ async def main(role, bus, key, *rest):
         return
     try:
         manager = await MessageManager.create(key, app_id="org.example.PythonClient", bus_address=bus)
-        if role == "publish":
+        if role == "beacons":
+            heard = lambda event: lambda message, info: say(event=event, namespace=message.namespace, type=message.type,
+                                                            content=message.content.hex(), kind=info.beacon.kind,
+                                                            id=info.beacon.id)
+            await manager.subscribe_beacons(on_found=heard("attachment"))
+            await manager.subscribe_beacons(raw=True, on_found=heard("raw"))
+            say(event="subscribed")
+        elif role == "publish":
             await manager.publish(rest[0].encode(), type="chat")
             say(event="published")
         else:

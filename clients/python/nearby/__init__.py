@@ -14,6 +14,7 @@ its publications and subscriptions are made again on the new one.
 """
 
 from .client import (
+    Beacon,
     DaemonStatus,
     Message,
     MessageInfo,
@@ -26,5 +27,5 @@ from .client import (
     status,
 )
 
-__all__ = ["DaemonStatus", "Message", "MessageInfo", "MessageManager", "NearbyError", "Publication", "Strategy",
+__all__ = ["Beacon", "DaemonStatus", "Message", "MessageInfo", "MessageManager", "NearbyError", "Publication", "Strategy",
            "Subscription", "Upstream", "status"]

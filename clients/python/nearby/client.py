@@ -44,13 +44,25 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Beacon:
+    """The beacon a message came through: `kind` is eddystone-uid,
+    eddystone-eid or ibeacon, `id` the advertised id in hex."""
+
+    kind: str
+    id: str
+    tx_power: int
+
+
+@dataclass(frozen=True)
 class MessageInfo:
     """How a found message was heard: `medium` is "ble" or "audio"; `rssi` is
-    the signal strength in dBm over BLE, the level in dBFS over audio."""
+    the signal strength in dBm over BLE, the level in dBFS over audio;
+    `beacon` the beacon, for a beacon's attachment or a raw beacon."""
 
     medium: str
     rssi: int
     distance: float
+    beacon: Beacon | None = None
 
 
 @dataclass
@@ -157,6 +169,7 @@ class Subscription:
     on_found: Found | None
     on_lost: Found | None
     on_expired: Callable[[], None] | None
+    beacons: dict[str, Variant] | None = None
     path: str = ""
     ended: bool = False
     found: set[tuple[bytes, str, str]] = field(default_factory=set)
@@ -175,6 +188,9 @@ class Subscription:
 
     async def _make(self) -> None:
         params: dict[str, Variant] = {"Type": Variant("s", self.type)}
+        if self.beacons is not None:
+            params["DeviceTypes"] = Variant("as", ["ble-beacon"])
+            params["BeaconStrategy"] = Variant("a{sv}", self.beacons)
         if self.namespace:
             params["Namespace"] = Variant("s", self.namespace)
         if self.strategy is not None:
@@ -190,7 +206,9 @@ class Subscription:
             return
         content, namespace, type_, info = body
         message = Message(bytes(content), type_, namespace)
-        heard = MessageInfo(info["Medium"].value, info["Rssi"].value, info["DistanceMeters"].value)
+        beacon = info["Beacon"].value if "Beacon" in info else None
+        heard = MessageInfo(info["Medium"].value, info["Rssi"].value, info["DistanceMeters"].value,
+                            Beacon(beacon["Kind"].value, beacon["Id"].value, beacon["TxPower"].value) if beacon else None)
         key = (message.content, namespace, type_)
         if member == "MessageFound":
             self.found.add(key)
@@ -247,6 +265,19 @@ class MessageManager:
                         on_expired: Callable[[], None] | None = None) -> Subscription:
         """Subscribes to messages of `type` (every type: empty) nearby (`Subscribe`)."""
         subscription = Subscription(self, type, namespace, strategy, on_found, on_lost, on_expired)
+        await subscription._make()
+        self.objects.append(subscription)
+        return subscription
+
+    async def subscribe_beacons(self, type: str = "", namespace: str = "", raw: bool = False,
+                                include_ibeacons: bool = True, on_found: Found | None = None,
+                                on_lost: Found | None = None) -> Subscription:
+        """Subscribes to the attachments of the project's beacons in range
+        (dbus-api.md, "Beacons"), or with `raw` to every beacon heard, each a
+        message of the reserved namespace whose content is the beacon's id;
+        `info.beacon` says which beacon."""
+        strategy = {"RawBeacons": Variant("b", raw), "IncludeIBeacons": Variant("b", include_ibeacons)}
+        subscription = Subscription(self, type, namespace, None, on_found, on_lost, None, strategy)
         await subscription._make()
         self.objects.append(subscription)
         return subscription
