@@ -84,6 +84,29 @@ import TestSupport
         }
     }
 
+    /// examples/chat.py, the small app on the client, on two devices: each
+    /// sees the other come, and go.
+    @Test func theChatExampleSeesWhoComesAndGoes() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("chat")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let b = try await cluster.addDevice("B", at: (1, 0))
+            let example = Self.root.appendingPathComponent("examples/chat.py").path
+            let python = Self.root.appendingPathComponent(".build/venv/bin/python").path
+            let alice = try await ChildProcess(name: "chat alice", executable: python,
+                                               arguments: [example, "alice", "--api-key", key, "--bus", a.busAddress],
+                                               environment: ["PYTHONUNBUFFERED": "1"])
+            let bob = try await ChildProcess(name: "chat bob", executable: python,
+                                             arguments: [example, "bob", "--api-key", key, "--bus", b.busAddress],
+                                             environment: ["PYTHONUNBUFFERED": "1"])
+            try await alice.waitForLine(containing: "here: bob is here (")
+            try await bob.waitForLine(containing: "here: alice is here (")
+            await alice.stop()
+            try await bob.waitForLine(containing: "gone: alice is here")
+            await bob.stop()
+        }
+    }
+
     /// Signals forged by another user's program, addressed to the client (a
     /// message found on its subscription's path, and a claim that nearbyd's
     /// name went to the forger) are not believed; nearbyd's own are.
