@@ -56,12 +56,8 @@ struct RawClient {
 /// The error name a call failed with, or "success".
 @BusActor
 func outcome(_ body: () async throws(DBusError) -> Void) async -> String {
-    do {
-        try await body()
-        return "success"
-    } catch {
-        return error.name
-    }
+    let failed = await failure(body)
+    return failed.isEmpty ? "success" : String(failed.prefix { $0 != ":" })
 }
 
 /// The error a call failed with, name and message, or "" when it succeeded.

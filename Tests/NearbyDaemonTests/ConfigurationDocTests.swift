@@ -2,6 +2,7 @@ import ConfigFile
 import Foundation
 import NearbyDaemon
 import Testing
+import TestSupport
 
 /// doc/configuration.md's nearbyd tables held to what nearbyd reads: each
 /// section's keys both ways (a key the daemon reads is documented, a
@@ -36,8 +37,7 @@ import Testing
         do {
             _ = try DaemonConfiguration().applying(ConfigFile(text: "[\(section)]\nno-such-key = 1\n", source: "probe.conf"))
         } catch {
-            guard let known = error.message.range(of: "known: ") else { return [] }
-            return Set(error.message[known.upperBound...].split(separator: ", ").map(String.init))
+            return knownKeys(in: error.message)
         }
         return []
     }

@@ -2,6 +2,7 @@ import ConfigFile
 import Foundation
 import NearbyServer
 import Testing
+import TestSupport
 
 /// doc/nearby-server.md's table of settings held to what nearby-server
 /// reads: every key both ways, each default written as a TOML value to the
@@ -40,8 +41,7 @@ import Testing
         do {
             _ = try ServerConfiguration.parse("[\(section)]\nno-such-key = 1\n", source: "probe.conf")
         } catch {
-            guard let known = error.message.range(of: "known: ") else { return [] }
-            return Set(error.message[known.upperBound...].split(separator: ", ").map(String.init))
+            return knownKeys(in: error.message)
         }
         return []
     }

@@ -90,6 +90,21 @@ class Strategy:
 Found = Callable[[Message, MessageInfo], None]
 
 
+class _Live:
+    """What a publication and a subscription share: ending, and their status."""
+
+    manager: MessageManager
+    path: str
+    ended: bool
+
+    async def _end(self, interface: str, member: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.manager._forget(self)  # type: ignore[arg-type]
+        await self.manager._call(self.path, interface, member)
+
+
 @dataclass
 class Upstream:
     """What an app hears of its upstream messages and its application server
@@ -126,7 +141,7 @@ async def status(bus_address: str | None = None) -> DaemonStatus:
 
 
 @dataclass(eq=False)
-class Publication:
+class Publication(_Live):
     """A message published until `unpublish()`, its TTL, or its manager's release."""
 
     manager: MessageManager
@@ -138,11 +153,7 @@ class Publication:
 
     async def unpublish(self) -> None:
         """Ends it; devices nearby lose it."""
-        if self.ended:
-            return
-        self.ended = True
-        self.manager._forget(self)
-        await self.manager._call(self.path, PUBLICATION1, "Unpublish")
+        await self._end(PUBLICATION1, "Unpublish")
 
     async def status(self) -> tuple[str, str]:
         """`Status` and `StatusReason`: ("active", "") once it is heard, else why not."""
@@ -159,7 +170,7 @@ class Publication:
 
 
 @dataclass(eq=False)
-class Subscription:
+class Subscription(_Live):
     """Messages of a type nearby, found and lost, until `unsubscribe()`."""
 
     manager: MessageManager
@@ -176,11 +187,7 @@ class Subscription:
 
     async def unsubscribe(self) -> None:
         """Ends it; nothing more is found or lost."""
-        if self.ended:
-            return
-        self.ended = True
-        self.manager._forget(self)
-        await self.manager._call(self.path, SUBSCRIPTION1, "Unsubscribe")
+        await self._end(SUBSCRIPTION1, "Unsubscribe")
 
     async def status(self) -> tuple[str, str]:
         """`Status` and `StatusReason`, as for a publication."""
