@@ -19,8 +19,9 @@ VENV := .build/venv
 # D-Bus clients, and python-dbusmock standing in for logind and a notification
 # daemon, run on Debian's /usr/bin/python3; busctl and systemd-analyze are
 # systemd's; the storage tests start throwaway clusters with postgresql's
-# initdb and pg_ctl).
-PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev libxml2-dev pkg-config dbus dbus-bin libglib2.0-bin python3 python3-venv \
+# initdb and pg_ctl; GDBusExampleTests builds examples/gdbus-subscribe.c
+# against GLib's GIO).
+PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev libxml2-dev pkg-config dbus dbus-bin libglib2.0-bin libglib2.0-dev python3 python3-venv \
 	python3-dbus-next python3-dbusmock postgresql
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
