@@ -4,6 +4,7 @@ publications and subscriptions, with found and lost as callbacks."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ SUBSCRIPTION1 = "org.nearbyd.Subscription1"
 UPSTREAM1 = "org.nearbyd.Upstream1"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 DBUS = "org.freedesktop.DBus"
+
+logger = logging.getLogger("nearby")
 
 
 class NearbyError(Exception):
@@ -359,6 +362,13 @@ class MessageManager:
             self._revival = asyncio.ensure_future(self._revive())
 
     async def _revive(self) -> None:
+        try:
+            await self._make_again()
+        except NearbyError as error:
+            # The objects stay dead until nearbyd's next start makes them again.
+            logger.warning("nearbyd restarted, and making the manager again failed: %s", error)
+
+    async def _make_again(self) -> None:
         self.path = await self._call(ROOT, NEARBY1, "CreateManager", "sa{sv}", [self.api_key, self.params])
         if self.direct_channel:
             await self._set(self.path, UPSTREAM1, "DirectChannel", Variant("b", True))
