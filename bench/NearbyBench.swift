@@ -43,17 +43,19 @@ struct NearbyBench: AsyncParsableCommand {
                        every object, row, descriptor and thread against the baseline
                        taken before; fails naming what is left, or resident memory
                        more than 10 % over its baseline. About 6 minutes.
-            server     nearby-server alone under load from simulated devices speaking its
-                       HTTP and WebSocket API (bench/server_load.py), on SQLite, and on a
-                       throwaway PostgreSQL with one replica and with two, under the default
-                       [http] limits: sighting reports per second at saturation against the
-                       same server's /v1/health rate under the same generator; found latency
-                       at half that rate against /v1/health's round trip at that rate; device
-                       streams held (10,000) and memory per stream; upstream messages per
-                       second from 1,000 devices' channels through one application server,
-                       against its dry-run rate and the engine's durable insert rate;
-                       PostgreSQL's own insert, NOTIFY and NOTIFY round-trip floor. Also
-                       alone: make bench-server. About 10 minutes.
+            server     nearby-server alone under load from simulated devices
+                       speaking its HTTP and WebSocket API (bench/server_load.py),
+                       on SQLite, and on a throwaway PostgreSQL with one replica
+                       and with two, under the default [http] limits: sighting
+                       reports per second at saturation against the same
+                       server's /v1/health rate under the same generator; found
+                       latency at half that rate against /v1/health's round trip
+                       at that rate; device streams held (10,000) and memory per
+                       stream; upstream messages per second from 1,000 devices'
+                       channels through one application server, against its
+                       dry-run rate and the engine's durable insert rate;
+                       PostgreSQL's own insert, NOTIFY and NOTIFY round-trip
+                       floor. Also alone: make bench-server. About 10 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
