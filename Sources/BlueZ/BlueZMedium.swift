@@ -475,7 +475,8 @@ public final class BlueZMedium: BeaconScanner {
         case .startScanning(let mode, let adapter):
             if mode == .full {
                 // No UUIDs in the filter: bluetoothd matches them against service
-                // UUID lists only, never service data (doc/ble-research.md, §2.2).
+                // UUID lists only, never service data (doc/architecture.md, "BLE:
+                // what the backends rely on", Discovery filter).
                 // Any filter also makes non-discoverable broadcasters visible.
                 try await call(connection, adapter.path, BlueZ.adapter, "SetDiscoveryFilter") { writer throws(DBusError) in
                     try writer.append(["Transport": Variant(.string("le")), "DuplicateData": Variant(.bool(true))])
@@ -577,7 +578,10 @@ public final class BlueZMedium: BeaconScanner {
 
     private func exportMonitor(on connection: BusConnection) throws(DBusError) -> AdvertisementMonitor {
         if let monitor { return monitor }
-        let seconds = UInt16(clamping: max(1, Int(settings.lostTimeout.components.seconds)))
+        // bluetoothd refuses a monitor whose RSSILowTimeout is outside 1–300 s
+        // (ADV_MONITOR_MAX_TIMEOUT); a longer lost timeout is still nearbyd's
+        // own, by its sightings.
+        let seconds = UInt16(min(300, max(1, settings.lostTimeout.components.seconds)))
         let monitor = AdvertisementMonitor(
             root: Self.root.child("monitor"), lostTimeoutSeconds: seconds,
             found: { [weak self] device in

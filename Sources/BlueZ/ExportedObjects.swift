@@ -6,7 +6,8 @@ import NearbyCore
 /// reads (through Properties.GetAll) when it is registered. A non-connectable
 /// broadcast with nearbyd's service data and nothing else, so the frame is the
 /// 26 bytes of ``TokenFrame`` and fits a legacy advertisement with room for the
-/// Flags the kernel may add (doc/ble-research.md, §1.2).
+/// Flags the kernel may add (doc/architecture.md, "BLE: what the backends rely
+/// on", Advertising data and Flags).
 @BusActor
 final class LEAdvertisement {
     static let interfaceName = "org.bluez.LEAdvertisement1"

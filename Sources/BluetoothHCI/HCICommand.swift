@@ -255,8 +255,9 @@ public enum AdvertisingData {
     /// The Flags AD structure (Vol 3, Part C, §11 and Supplement Part A,
     /// §1.3): length 2, type 0x01, "BR/EDR Not Supported" (0x04) and no
     /// discoverable bit, since a broadcaster is not discoverable. The same
-    /// bytes the kernel writes for a bluetoothd broadcast advertisement
-    /// (doc/ble-research.md, §8).
+    /// bytes the kernel writes for a bluetoothd broadcast advertisement on a
+    /// controller without BR/EDR (doc/architecture.md, "BLE: what the
+    /// backends rely on", Advertising data and Flags).
     public static let flags: [UInt8] = [0x02, 0x01, 0x04]
 
     /// Flags, then nearbyd's token frame: 29 bytes.

@@ -12,9 +12,9 @@ import NearbyCore
 /// is a random (version 4) one, fixed here for good.
 ///
 /// Scanners cannot ask bluetoothd to filter on it: a discovery filter's UUIDs
-/// match service-UUID lists only, not service-data UUIDs
-/// (doc/ble-research.md, §2), so nearbyd scans unfiltered and picks its frames
-/// out itself.
+/// match service-UUID lists only, not service-data UUIDs (doc/architecture.md,
+/// "BLE: what the backends rely on", Discovery filter), so nearbyd scans
+/// unfiltered and picks its frames out itself.
 public enum TokenFrame {
     /// nearbyd's BLE service UUID.
     public static let serviceUUID = "9a6bac06-7789-4cd3-b56f-cdcc43b8183b"

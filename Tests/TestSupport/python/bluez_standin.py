@@ -2,7 +2,8 @@
 """A small stand-in for bluetoothd, as org.bluez on a private bus.
 
 It implements the part of BlueZ's D-Bus API that nearbyd uses, the way
-bluetoothd 5.66 behaves (doc/ble-research.md): ObjectManager at /,
+bluetoothd 5.66 behaves (doc/architecture.md, "BLE: what the backends rely
+on"): ObjectManager at /,
 Adapter1 (Powered, SetDiscoveryFilter, StartDiscovery, StopDiscovery,
 RemoveDevice), LEAdvertisingManager1 (which reads the advertisement's
 properties back from the caller with Properties.GetAll and builds the

@@ -66,7 +66,8 @@ def plain(value):
 
 class Advertisement(ServiceInterface):
     """An org.bluez.LEAdvertisement1 with Type and ServiceData only (the shape
-    nearbyd's token frame uses, doc/ble-research.md §8)."""
+    nearbyd's token frame uses, doc/architecture.md, "BLE: what the backends
+    rely on", LEAdvertisement1)."""
 
     def __init__(self, service_data, type_="broadcast"):
         super().__init__(ADV)
@@ -156,7 +157,8 @@ class BlueZ:
     def _on_set_tx_power(self, msg):
         # On the extended advertising path bluetoothd writes the TX power it
         # chose back to the advertisement with Properties.Set("TxPower"), even
-        # when the object has no such property (doc/ble-research.md §1.1).
+        # when the object has no such property (doc/architecture.md, "BLE: what
+        # the backends rely on", LEAdvertisement1).
         # Accept it, as nearbyd's object must, and keep the values.
         if (msg.message_type == MessageType.METHOD_CALL and msg.interface == PROPS
                 and msg.member == "Set" and msg.path in self._exported
@@ -205,7 +207,8 @@ class BlueZ:
 
     async def start_le_discovery(self, adapter):
         """Discover as nearbyd's scanner does: LE only, every report (no UUID
-        filter: it cannot see service data, doc/ble-research.md §2.2)."""
+        filter: it cannot see service data, doc/architecture.md, "BLE: what
+        the backends rely on", Discovery filter)."""
         path = f"/org/bluez/{adapter}"
         await self.call(BLUEZ, path, ADAPTER, "SetDiscoveryFilter", "a{sv}",
                         [{"Transport": Variant("s", "le"), "DuplicateData": Variant("b", True)}])
