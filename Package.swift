@@ -52,6 +52,8 @@ let package = Package(
         ),
         // Events anyone can cause at will, logged at most once a minute with a count.
         .target(name: "SummarisedLog", dependencies: [.product(name: "Logging", package: "swift-log")]),
+        // nearby-server's partitions of devices and which replica owns each: a core without I/O.
+        .target(name: "Partitions"),
         // nearbyd's D-Bus API as data: its names, written once (doc/dbus-api.md describes it).
         .target(name: "NearbyBusContract"),
         .target(name: "NearbyCore", dependencies: ["NearbyBusContract", .product(name: "HeapModule", package: "swift-collections")]),
@@ -192,7 +194,7 @@ let package = Package(
         .target(
             name: "NearbyServer",
             dependencies: [
-                "SummarisedLog",
+                "SummarisedLog", "Partitions",
                 "NearbyCore", "ServerAPI", "ConfigFile", "XMPP",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
@@ -314,6 +316,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyBusContract", "NearbyCore", "ServerAPI", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore", "NearbyBusContract"]),
+        .testTarget(name: "PartitionsTests", dependencies: ["Partitions"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
         .testTarget(name: "BeaconsTests", dependencies: ["Beacons", "NearbyCore"]),

@@ -104,10 +104,20 @@ public struct NearbyServer: Sendable {
     public func run(onListening: @escaping @Sendable (ListenAddress) async -> Void,
                     onXMPPListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in },
                     onShutdown: @escaping @Sendable () -> Void) async throws {
-        let application = makeApplication(onListening: onListening)
+        let (ports, port) = AsyncStream.makeStream(of: Int.self)
+        let application = makeApplication(onListening: { address in
+            port.yield(address.port)
+            port.finish()
+            await onListening(address)
+        })
         let xmpp: [any Service] = configuration.xmpp.isEnabled ? [XMPPEndpoint(service: service, onListening: onXMPPListening)] : []
+        let server = self.configuration
+        let partitions: [any Service] = service.partitions.map {
+            [PartitionService(partitions: $0, configuration: server, ports: ports)]
+        } ?? []
         var configuration = ServiceGroupConfiguration(
-            services: [application] + xmpp + [ShutdownNotice(action: onShutdown)],
+            // In reverse order at shutdown: the partitions are given up first.
+            services: [application] + xmpp + partitions + [ShutdownNotice(action: onShutdown)],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: service.logger
         )
@@ -133,6 +143,20 @@ struct SweepService: Service {
         } catch is CancellationError {
             // Shutdown: the sleep was cut short.
         }
+    }
+}
+
+/// Runs the replica's partition rounds once it listens, as the URL it is
+/// reached at.
+private struct PartitionService: Service {
+    let partitions: PartitionOwnership
+    let configuration: ServerConfiguration
+    let ports: AsyncStream<Int>
+
+    func run() async throws {
+        let ports = self.ports
+        guard let port = await cancelWhenGracefulShutdown({ await ports.first { _ in true } }) else { return }
+        await partitions.run(url: configuration.advertisedURL(port: port))
     }
 }
 

@@ -16,6 +16,9 @@ public final class NearbyService: Sendable {
     let feed: any MatcherFeed
     /// The connection server: devices' direct channels and application servers.
     public let connections: ConnectionHub
+    /// This replica's share of the devices' partitions, among replicas sharing
+    /// a PostgreSQL database; nil for a server alone, which owns them all.
+    let partitions: PartitionOwnership?
     let clock: any WallClock
     let logger: Logger
     private let tokens = Mutex(TokenCache())
@@ -30,8 +33,9 @@ public final class NearbyService: Sendable {
     let registrations: RegistrationLimiter
 
     private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
-                 matcher: Matcher, feed: any MatcherFeed) {
+                 matcher: Matcher, feed: any MatcherFeed, partitions: PartitionOwnership?) {
         self.storage = storage
+        self.partitions = partitions
         self.matcher = matcher
         self.feed = feed
         self.configuration = configuration
@@ -61,7 +65,8 @@ public final class NearbyService: Sendable {
                         buses: (storage as? PostgresStorage).map {
                             ReplicaBuses(matching: PostgresReplicaBus(storage: $0, channel: PostgresReplicaBus.matching, logger: logger),
                                          connections: PostgresReplicaBus(storage: $0, channel: PostgresReplicaBus.connections, logger: logger))
-                        })
+                        },
+                        leases: storage as? PostgresStorage)
     }
 
     /// The replicas' buses: the matchers' and the connection hubs'.
@@ -73,7 +78,7 @@ public final class NearbyService: Sendable {
     /// As ``start(storage:configuration:clock:logger:)``, over `buses` (tests
     /// give replicas on one SQLite file buses of their own).
     static func start(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
-                      buses: ReplicaBuses?) async throws -> NearbyService {
+                      buses: ReplicaBuses?, leases: (any PartitionLeases)? = nil) async throws -> NearbyService {
         let bus = buses?.matching
         let matcher = Matcher(clock: clock, replica: bus == nil ? "local" : Credentials.newReplicaID(),
                               edgeTimeoutMs: UInt64(configuration.edgeTimeoutSeconds) * 1000,
@@ -96,8 +101,12 @@ public final class NearbyService: Sendable {
             await matcher.resync(try await contents())
             feed = LocalMatcherFeed(matcher: matcher)
         }
+        let partitions = leases.map {
+            PartitionOwnership(replica: matcher.replica, leases: $0, leaseMs: UInt64(configuration.replication.leaseSeconds) * 1000,
+                               clock: clock, logger: logger)
+        }
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,
-                                    matcher: matcher, feed: feed)
+                                    matcher: matcher, feed: feed, partitions: partitions)
         try await service.connections.start(bus: buses?.connections)
         service.projectDeletionPosition.withLock { $0 = deletions.position }
         service.deviceDeletionPosition.withLock { $0 = deviceDeletions.position }

@@ -4,8 +4,8 @@ import PostgresNIO
 /// The PostgreSQL engine's tables, as versioned migrations that
 /// ``PostgresStorage`` applies at start. Version 1 is the shape that SQLite's
 /// migrations v1 to v7 reach (SQLiteStorage.swift says why each table is
-/// there), version 2 its v8, version 4 its v9 (version 3 is PostgreSQL's
-/// own: PostgresReplicaBus), in PostgreSQL's types: BIGINT for times in milliseconds (the
+/// there), version 2 its v8, version 4 its v9 (versions 3 and 5 are
+/// PostgreSQL's own: PostgresReplicaBus, partition leases), in PostgreSQL's types: BIGINT for times in milliseconds (the
 /// server's UInt64 values clamped to Int64, as SQLite stores them), BYTEA for
 /// hashes, tokens and blobs, BIGSERIAL for the positions that order the logs
 /// and listings, and PL/pgSQL functions for SQLite's triggers. Identifiers are
@@ -307,6 +307,25 @@ enum PostgresSchema {
             "ALTER TABLE receipt ADD COLUMN claimedBy TEXT, ADD COLUMN claimedUntilMs BIGINT",
             "CREATE INDEX upstream_claimedBy ON upstream(claimedBy) WHERE claimedBy IS NOT NULL",
             "CREATE INDEX receipt_claimedBy ON receipt(claimedBy) WHERE claimedBy IS NOT NULL",
+        ]),
+        // The replicas alive, and which owns each partition of the devices
+        // (Replication/PostgresPartitionLeases.swift); PostgreSQL's own, as
+        // a server alone on SQLite owns them all.
+        Migration(version: 5, statements: [
+            """
+            CREATE TABLE replicaMember (
+                id TEXT PRIMARY KEY,
+                url TEXT NOT NULL,
+                untilMs BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE partitionLease (
+                partition INTEGER PRIMARY KEY,
+                owner TEXT NOT NULL,
+                untilMs BIGINT NOT NULL
+            )
+            """,
         ]),
     ]
 }

@@ -32,6 +32,25 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var limits = Limits()
     /// `[xmpp]`: the connection server's endpoint for application servers.
     public var xmpp = XMPP()
+    /// `[replication]`: how replicas sharing a PostgreSQL database divide the devices.
+    public var replication = Replication()
+
+    /// How the replicas sharing a PostgreSQL database divide the devices'
+    /// partitions among themselves (doc/architecture.md, "Several
+    /// nearby-server replicas"). Unused on SQLite, where one server owns them all.
+    public struct Replication: Sendable, Equatable {
+        /// `advertised-url`: where devices reach this replica, as the others
+        /// send them to it (`http://` or `https://`, host and port). Unset:
+        /// the API's scheme, this machine's host name when `[http] listen`
+        /// is a wildcard address (else its host), and the port it listens on.
+        public var advertisedURL: String?
+        /// `lease-seconds`: how long a replica's lease on a partition lasts
+        /// unless renewed (every third of it): a replica that dies leaves its
+        /// partitions to the others this long after.
+        public var leaseSeconds = 10
+
+        public init() {}
+    }
 
     /// What one connection to the HTTP API may hold and for how long.
     public struct HTTP: Sendable, Equatable {
@@ -224,7 +243,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// These settings overridden by what `file` sets.
     public func applying(_ file: ConfigFile) throws(ConfigurationError) -> ServerConfiguration {
         var configuration = self
-        try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp"])
+        try file.checkSections(["http", "database", "tokens", "discovery", "limits", "xmpp", "replication"])
         let http = try file.section("http", keys: [
             "listen", "certificate", "private-key", "max-connections", "max-connections-per-address", "max-websockets-per-project",
             "header-timeout-seconds", "idle-timeout-seconds",
@@ -325,6 +344,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try xmpp.integer("negotiation-timeout-seconds") { configuration.xmpp.negotiationTimeoutSeconds = value }
         if let value = try xmpp.integer("idle-timeout-seconds") { configuration.xmpp.idleTimeoutSeconds = value }
         if let value = try xmpp.integer("ping-timeout-seconds") { configuration.xmpp.pingTimeoutSeconds = value }
+        let replication = try file.section("replication", keys: ["advertised-url", "lease-seconds"])
+        if let value = try replication.string("advertised-url") { configuration.replication.advertisedURL = value }
+        if let value = try replication.integer("lease-seconds") { configuration.replication.leaseSeconds = value }
         do {
             try configuration.validate()
         } catch {
@@ -423,6 +445,26 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(xmpp.negotiationTimeoutSeconds, in: 1...300, "[xmpp] negotiation-timeout-seconds")
         try Self.check(xmpp.idleTimeoutSeconds, in: 1...86_400, "[xmpp] idle-timeout-seconds")
         try Self.check(xmpp.pingTimeoutSeconds, in: 1...3600, "[xmpp] ping-timeout-seconds")
+        // Renewed every third of the lease: below 3 s a round could not finish
+        // within its third on a loaded database.
+        try Self.check(replication.leaseSeconds, in: 3...600, "[replication] lease-seconds")
+        if let url = replication.advertisedURL {
+            guard let components = URLComponents(string: url), ["http", "https"].contains(components.scheme),
+                  components.host?.isEmpty == false, components.path.isEmpty || components.path == "/",
+                  components.query == nil, components.user == nil else {
+                throw ConfigurationError("[replication] advertised-url '\(url)' must be an http:// or https:// URL of a host and port, without a path")
+            }
+        }
+    }
+
+    /// Where devices reach this replica: `[replication] advertised-url`, or
+    /// the API's scheme, host and `port` (the one it listens on, when
+    /// `[http] listen` asked for port 0), with this machine's host name
+    /// for a wildcard `listen`.
+    public func advertisedURL(port: Int, hostName: String = ProcessInfo.processInfo.hostName) -> String {
+        if let url = replication.advertisedURL { return url.hasSuffix("/") ? String(url.dropLast()) : url }
+        let host = ["0.0.0.0", "::", ""].contains(listen.host) ? hostName : listen.host
+        return "\(http.usesTLS ? "https" : "http")://\(ListenAddress.format(host: host, port: port))"
     }
 
     private static func isHostName(_ text: String) -> Bool {

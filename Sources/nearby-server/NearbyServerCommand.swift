@@ -26,7 +26,7 @@ struct NearbyServerCommand: AsyncParsableCommand {
             the API.
             """,
         subcommands: [Serve.self, ProjectCommand.self, BeaconCommand.self, NamespaceCommand.self, CertificateCommand.self,
-                      MigrateCommand.self],
+                      MigrateCommand.self, ReplicasCommand.self],
         defaultSubcommand: Serve.self
     )
 

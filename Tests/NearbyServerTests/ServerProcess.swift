@@ -13,10 +13,11 @@ struct ServerProcess {
     /// `http`, or `https` when `[http]` has a certificate.
     let scheme: String
 
-    /// `configuration` is TOML for the file besides `[http] listen` and `[database] path`, each section once;
+    /// `configuration` is TOML for the file besides `[http] listen` and `[database]`, each section once;
+    /// `database` a PostgreSQL URL to serve instead of a new SQLite file;
     /// `descriptors` the soft and hard descriptor limit, `hardDescriptors` a higher hard one;
     /// `logLevel` the `--log-level` (the default's is info).
-    static func start(in directory: URL, http: String = "", configuration: String = "",
+    static func start(in directory: URL, http: String = "", database: String? = nil, configuration: String = "",
                       descriptors: Int? = nil, hardDescriptors: Int? = nil, logLevel: String? = nil) async throws -> ServerProcess {
         let config = directory.appendingPathComponent("nearby-server.conf")
         let databasePath = directory.appendingPathComponent("nearby.sqlite").path
@@ -25,7 +26,7 @@ struct ServerProcess {
             listen = "127.0.0.1:0"
             \(http)
             [database]
-            path = "\(databasePath)"
+            \(database.map { "url = \"\($0)\"" } ?? "path = \"\(databasePath)\"")
             \(configuration)
             """.write(to: config, atomically: true, encoding: .utf8)
         let serve = [executable!.path, "serve", "--config", config.path] + (logLevel.map { ["--log-level", $0] } ?? [])

@@ -2,9 +2,10 @@
 /// their columns: the one list of them. Both engines have these tables with
 /// these columns (SQLiteStorage.swift and PostgresSchema.swift); a test fails
 /// when either schema has a table or column this list lacks, so that a table
-/// added later is not left behind. PostgreSQL's own `schema_version` and
-/// `replicaMessage` (messages among running replicas) have nothing to copy;
-/// nor have the columns of running servers' claims (`notCopied`).
+/// added later is not left behind. PostgreSQL's own `schema_version`,
+/// `replicaMessage` (messages among running replicas), `replicaMember` and
+/// `partitionLease` (running replicas and their partitions) have nothing to
+/// copy; nor have the columns of running servers' claims (`notCopied`).
 enum MigratedTables {
     /// In an order in which every row's references are copied before it.
     static let all: [MigratedTable] = [

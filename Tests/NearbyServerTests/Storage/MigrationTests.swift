@@ -274,8 +274,8 @@ extension StorageTests {
                     }
                     return (columns, serials)
                 }
-                // PostgreSQL's own: the schema's version, and messages among replicas.
-                let copied = columns.filter { !["schema_version", "replicamessage"].contains($0.key) }
+                // PostgreSQL's own: the schema's version, messages among replicas, and their partition leases.
+                let copied = columns.filter { !["schema_version", "replicamessage", "replicamember", "partitionlease"].contains($0.key) }
                 var expected: [String: [String: String]] = [:]
                 for (table, kinds) in listed {
                     expected[table.lowercased()] = Dictionary(uniqueKeysWithValues: kinds.map { ($0.key.lowercased(), postgresTypes[$0.value]!) })
