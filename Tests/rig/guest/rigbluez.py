@@ -159,7 +159,8 @@ class BlueZ:
         # chose back to the advertisement with Properties.Set("TxPower"), even
         # when the object has no such property (doc/architecture.md, "BLE: what
         # the backends rely on", LEAdvertisement1).
-        # Accept it, as nearbyd's object must, and keep the values.
+        # This rig client accepts it to record the values; nearbyd's object
+        # answers with an error, which bluetoothd ignores.
         if (msg.message_type == MessageType.METHOD_CALL and msg.interface == PROPS
                 and msg.member == "Set" and msg.path in self._exported
                 and list(msg.body[:2]) == [ADV, "TxPower"]):
