@@ -332,7 +332,7 @@ class StandIn:
             body = bytes([0x21]) + uuid_bytes(uuid) + value.value
             data += bytes([len(body)]) + body
         if len(data) > 31:
-            raise DBusError("org.bluez.Error.Failed", "Failed to register advertisement")
+            raise DBusError("org.bluez.Error.Failed", "Failed to parse advertisement.")  # as 5.66 answers (rig)
         self.advertisements[key] = {"sender": sender, "path": args[0], "adapter": adapter, "type": kind,
                                     "properties": sorted(props), "service_data": service_data, "data": data.hex()}
         self.count_advertisements(adapter)
