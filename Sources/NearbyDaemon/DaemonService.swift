@@ -124,7 +124,8 @@ final class DaemonService {
         beacons = BeaconWatch(settings: BeaconWatch.Settings(configuration), source: endpoints, clock: clock, logger: logger)
         let backoff = Backoff(configuration)
         upstream = UpstreamService(outbox: outbox, clock: clock, logger: logger) { account in
-            DirectChannel(account: account, connect: DirectChannel.connector(account: account, credentials: credentials, logger: logger),
+            DirectChannel(account: account,
+                          connect: DirectChannel.connector(account: account, credentials: credentials, endpoints: endpoints, logger: logger),
                           endpoints: endpoints, backoff: backoff, logger: logger)
         }
     }

@@ -32,6 +32,10 @@ enum DeviceSockets {
         WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>
     > {
         guard let (device, kind) = route(head.path),
+              // A device another replica serves: an upgrade cannot be
+              // redirected, so it is refused (400), and the device's REST
+              // calls are redirected (DeviceHomeMiddleware).
+              service.partitions?.directory.elsewhere(device: device) == nil,
               let record = try? await service.authenticate(device: device, authorization: head.headerFields[.authorization])
         else { return .dontUpgrade }
         guard connections.claimSocket(channel, for: record.project) else {

@@ -18,6 +18,9 @@ struct HTTPAPI: Sendable {
     func makeRouter() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         router.add(middleware: APIErrorMiddleware(logger: service.logger))
+        if let directory = service.partitions?.directory {
+            router.add(middleware: DeviceHomeMiddleware(directory: directory))
+        }
 
         router.get("/v1/health") { _, _ in
             try Self.json(["status": "ok"])
@@ -294,6 +297,7 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case .headersTooLarge: .requestHeaderFieldsTooLarge
         case .requestTimeout: .requestTimeout
         case .tooManyConnections, .unavailable: .serviceUnavailable
+        case .moved: .temporaryRedirect
         case .internalError: .internalServerError
         }
     }

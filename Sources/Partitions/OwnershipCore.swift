@@ -154,6 +154,9 @@ public struct OwnershipCore: Sendable {
         nowMs < heldUntilMs && held.contains(partition)
     }
 
+    /// The owner of every partition, by number, as ``owner(of:)`` gives it.
+    public var directory: [Member?] { (0..<partitions).map(owner(of:)) }
+
     /// Who owns `partition`, as the last round saw it: this replica, another
     /// live one (with its URL), or nobody (a lease run out and not yet taken).
     public func owner(of partition: Int) -> Member? {

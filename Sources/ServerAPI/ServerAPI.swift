@@ -20,6 +20,15 @@ public enum APIPath {
     public static func sightings(_ device: String) -> String { "/v1/devices/\(device)/sightings" }
     public static func changes(_ device: String) -> String { "/v1/devices/\(device)/changes" }
     public static func stream(_ device: String) -> String { "/v1/devices/\(device)/stream" }
+
+    /// The device a path of ``device(_:)`` or below names; nil for any other path.
+    public static func device(inPath path: some StringProtocol) -> Substring? {
+        let prefix = "/v1/devices/"
+        guard path.hasPrefix(prefix) else { return nil }
+        let rest = path.dropFirst(prefix.count)
+        let device = rest.prefix { $0 != "/" }
+        return device.isEmpty ? nil : Substring(device)
+    }
 }
 
 /// Header that carries a project's API key when a device registers.
@@ -343,6 +352,9 @@ public struct APIError: Codable, Sendable, Equatable, Error, CustomStringConvert
         case tooManyConnections = "too_many_connections"
         /// 503: the server runs but cannot serve now (its database does not answer).
         case unavailable
+        /// 307, with `Location`: another replica serves the device (it owns the
+        /// device's partition); this request and the device's next ones go there.
+        case moved
         case internalError = "internal"
     }
 }

@@ -110,9 +110,37 @@ import TestSupport
                                     strategy: Strategy(mediums: [.ble]), expiresAtMs: Self.nowMilliseconds + 3_600_000)
     }
 
-    /// A on the first replica publishes, B on the second finds it; the first
-    /// is killed (SIGKILL): A's link and direct channel move to the second,
-    /// B loses nothing meanwhile, and what A publishes there B finds.
+    /// The replicas' partitions, with their leases renewed every second:
+    /// a killed replica's are taken over within 4 s.
+    static let quickLeases = "[replication]\nlease-seconds = 3\n"
+
+    /// How many partitions each live replica of `database` owns, as
+    /// `nearby-server replicas --json` lists them.
+    static func partitions(_ database: String) async throws -> [Int] {
+        struct Status: Decodable {
+            struct Replica: Decodable { var partitions: Int }
+            var replicas: [Replica]
+        }
+        let listed = try await runProgram(Programs.path("nearby-server"), ["replicas", "--database", database, "--json"])
+        return try JSONDecoder().decode(Status.self, from: Data(listed.output.utf8)).replicas.map(\.partitions)
+    }
+
+    /// The replica that serves `device`, asked with curl: the others
+    /// redirect its requests there (307), the owner asks for its secret (401).
+    static func home(of device: String, among urls: [String]) async throws -> String? {
+        for url in urls {
+            let answer = try await runProgram("/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                                                "\(url)/v1/devices/\(device)/publications"])
+            if answer.output == "401" { return url }
+        }
+        return nil
+    }
+
+    /// A publishes, B finds it, each served by the replica that owns its
+    /// partition whichever URL it was given first (the other redirects it).
+    /// A's replica is killed (SIGKILL): once its leases run out A's link and
+    /// direct channel move to the other, B loses nothing if it was there,
+    /// and what A publishes there B finds.
     @Test func devicesOnTwoReplicasFindEachOtherAndSurviveAKill() async throws {
         defer { directory.remove() }
         let cluster = try await PostgresCluster.start()
@@ -120,9 +148,15 @@ import TestSupport
         do {
             let database = try await cluster.createDatabase()
             let apiKey = try await createProject("replicas", database: database)
-            replicas.append(try await Replica.start("nearby-server-1", in: directory, database: database))
-            replicas.append(try await Replica.start("nearby-server-2", in: directory, database: database))
+            for number in 1...2 {
+                replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
+                                                        configuration: Self.quickLeases))
+            }
             let urls = replicas.map(\.url)
+            // Both replicas hold their share before the devices come.
+            try await withTimeout(30, "two replicas holding 128 partitions each") {
+                while try await Self.partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
+            }
             let publisher = try manager(uid: 1001, apiKey: apiKey)
             let subscriber = try manager(uid: 1002, apiKey: apiKey)
             let hello = try publication("hello", of: publisher)
@@ -138,7 +172,7 @@ import TestSupport
             let b = device(subscriber.account, onSecond, credentials(onSecond))
             let channel = DirectChannel(account: publisher.account,
                                         connect: DirectChannel.connector(account: publisher.account, credentials: aCredentials,
-                                                                         logger: logger),
+                                                                         endpoints: onFirst, logger: logger),
                                         endpoints: onFirst, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
                                         logger: logger)
             let channelOpen = Inbox<Bool>()
@@ -146,8 +180,10 @@ import TestSupport
             channel.wanted = true
             a.link.send(.publish(hello))
             b.link.send(.subscribe(subscription))
-            _ = try await a.events.first(within: 20, "A connected to the first") { $0.isConnected(to: urls[0]) }
-            _ = try await b.events.first(within: 20, "B connected to the second") { $0.isConnected(to: urls[1]) }
+            let aHome = try #require(try await a.events.first(within: 20, "A connected") { $0.server != nil }.server)
+            let bHome = try #require(try await b.events.first(within: 20, "B connected") { $0.server != nil }.server)
+            let aDevice = try await aCredentials.registration(publisher.account, with: onFirst.current.client).device
+            #expect(try await Self.home(of: aDevice, among: urls) == aHome)
             _ = try await a.events.first(within: 20, "the first replica holds the publication") { $0.registers(helloID) }
             _ = try await channelOpen.first(within: 20, "the channel open") { $0 }
             let token = try await a.events.first(within: 20, "A's token") { $0.token != nil }.token!
@@ -156,10 +192,11 @@ import TestSupport
 
             a.events.clear()
             b.events.clear()
-            replicas[0].process.signal(SIGKILL)
-            _ = try await a.events.first(within: 20, "A moved to the second") { $0.isConnected(to: urls[1]) }
-            _ = try await channelOpen.nth(2, within: 20, "the channel open again") { $0 }
-            #expect(await onFirst.current.client.baseURL == urls[1])
+            let victim = try #require(urls.firstIndex(of: aHome))
+            let survivor = urls[1 - victim]
+            replicas[victim].process.signal(SIGKILL)
+            _ = try await a.events.first(within: 30, "A moved to the replica left") { $0.isConnected(to: survivor) }
+            _ = try await channelOpen.nth(2, within: 30, "the channel open again") { $0 }
 
             // A publication made now reaches the second replica, and its stream tells B.
             let again = try publication("again", of: publisher)
@@ -167,8 +204,10 @@ import TestSupport
             a.link.send(.publish(again))
             _ = try await a.events.first(within: 20, "the second replica holds the new publication") { $0.registers(againID) }
             _ = try await b.events.first(within: 20, "B finds it") { $0.delivers("again", to: subscriptionID) }
-            // B was on the replica that lived: it lost nothing.
-            #expect(!b.events.values.contains { if case .stream(.lost) = $0 { true } else { false } })
+            if bHome == survivor {
+                // B was on the replica that lived: it lost nothing.
+                #expect(!b.events.values.contains { if case .stream(.lost) = $0 { true } else { false } })
+            }
 
             channel.wanted = false
             await a.stop()
@@ -210,11 +249,12 @@ import TestSupport
     }
 
     /// The application server logs in to replica 1, the device's direct
-    /// channel is on replica 2: upstream, its ack, downstream and the
-    /// delivery receipt cross. Replica 1 is killed (SIGKILL) with a message
-    /// out unacked: the application server reconnects to replica 2, which
-    /// gives the message again once the dead replica's claim lapses; what was
-    /// acked before is never delivered again.
+    /// channel is on the replica that serves it (either): upstream, its ack,
+    /// downstream and the delivery receipt reach the other side. Replica 1
+    /// is killed (SIGKILL) with a message out unacked: the application
+    /// server reconnects to replica 2, which gives the message again once
+    /// the dead replica's claim lapses (and the channel, if it was there,
+    /// reopens on replica 2); what was acked before is never delivered again.
     @Test func anApplicationServerAndADeviceOnTwoReplicasSurviveAKill() async throws {
         defer { directory.remove() }
         let cluster = try await PostgresCluster.start()
@@ -233,6 +273,7 @@ import TestSupport
                 certificate = "\(directory.file("xmpp.pem"))"
                 private-key = "\(directory.file("xmpp.key"))"
                 claim-lease-seconds = 3
+                \(Self.quickLeases)
                 """
             for number in 1...2 {
                 replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
@@ -243,7 +284,7 @@ import TestSupport
             let onSecond = endpoints(replicas.map(\.url).reversed())
             let credentials = credentials(onSecond)
             let channel = DirectChannel(account: device,
-                                        connect: DirectChannel.connector(account: device, credentials: credentials, logger: logger),
+                                        connect: DirectChannel.connector(account: device, credentials: credentials, endpoints: onSecond, logger: logger),
                                         endpoints: onSecond, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
                                         logger: logger)
             let opened = Inbox<Bool>()
@@ -251,7 +292,7 @@ import TestSupport
             channel.onOpenChanged = { opened.put($0) }
             channel.onEvent = { events.put($0) }
             channel.wanted = true
-            _ = try await opened.first(within: 20, "the channel open on the second replica") { $0 }
+            _ = try await opened.first(within: 20, "the channel open (on the replica that serves the device)") { $0 }
             #expect(await onSecond.current.client.baseURL == replicas[1].url)
             let registration = try await credentials.registration(device, with: await onSecond.current.client).device
 
@@ -267,7 +308,7 @@ import TestSupport
             func sent(_ id: String) -> @Sendable (ChannelEvent) -> Bool {
                 { $0 == .sent([ChannelMessageRef(app: "org.example.shop", messageId: id)]) }
             }
-            // Downstream from replica 1 to the channel on replica 2; the device's ack comes back as a receipt.
+            // Downstream from replica 1 to the channel; the device's ack comes back as a receipt.
             _ = try await events.first(within: 20, "d-1 on the channel") { $0 == .message(ChannelDownstream(messageId: "d-1", from: "shop", data: ["k": "v"])) }
             channel.send(.ack(messageId: "d-1"))
             _ = try await server.waitForLine(containing: "acked dr2:d-1")
@@ -277,11 +318,20 @@ import TestSupport
             channel.send(upstream("hold-1"))
             _ = try await server.waitForLine(containing: #""message_id": "hold-1""#)
 
+            // The channel is on the replica that serves the device, which may be the one killed.
+            let channelHome = await onSecond.homeClient(for: registration)?.baseURL ?? replicas[1].url
             replicas[0].process.signal(SIGKILL)
             _ = try await server.waitForLine(containing: "disconnected")
             _ = try await server.waitForLine(containing: "ready", occurrence: 2, within: 20)
+            if channelHome == replicas[0].url {
+                // Once replica 2 has taken the device's partition the channel
+                // opens there, and hold-1 goes again, as nearbyd's outbox sends
+                // what waits: its verdict comes when it has one.
+                _ = try await opened.nth(2, within: 30, "the channel open again on the replica left") { $0 }
+                channel.send(upstream("hold-1"))
+            }
             // Replica 1's claim on hold-1 lapses (3 s): replica 2 gives it to the new connection, which acks it.
-            _ = try await events.first(within: 20, "hold-1 acked after the application server moved", where: sent("hold-1"))
+            _ = try await events.first(within: 30, "hold-1 acked after the application server moved", where: sent("hold-1"))
             channel.send(upstream("m-2"))
             _ = try await events.first(within: 20, "m-2 acked", where: sent("m-2"))
             let delivered = Self.delivered(server)
@@ -297,6 +347,64 @@ import TestSupport
             throw error
         }
         await application?.stop()
+        for replica in replicas { await replica.process.stop() }
+        await cluster.stop()
+    }
+
+    /// A device given one replica's URL whose partition another replica
+    /// owns is redirected there, and its link and direct channel connect to
+    /// that replica, which is not in its list. Devices are registered until
+    /// one's partition is the other replica's (half of them are: sixteen
+    /// tries fail one run in 65,536).
+    @Test func aDeviceFollowsTheRedirectToTheReplicaThatServesIt() async throws {
+        defer { directory.remove() }
+        let cluster = try await PostgresCluster.start()
+        var replicas: [Replica] = []
+        do {
+            let database = try await cluster.createDatabase()
+            let apiKey = try await createProject("homes", database: database)
+            for number in 1...2 {
+                replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
+                                                        configuration: Self.quickLeases))
+            }
+            try await withTimeout(30, "two replicas holding 128 partitions each") {
+                while try await Self.partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            let (given, other) = (replicas[0].url, replicas[1].url)
+            let only = endpoints([given])
+            let credentials = credentials(only)
+            var redirected: (Account, Device)?
+            for uid in UInt32(2001)...2016 {
+                let account = try manager(uid: uid, apiKey: apiKey).account
+                let device = device(account, only, credentials)
+                let home = try #require(try await device.events.first(within: 20, "device \(uid) connected") { $0.server != nil }.server)
+                let id = try await credentials.registration(account, with: only.current.client).device
+                #expect(try await Self.home(of: id, among: [given, other]) == home)
+                if home == other {
+                    redirected = (account, device)
+                    break
+                }
+                await device.stop()
+            }
+            let (account, device) = try #require(redirected, "no device of sixteen was served by the other replica")
+            let channel = DirectChannel(account: account,
+                                        connect: DirectChannel.connector(account: account, credentials: credentials,
+                                                                         endpoints: only, logger: logger),
+                                        endpoints: only, backoff: Backoff(initial: .milliseconds(50), maximum: .milliseconds(500)),
+                                        logger: logger)
+            let channelOpen = Inbox<Bool>()
+            channel.onOpenChanged = { channelOpen.put($0) }
+            channel.wanted = true
+            _ = try await channelOpen.first(within: 20, "the channel open at the device's replica") { $0 }
+            #expect(await only.homeClient(for: try await credentials.registration(account, with: only.current.client).device)?.baseURL
+                        == other)
+            channel.wanted = false
+            await device.stop()
+        } catch {
+            for replica in replicas { await replica.process.stop() }
+            await cluster.stop()
+            throw error
+        }
         for replica in replicas { await replica.process.stop() }
         await cluster.stop()
     }
@@ -348,6 +456,11 @@ import TestSupport
 }
 
 extension LinkEvent {
+    /// The server a connection was made to, for `.connected`.
+    var server: String? {
+        if case .connected(_, _, let server) = self { server } else { nil }
+    }
+
     func isConnected(to server: String) -> Bool {
         if case .connected(_, _, server) = self { true } else { false }
     }

@@ -18,6 +18,9 @@ enum ServerCallError: Error, CustomStringConvertible {
     /// The server refused the API key lately; it is not asked again until
     /// `[server] refused-key-retry` has passed.
     case keyRefused(String)
+    /// Another replica serves the device (`307`): its base URL, where this
+    /// request and the device's next ones go (``ServerEndpoints``).
+    case moved(String)
 
     var description: String {
         switch self {
@@ -25,6 +28,7 @@ enum ServerCallError: Error, CustomStringConvertible {
         case .rejected(let status, let error): "HTTP \(status): \(error)"
         case .unreachable(let message): "server unreachable: \(message)"
         case .keyRefused(let message): "the server refuses the API key: \(message)"
+        case .moved(let url): "the device is served at \(url)"
         }
     }
 }
@@ -36,10 +40,12 @@ struct ServerClient: Sendable {
     /// shared client would try again until the request's deadline. A dead
     /// replica then costs a moment before the next URL is tried, and the
     /// daemon's own backoff paces the retries. Lives as long as the process,
-    /// so it is never shut down.
+    /// so it is never shut down. Redirects are not followed: a `307` names
+    /// the replica that serves the device, which ``ServerEndpoints`` keeps.
     private static let http: HTTPClient = {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.redirectConfiguration = .disallow
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration,
                           backgroundActivityLogger: Logger(label: "nearbyd.http") { _ in SwiftLogNoOpLogHandler() })
     }()
@@ -54,6 +60,18 @@ struct ServerClient: Sendable {
     init(baseURL: String, timeoutSeconds: Double, tls: TLSConfiguration? = nil, caFile: String? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         timeout = .milliseconds(Int64(timeoutSeconds * 1000))
+        self.tls = tls
+        self.caFile = caFile
+    }
+
+    /// This client's settings for another replica of the service, at `baseURL`.
+    func at(_ baseURL: String) -> ServerClient {
+        ServerClient(baseURL: baseURL, timeout: timeout, tls: tls, caFile: caFile)
+    }
+
+    private init(baseURL: String, timeout: TimeAmount, tls: TLSConfiguration?, caFile: String?) {
+        self.baseURL = baseURL
+        self.timeout = timeout
         self.tls = tls
         self.caFile = caFile
     }
@@ -129,12 +147,20 @@ struct ServerClient: Sendable {
         }
         let status: Int
         let data: Data
+        let location: String?
         do {
             let response = try await Self.http.execute(request, timeout: timeout)
             status = Int(response.status.code)
+            location = response.headers.first(name: "Location")
             data = Data(buffer: try await response.body.collect(upTo: 64 << 20))
         } catch {
             throw .unreachable("\(method) \(path): \(ServerTLS.explain(error, caFile: caFile) ?? NetworkErrors.explain(error) ?? "\(error)")")
+        }
+        if status == 307 || status == 308 {
+            guard let location, let home = Self.origin(of: location, like: baseURL) else {
+                throw .unreachable("\(method) \(path): redirected to '\(location ?? "")', not a server of the same scheme")
+            }
+            throw .moved(home)
         }
         guard (200..<300).contains(status) else {
             let error = (try? JSONDecoder().decode(APIError.self, from: data))
@@ -143,5 +169,15 @@ struct ServerClient: Sendable {
             throw .rejected(status: status, error)
         }
         return data
+    }
+
+    /// The scheme, host and port of `location`, when it is an absolute URL of
+    /// `baseURL`'s scheme: a replica may send a device to another replica, not
+    /// from TLS to plain HTTP.
+    static func origin(of location: String, like baseURL: String) -> String? {
+        guard let url = URLComponents(string: location), let scheme = url.scheme, let host = url.host, !host.isEmpty,
+              baseURL.hasPrefix(scheme + "://") else { return nil }
+        let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        return "\(scheme)://\(bracketed)" + (url.port.map { ":\($0)" } ?? "")
     }
 }

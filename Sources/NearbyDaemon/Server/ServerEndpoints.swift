@@ -13,7 +13,19 @@ import WSClient
 /// after the last the first again. A URL that failed is thus tried again
 /// when its turn comes round, after the ones behind it. Nothing moves back to
 /// the first URL while another works: the replicas are equals.
+///
+/// Replicas divide the devices among themselves, and one that does not serve
+/// a device answers its requests with `307` to the replica that does
+/// (``ServerCallError/moved(_:)``). That replica is the device's home, kept
+/// here, and its requests and sockets go there directly until a connection
+/// there fails as a server fails, when they go back to the list's URL, which
+/// sends them on again.
 actor ServerEndpoints {
+    /// How many times in a row one request follows a replica's `307`: the
+    /// owner of a device changes only when replicas come and go, so more is a
+    /// loop between replicas whose views of the owners differ for a moment.
+    static let maxMoves = 3
+
     /// One URL of the list, and where it stands in it.
     struct Endpoint: Sendable {
         let index: Int
@@ -26,6 +38,8 @@ actor ServerEndpoints {
     /// Why a connection to each URL last failed; nil since one succeeded, or
     /// before any was tried.
     private var failures: [String?]
+    /// Where each device is served (by device id), for devices a replica sent elsewhere.
+    private var homes: [String: ServerClient] = [:]
     private let logger: Logger
 
     /// `clients` must not be empty: the configuration has at least one URL.
@@ -61,6 +75,37 @@ actor ServerEndpoints {
         logger.warning("nearby-server at \(endpoint.client.baseURL) failed (\(reason)); moving to \(clients[currentIndex].baseURL)")
     }
 
+    /// The client for `device`'s requests and sockets on `endpoint`: its
+    /// home, if a replica named one, else the endpoint's own.
+    func client(for device: String, on endpoint: Endpoint) -> ServerClient {
+        homes[device] ?? endpoint.client
+    }
+
+    /// `device`'s home, if a replica named one.
+    func homeClient(for device: String) -> ServerClient? {
+        homes[device]
+    }
+
+    /// A replica sent `device` to the one at `base` (a `307`): its requests
+    /// go there from now on. Returns the client there.
+    @discardableResult
+    func moved(_ device: String, to base: String, from client: ServerClient) -> ServerClient {
+        let home = client.at(base)
+        if homes[device]?.baseURL != base {
+            logger.info("nearby-server serves device \(device) at \(base)")
+        }
+        homes[device] = home
+        return home
+    }
+
+    /// A connection to `device`'s home failed as a server fails: its
+    /// requests go to the list's URL again, which sends them on to the
+    /// replica that serves the device now. Says whether it had a home.
+    @discardableResult
+    func homeFailed(_ device: String) -> Bool {
+        homes.removeValue(forKey: device) != nil
+    }
+
     /// The URLs whose last connection failed, each with why, in the list's
     /// order: `URL: WHY; URL: WHY`. What the daemon says when none works.
     var failureSummary: String {
@@ -71,15 +116,25 @@ actor ServerEndpoints {
     /// Runs one request on the current URL; when the server fails it, on the
     /// next, each URL at most once. Throws the last failure when none answered,
     /// or at once an answer that refuses the request.
+    /// A replica's `307` is followed, up to ``maxMoves`` times.
     func request<Result: Sendable>(_ call: @Sendable (ServerClient) async throws -> Result) async throws -> Result {
         var tried: Set<Int> = []
         while true {
             let endpoint = current
             tried.insert(endpoint.index)
             do {
-                let result = try await call(endpoint.client)
-                succeeded(endpoint)
-                return result
+                var client = endpoint.client
+                var moves = 0
+                while true {
+                    do {
+                        let result = try await call(client)
+                        succeeded(endpoint)
+                        return result
+                    } catch ServerCallError.moved(let base) where moves < Self.maxMoves {
+                        moves += 1
+                        client = client.at(base)
+                    }
+                }
             } catch {
                 failed(endpoint, error)
                 if tried.contains(currentIndex) || Task.isCancelled { throw error }
@@ -99,7 +154,7 @@ actor ServerEndpoints {
             false
         case ServerCallError.rejected(let status, _):
             status >= 500
-        case ServerCallError.unauthenticated, ServerCallError.keyRefused:
+        case ServerCallError.unauthenticated, ServerCallError.keyRefused, ServerCallError.moved:
             false
         case let error as WebSocketClientError where error == .webSocketUpgradeFailed:
             // DeviceSocket asked the server why with a REST call, which answered: the refusal is the request's.

@@ -44,8 +44,11 @@ final class ServerLink {
 
     let account: Account
     private let endpoints: ServerEndpoints
-    /// The server of this session, or of the last one.
+    /// The server of this session, or of the last one: the device's home
+    /// once registered (``ServerEndpoints/client(for:on:)``).
     private var client: ServerClient
+    /// The device of this session, or of the last one, once registered.
+    private var sessionDevice: String?
     private let credentials: CredentialStore
     private let backoff: Backoff
     private let batchDelay: Duration
@@ -203,12 +206,27 @@ final class ServerLink {
     func run() async {
         var failure: (any Error)?
         await backoff.retry(over: endpoints) { endpoint in
-            client = endpoint.client
             failure = nil
-            do {
-                try await session(endpoint)
-            } catch {
-                failure = error
+            var moves = 0
+            while true {
+                client = endpoint.client
+                do {
+                    try await session(endpoint)
+                } catch ServerCallError.moved(let base) where moves < ServerEndpoints.maxMoves && !connected {
+                    // Another replica serves the device: a new session there, at once.
+                    moves += 1
+                    if let sessionDevice { await endpoints.moved(sessionDevice, to: base, from: client) }
+                    continue
+                } catch {
+                    failure = error
+                    // The device's home failed: the list's URL sends it on to the one serving it now, at once.
+                    if let sessionDevice, ServerEndpoints.isServerFailure(error), client.baseURL != endpoint.client.baseURL,
+                       await endpoints.homeFailed(sessionDevice), !connected, moves < ServerEndpoints.maxMoves {
+                        moves += 1
+                        continue
+                    }
+                }
+                break
             }
             return Backoff.Attempt(connected: connected, failure: failure)
         } settled: { roundFailed in
@@ -243,6 +261,8 @@ final class ServerLink {
 
     private func session(_ endpoint: ServerEndpoints.Endpoint) async throws {
         let device = try await registration()
+        sessionDevice = device.device
+        client = await endpoints.client(for: device.device, on: endpoint)
         operations.removeAll()
         queued.removeAll()
         // Nothing is queued any more: what was taken back is for the synchronisation to remove.

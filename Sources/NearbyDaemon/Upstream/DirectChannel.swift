@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NearbyCore
 import ServerAPI
+import Synchronization
 
 /// The direct channel of one ``Account`` (a user's registration under one
 /// API key): the WebSocket to nearby-server
@@ -129,28 +130,63 @@ final class DirectChannel {
 
     /// The real connection: the device registration of the account (made
     /// once for the link and the channel, and good on every URL), then the
-    /// WebSocket. A credential the server no longer accepts (``DeviceSocket``
-    /// finds out why an upgrade was refused) is forgotten, as the link does.
-    nonisolated static func connector(account: Account, credentials: CredentialStore, logger: Logger) -> Connect {
+    /// WebSocket, at the device's home when a replica named one
+    /// (``ServerEndpoints``): a replica's `307` is followed, and a home that
+    /// fails before the socket opens gives way to `client`'s URL, each at
+    /// once, up to ``ServerEndpoints/maxMoves`` times. A credential the server
+    /// no longer accepts (``DeviceSocket`` finds out why an upgrade was
+    /// refused) is forgotten, as the link does.
+    nonisolated static func connector(account: Account, credentials: CredentialStore, endpoints: ServerEndpoints,
+                                      logger: Logger) -> Connect {
         { client, requests, opened, received in
             let device = try await credentials.registration(account, with: client)
-            do {
-                try await DeviceSocket.run(server: client, path: APIPath.channel(device.device), device: device,
-                                           maxFrameBytes: ChannelLimits.maximumFrameBytes, requests: requests, logger: logger,
-                                           opened: opened) { text in
-                    let event: ChannelEvent
-                    do {
-                        event = try JSONDecoder().decode(ChannelEvent.self, from: Data(text.utf8))
-                    } catch {
-                        throw ProtocolViolation(description: "malformed frame from the server (\(error)): \(text.prefix(200))")
-                    }
-                    await received(event)
+            var moves = 0
+            let upgraded = Flag()
+            while true {
+                let home = await endpoints.homeClient(for: device.device) ?? client
+                do {
+                    try await run(device, at: home, requests: requests, logger: logger,
+                                  opened: { upgraded.set(); await opened() }, received: received)
+                    return
+                } catch ServerCallError.moved(let base) where moves < ServerEndpoints.maxMoves && !upgraded.value {
+                    moves += 1
+                    await endpoints.moved(device.device, to: base, from: client)
+                } catch where home.baseURL != client.baseURL && ServerEndpoints.isServerFailure(error) {
+                    await endpoints.homeFailed(device.device)
+                    guard moves < ServerEndpoints.maxMoves, !upgraded.value else { throw error }
+                    moves += 1
+                } catch ServerCallError.unauthenticated(let message) {
+                    logger.warning("the server no longer knows this device (\(message)); registering again")
+                    await credentials.forget(device, account: account)
+                    throw ServerCallError.unauthenticated(message)
                 }
-            } catch ServerCallError.unauthenticated(let message) {
-                logger.warning("the server no longer knows this device (\(message)); registering again")
-                await credentials.forget(device, account: account)
-                throw ServerCallError.unauthenticated(message)
             }
         }
     }
+
+    /// The channel's WebSocket of `device` at `server`, until it closes.
+    private nonisolated static func run(_ device: DeviceRegistration, at server: ServerClient, requests: AsyncStream<ChannelRequest>,
+                                        logger: Logger, opened: @escaping @Sendable () async -> Void,
+                                        received: @escaping @Sendable (ChannelEvent) async -> Void) async throws {
+        try await DeviceSocket.run(server: server, path: APIPath.channel(device.device), device: device,
+                                   maxFrameBytes: ChannelLimits.maximumFrameBytes, requests: requests, logger: logger,
+                                   opened: opened) { text in
+            let event: ChannelEvent
+            do {
+                event = try JSONDecoder().decode(ChannelEvent.self, from: Data(text.utf8))
+            } catch {
+                throw ProtocolViolation(description: "malformed frame from the server (\(error)): \(text.prefix(200))")
+            }
+            await received(event)
+        }
+    }
+}
+
+/// Whether a socket opened, set from its task and read after it.
+private final class Flag: Sendable {
+    private let state = Mutex(false)
+
+    var value: Bool { state.withLock { $0 } }
+
+    func set() { state.withLock { $0 = true } }
 }

@@ -17,9 +17,12 @@ actor PartitionOwnership {
     private let leaseMs: UInt64
     /// Nil until the replica listens and knows its URL.
     private var core: OwnershipCore?
+    /// Who serves each partition, for the requests that arrive.
+    nonisolated let directory: PartitionDirectory
 
     init(replica: String, leases: any PartitionLeases, leaseMs: UInt64, clock: any WallClock, logger: Logger) {
         self.replica = replica
+        directory = PartitionDirectory(replica: replica)
         self.leases = leases
         self.leaseMs = leaseMs
         self.clock = clock
@@ -68,6 +71,7 @@ actor PartitionOwnership {
                            metadata: ["replica": "\(replica)", "held": "\(core.held.count)"])
         }
         self.core = core
+        directory.update(core.directory)
         report(change, held: core.held.count)
     }
 
@@ -75,6 +79,7 @@ actor PartitionOwnership {
         guard var core else { return }
         let (_, change) = core.leave()
         self.core = core
+        directory.update(core.directory)
         do {
             try await leases.leave(replica: replica)
         } catch {

@@ -1,5 +1,6 @@
 import Foundation
 import NearbyServer
+import ServerAPI
 import Testing
 import TestSupport
 
@@ -53,6 +54,40 @@ import TestSupport
             }
             // Each is reached at the URL it listens on.
             #expect(Set(even.replicas.map(\.url)) == Set(servers.map(\.baseURL)))
+
+            // A device's requests reach the replica that owns its partition:
+            // the others redirect them there, query and all.
+            let project = try await run(["project", "create", "alpha", "--database", database, "--json"])
+            let apiKey = try #require(try JSONSerialization.jsonObject(with: Data(project.output.utf8)) as? [String: Any])["apiKey"] as! String
+            let registered = try await runProgram("/usr/bin/curl", ["-s", "-X", "POST", "-H", "X-Api-Key: \(apiKey)",
+                                                                    "\(servers[0].baseURL)/v1/devices"])
+            let device = try JSONDecoder().decode(DeviceRegistration.self, from: Data(registered.output.utf8))
+            var answers: [String: String] = [:]
+            for server in servers {
+                let answer = try await runProgram("/usr/bin/curl", [
+                    "-s", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", "-H", "Authorization: Bearer \(device.secret)",
+                    "\(server.baseURL)/v1/devices/\(device.device)/publications?page=1"])
+                answers[server.baseURL] = answer.output
+            }
+            let served = answers.filter { $0.value.hasPrefix("200") }.map(\.key)
+            #expect(served.count == 1, "\(answers)")
+            let home = try #require(served.first)
+            for (url, answer) in answers where url != home {
+                #expect(answer == "307 \(home)/v1/devices/\(device.device)/publications?page=1", "\(url): \(answer)")
+            }
+            let elsewhere = try #require(servers.map(\.baseURL).first { $0 != home })
+            let upgrade = try await runProgram("/usr/bin/curl", [
+                "-s", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", "-H", "Authorization: Bearer \(device.secret)",
+                "-H", "Connection: Upgrade", "-H", "Upgrade: websocket", "-H", "Sec-WebSocket-Version: 13",
+                "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "\(elsewhere)/v1/devices/\(device.device)/stream"])
+            // An upgrade cannot be redirected (Hummingbird refuses what it does
+            // not upgrade with 400); the device's REST calls say where it goes.
+            #expect(upgrade.output == "400 ")
+            // --location-trusted: curl sends the credential on to another port.
+            let followed = try await runProgram("/usr/bin/curl", ["-s", "--location-trusted", "-o", "/dev/null", "-w", "%{http_code}",
+                                                                  "-H", "Authorization: Bearer \(device.secret)",
+                                                                  "\(elsewhere)/v1/devices/\(device.device)/publications"])
+            #expect(followed.output == "200")
 
             // kill -9: its partitions stay its own until its leases run out.
             servers[2].process.signal(SIGKILL)
