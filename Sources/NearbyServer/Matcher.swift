@@ -1,5 +1,6 @@
 import Foundation
 import NearbyCore
+import Partitions
 import ServerAPI
 
 /// What a device's stream writer is handed, in order.
@@ -123,20 +124,46 @@ actor Matcher {
         }
     }
 
-    struct EdgeKey: Hashable, Sendable {
+    struct EdgeKey: Hashable, Sendable, Codable {
         var observer: String
         var observed: String
         var medium: Medium
     }
 
+    /// How well an edge's observer hears the observed device.
+    private struct Reach: Equatable {
+        var rssi: Int
+        var distance: Double
+
+        /// Near enough for `earshot`: heard over audio within ``Matcher/earshotMeters``.
+        func inEarshot(_ medium: Medium) -> Bool { medium == .audio && distance <= Matcher.earshotMeters }
+    }
+
+    /// An edge this replica is home to: made from its observer's reports applied here.
     private struct Edge {
         /// The observed device's tokens the observer hears, with when each was last reported.
         var tokens: [Token: UInt64]
         var rssi: Int
         var distance: Double
 
-        /// Near enough for `earshot`: heard over audio within ``Matcher/earshotMeters``.
-        func inEarshot(_ medium: Medium) -> Bool { medium == .audio && distance <= Matcher.earshotMeters }
+        var reach: Reach { Reach(rssi: rssi, distance: distance) }
+
+        func inEarshot(_ medium: Medium) -> Bool { reach.inEarshot(medium) }
+    }
+
+    /// Where the edges this replica is home to are copied, when the replicas
+    /// divide the devices into partitions (``routeEdges(_:)``).
+    private struct EdgeRoutes {
+        /// Hands a message to the replica named.
+        let send: @Sendable (_ to: String, EdgeMessage) -> Void
+        /// The replica serving each partition, as this replica's last round of leases saw it.
+        var owners: [String?] = Array(repeating: nil, count: Partition.count)
+        /// Replicas that took a partition after that round: they asked for
+        /// its edges (``MatcherEvent/edgesWanted(replica:partitions:)``) and
+        /// are sent its changes too until the owners say the same.
+        var claimants: [Int: String] = [:]
+        /// The replicas alive at the last round that saw them.
+        var lastLive: Set<String> = []
     }
 
     /// How near `earshot` is: about arm's length, what sound in a room carries
@@ -205,7 +232,12 @@ actor Matcher {
     private var devices: [String: Device] = [:]
     private var projectDevices: [String: Set<String>] = [:]
     private var edges: [EdgeKey: Edge] = [:]
-    /// For each device, the devices it shares edges with (either way), and how many edges.
+    /// Copies of edges whose home is another replica, by edge, then home.
+    private var copies: [EdgeKey: [String: Reach]] = [:]
+    /// Nil while edges stay here (one server, or replicas that each apply every report).
+    private var routes: EdgeRoutes?
+    /// For each device, the devices it shares edges with (either way, here or
+    /// as copies), and how many edges.
     private var links: [String: [String: Int]] = [:]
     /// The near (subscription, publication) pairs of each device pair.
     private var matches: [Pair: Set<MatchKey>] = [:]
@@ -283,6 +315,7 @@ actor Matcher {
         case .sightings(let observer, let atMs, let seen, let gone): applySightings(observer: observer, seen: seen, gone: gone, atMs: atMs)
         case .streamOpened(let device, let owner): streamOpened(device: device, owner: owner)
         case .streamClosed(let device, let owner): streamClosed(device: device, owner: owner)
+        case .edgesWanted(let replica, let partitions): edgesWanted(by: replica, partitions: partitions)
         }
     }
 
@@ -312,8 +345,10 @@ actor Matcher {
         let others = (links[id] ?? [:]).keys.sorted()
         for other in others {
             for medium in Medium.allCases {
-                removeEdge(EdgeKey(observer: id, observed: other, medium: medium))
-                removeEdge(EdgeKey(observer: other, observed: id, medium: medium))
+                for key in [EdgeKey(observer: id, observed: other, medium: medium), EdgeKey(observer: other, observed: id, medium: medium)] {
+                    removeEdge(key)
+                    removeCopies(of: key)
+                }
             }
         }
         // With the device gone every pair it was part of evaluates to nothing.
@@ -435,12 +470,17 @@ actor Matcher {
                 edge.distance = sighting.distance
                 edges[key] = edge
                 // Coming into or out of earshot changes what earshot objects match.
-                if edge.inEarshot(key.medium) != wasInEarshot { changed.insert(sighting.observed) }
+                if edge.inEarshot(key.medium) != wasInEarshot {
+                    changed.insert(sighting.observed)
+                    copy(key, edge)
+                }
             } else {
-                edges[key] = Edge(tokens: [sighting.token: atMs], rssi: sighting.rssi, distance: sighting.distance)
-                link(observer, sighting.observed, by: 1)
+                let edge = Edge(tokens: [sighting.token: atMs], rssi: sighting.rssi, distance: sighting.distance)
+                if !isPresent(key) { link(observer, sighting.observed, by: 1) }
+                edges[key] = edge
                 deadlines.schedule(.edge(key), at: atMs + edgeTimeoutMs)
                 changed.insert(sighting.observed)
+                copy(key, edge)
             }
         }
         for entry in gone {
@@ -457,6 +497,172 @@ actor Matcher {
         for other in changed.sorted() {
             recompute(subscriber: observer, publisher: other)
             recompute(subscriber: other, publisher: observer)
+        }
+    }
+
+    // MARK: Partitions
+
+    /// From now on the replicas divide the devices into partitions, each
+    /// served by one replica: this one applies the reports that reach it (its
+    /// partitions' devices', ``NearbyService/reportSightings(_:from:)``)
+    /// and is home to the edges they make, and copies each edge to the
+    /// replicas serving its two devices, through `send`, instead of every
+    /// replica applying every report. Found and lost then come from the
+    /// replica serving the subscriber, whichever replica the edge is home to.
+    func routeEdges(_ send: @escaping @Sendable (_ to: String, EdgeMessage) -> Void) {
+        routes = EdgeRoutes(send: send)
+    }
+
+    /// Who serves each partition (by number; nil where nobody does), and
+    /// which replicas are alive, as a round of leases saw them. Copies from
+    /// a replica no longer alive go (its devices' next reports, wherever they
+    /// now go, make them again), as do copies that touch no partition of
+    /// this replica's any more.
+    ///
+    /// The streams of devices another replica serves now are closed without
+    /// their sightings going (``closeStream(device:id:)`` announces
+    /// nothing): the device reconnects, is sent to that replica, and finds
+    /// there what it had here, the edges this replica is home to among it
+    /// (sent when that replica asked) until they time out.
+    ///
+    /// `live` is nil after a round that could not survey the replicas. A
+    /// replica is taken for dead when two rounds in a row did not see it, so
+    /// that one that began just after a survey is not.
+    func partitionsChanged(owners: [String?], live: Set<String>?) {
+        guard var routes else { return }
+        routes.owners = owners
+        let alive = live.map { $0.union(routes.lastLive) }
+        routes.claimants = routes.claimants.filter { alive?.contains($0.value) ?? true && owners[$0.key] != $0.value }
+        if let live { routes.lastLive = live }
+        self.routes = routes
+        for device in sessions.keys.sorted() {
+            guard let owner = owners[Partition.of(device: device)], owner != replica, let session = sessions.removeValue(forKey: device)
+            else { continue }
+            session.continuation.yield(StreamOutputs.Queued(output: .close("the device is served by another replica now"), bytes: 0))
+            session.continuation.finish()
+        }
+        var dropped: [(EdgeKey, String)] = []
+        for (key, held) in copies {
+            let kept = keepsCopies(of: key.observer) || keepsCopies(of: key.observed)
+            for home in held.keys where !kept || !(alive?.contains(home) ?? true) { dropped.append((key, home)) }
+        }
+        var changed = Set<Pair>()
+        for (key, home) in dropped where removeCopy(of: key, from: home) { changed.formUnion(pairs(of: key)) }
+        recompute(changed)
+    }
+
+    /// `replica` took `partitions` and wants the edges this one is home to
+    /// with their devices: it is sent them all, and their changes from now
+    /// on (until the owners this replica sees say so too).
+    private func edgesWanted(by claimant: String, partitions: [Int]) {
+        guard claimant != replica, var routes else { return }
+        let wanted = Set(partitions.filter { $0 >= 0 && $0 < Partition.count })
+        for partition in wanted { routes.claimants[partition] = claimant }
+        self.routes = routes
+        let touching = edges.filter { key, _ in
+            wanted.contains(Partition.of(device: key.observer)) || wanted.contains(Partition.of(device: key.observed))
+        }
+        let sent = touching.map { key, edge in
+            EdgeCopy(observer: key.observer, observed: key.observed, medium: key.medium, rssi: edge.rssi, distance: edge.distance)
+        }
+        routes.send(claimant, .sync(partitions: wanted.sorted(), edges: sent.sorted { ($0.observer, $0.observed, $0.medium) < ($1.observer, $1.observed, $1.medium) }))
+    }
+
+    /// Applies what the home of some edges, `letter.from`, tells this
+    /// replica about them. Copies that touch no device this replica serves
+    /// or holds the stream of are not kept (they were sent before the sender
+    /// knew the device had moved).
+    func receive(_ letter: EdgeLetter) {
+        guard routes != nil, letter.from != replica else { return }
+        var changed = Set<Pair>()
+        for message in letter.messages {
+            switch message {
+            case .put(let copies):
+                for copy in copies where keepsCopies(of: copy.observer) || keepsCopies(of: copy.observed) {
+                    if putCopy(copy, from: letter.from) { changed.formUnion(pairs(of: copy.key)) }
+                }
+            case .remove(let keys):
+                for key in keys where removeCopy(of: key, from: letter.from) { changed.formUnion(pairs(of: key)) }
+            case .sync(let partitions, let copies):
+                let synced = Set(partitions)
+                func inSync(_ key: EdgeKey) -> Bool {
+                    synced.contains(Partition.of(device: key.observer)) || synced.contains(Partition.of(device: key.observed))
+                }
+                let kept = Set(copies.map(\.key))
+                let stale = self.copies.filter { key, held in held[letter.from] != nil && inSync(key) && !kept.contains(key) }.keys
+                for key in Array(stale) where removeCopy(of: key, from: letter.from) { changed.formUnion(pairs(of: key)) }
+                for copy in copies where inSync(copy.key) && (keepsCopies(of: copy.observer) || keepsCopies(of: copy.observed)) {
+                    if putCopy(copy, from: letter.from) { changed.formUnion(pairs(of: copy.key)) }
+                }
+            }
+        }
+        recompute(changed)
+    }
+
+    /// Copies held of edges whose home is another replica: what the
+    /// partitioned matcher holds beyond its own.
+    var copyCount: Int { copies.values.reduce(0) { $0 + $1.count } }
+
+    /// Whether this replica keeps copies of the device's edges: it serves
+    /// the device's partition, by the owners it knows, or holds its stream
+    /// still (nobody else serves it yet).
+    private func keepsCopies(of device: String) -> Bool {
+        routes?.owners[Partition.of(device: device)] == replica || sessions[device] != nil
+    }
+
+    /// Copies the edge to the replicas serving its devices, other than this one.
+    private func copy(_ key: EdgeKey, _ edge: Edge) {
+        tell(.put([EdgeCopy(observer: key.observer, observed: key.observed, medium: key.medium, rssi: edge.rssi,
+                            distance: edge.distance)]), about: key)
+    }
+
+    /// Sends `message` to the replicas that serve the edge's two devices or
+    /// took their partitions since, other than this one.
+    private func tell(_ message: EdgeMessage, about key: EdgeKey) {
+        guard let routes else { return }
+        var to: Set<String> = []
+        for device in [key.observer, key.observed] {
+            let partition = Partition.of(device: device)
+            if let owner = routes.owners[partition] { to.insert(owner) }
+            if let claimant = routes.claimants[partition] { to.insert(claimant) }
+        }
+        to.remove(replica)
+        for destination in to.sorted() { routes.send(destination, message) }
+    }
+
+    /// Holds `copy` from `home`; returns whether what matches may have changed.
+    private func putCopy(_ copy: EdgeCopy, from home: String) -> Bool {
+        let key = copy.key
+        let reach = Reach(rssi: copy.rssi, distance: copy.distance)
+        if !isPresent(key) { link(key.observer, key.observed, by: 1) }
+        let old = copies[key]?[home]
+        copies[key, default: [:]][home] = reach
+        return old.map { $0.inEarshot(key.medium) != reach.inEarshot(key.medium) } ?? true
+    }
+
+    /// Drops `home`'s copy of the edge; returns whether there was one.
+    @discardableResult
+    private func removeCopy(of key: EdgeKey, from home: String) -> Bool {
+        guard copies[key]?.removeValue(forKey: home) != nil else { return false }
+        if copies[key]?.isEmpty == true { copies[key] = nil }
+        if !isPresent(key) { link(key.observer, key.observed, by: -1) }
+        return true
+    }
+
+    /// Drops every copy of the edge (its device is gone everywhere).
+    private func removeCopies(of key: EdgeKey) {
+        for home in copies[key]?.keys.sorted() ?? [] { removeCopy(of: key, from: home) }
+    }
+
+    /// The two (subscriber, publisher) pairs an edge can make near.
+    private func pairs(of key: EdgeKey) -> [Pair] {
+        [Pair(subscriber: key.observer, publisher: key.observed), Pair(subscriber: key.observed, publisher: key.observer)]
+    }
+
+    /// Re-evaluates pairs, in a stable order.
+    private func recompute(_ pairs: Set<Pair>) {
+        for pair in pairs.sorted(by: { ($0.subscriber, $0.publisher) < ($1.subscriber, $1.publisher) }) {
+            recompute(subscriber: pair.subscriber, publisher: pair.publisher)
         }
     }
 
@@ -687,14 +893,19 @@ actor Matcher {
         }
     }
 
-    /// The edge that makes the pair near with the highest RSSI, if any does.
+    /// The edge that makes the pair near with the highest RSSI, if any does:
+    /// one this replica is home to, or a copy.
     private func strongestEdge(_ subscription: Subscription, _ publication: Publication, subscriber: String,
-                               publisher: String) -> (medium: Medium, edge: Edge)? {
-        var best: (medium: Medium, edge: Edge)?
+                               publisher: String) -> (medium: Medium, edge: Reach)? {
+        var best: (medium: Medium, edge: Reach)?
         let earshot = subscription.earshot || publication.earshot
+        func consider(_ key: EdgeKey, _ reach: Reach) {
+            guard !earshot || reach.inEarshot(key.medium) else { return }
+            if best == nil || reach.rssi > best!.edge.rssi { best = (key.medium, reach) }
+        }
         func consider(_ key: EdgeKey) {
-            guard let edge = edges[key], !earshot || edge.inEarshot(key.medium) else { return }
-            if best == nil || edge.rssi > best!.edge.rssi { best = (key.medium, edge) }
+            if let edge = edges[key] { consider(key, edge.reach) }
+            if let held = copies[key] { for reach in held.values { consider(key, reach) } }
         }
         for medium in Medium.allCases where publication.mediums.contains(medium) && subscription.mediums.contains(medium) {
             if publication.mode.broadcasts && subscription.mode.scans {
@@ -771,12 +982,17 @@ actor Matcher {
         }
     }
 
-    /// Removes an edge (without re-evaluating); returns whether there was one.
+    /// Removes an edge this replica is home to (without re-evaluating), and
+    /// its copies elsewhere; returns whether there was one.
     @discardableResult
     private func removeEdge(_ key: EdgeKey) -> Bool {
         guard edges.removeValue(forKey: key) != nil else { return false }
         deadlines.cancel(.edge(key))
-        link(key.observer, key.observed, by: -1)
+        if !isPresent(key) { link(key.observer, key.observed, by: -1) }
+        tell(.remove([key]), about: key)
         return true
     }
+
+    /// Whether the edge is here at all: this replica's own or a copy.
+    private func isPresent(_ key: EdgeKey) -> Bool { edges[key] != nil || copies[key] != nil }
 }

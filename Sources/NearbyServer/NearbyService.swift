@@ -19,6 +19,10 @@ public final class NearbyService: Sendable {
     /// This replica's share of the devices' partitions, among replicas sharing
     /// a PostgreSQL database; nil for a server alone, which owns them all.
     let partitions: PartitionOwnership?
+    /// How the matcher's edges reach the replicas serving their devices,
+    /// when the replicas divide the devices (``Matcher/routeEdges(_:)``);
+    /// nil when every replica applies every report.
+    let edges: EdgeExchange?
     let clock: any WallClock
     let logger: Logger
     private let tokens = Mutex(TokenCache())
@@ -33,9 +37,10 @@ public final class NearbyService: Sendable {
     let registrations: RegistrationLimiter
 
     private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
-                 matcher: Matcher, feed: any MatcherFeed, partitions: PartitionOwnership?) {
+                 matcher: Matcher, feed: any MatcherFeed, partitions: PartitionOwnership?, edges: EdgeExchange?) {
         self.storage = storage
         self.partitions = partitions
+        self.edges = edges
         self.matcher = matcher
         self.feed = feed
         self.configuration = configuration
@@ -67,6 +72,17 @@ public final class NearbyService: Sendable {
                                          connections: PostgresReplicaBus(storage: $0, channel: PostgresReplicaBus.connections, logger: logger))
                         },
                         leases: storage as? PostgresStorage)
+    }
+
+    /// Asks every replica for the edges of devices of `partitions`, which this one took.
+    private static func wantEdges(of partitions: Set<Int>, matcher: Matcher, feed: any MatcherFeed, logger: Logger) async {
+        guard !partitions.isEmpty else { return }
+        do {
+            try await feed.publish(.edgesWanted(replica: matcher.replica, partitions: partitions.sorted()))
+        } catch {
+            logger.warning("could not ask the other replicas for the edges of the partitions taken: \(PostgresStorage.reason(error))",
+                           metadata: ["partitions": "\(partitions.count)"])
+        }
     }
 
     /// The replicas' buses: the matchers' and the connection hubs'.
@@ -103,10 +119,24 @@ public final class NearbyService: Sendable {
         }
         let partitions = leases.map {
             PartitionOwnership(replica: matcher.replica, leases: $0, leaseMs: UInt64(configuration.replication.leaseSeconds) * 1000,
-                               clock: clock, logger: logger)
+                               clock: clock, logger: logger) { round in
+                await matcher.partitionsChanged(owners: round.owners, live: round.live)
+                await wantEdges(of: round.change.gained, matcher: matcher, feed: feed, logger: logger)
+            }
+        }
+        // Replicas dividing the devices: each applies its own devices' reports and copies what changes to the
+        // replicas serving the devices on the edges' other ends (doc/architecture.md, "Partitions and their owners").
+        var edges: EdgeExchange?
+        if let partitions, let postgres = storage as? PostgresStorage {
+            let exchange = EdgeExchange(storage: postgres, matcher: matcher, logger: logger) {
+                // Copies sent while this replica was not listening are lost to it: it asks for them all again.
+                await wantEdges(of: await partitions.held, matcher: matcher, feed: feed, logger: logger)
+            }
+            await matcher.routeEdges { exchange.send(to: $0, $1) }
+            edges = exchange
         }
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,
-                                    matcher: matcher, feed: feed, partitions: partitions)
+                                    matcher: matcher, feed: feed, partitions: partitions, edges: edges)
         try await service.connections.start(bus: buses?.connections)
         service.projectDeletionPosition.withLock { $0 = deletions.position }
         service.deviceDeletionPosition.withLock { $0 = deviceDeletions.position }
@@ -425,8 +455,14 @@ public final class NearbyService: Sendable {
         // Tokens of another project are unknown to this device: no edge, and no hint that they are valid.
         try await knowInMatcher(device)
         let foreign = await matcher.foreignTokens(observer: device.id, seen: seen)
-        try await feed.publish(.sightings(observer: device.id, atMs: now, seen: seen.filter { !foreign.contains($0.token) },
-                                          gone: gone))
+        let event = MatcherEvent.sightings(observer: device.id, atMs: now, seen: seen.filter { !foreign.contains($0.token) },
+                                           gone: gone)
+        if edges != nil {
+            // This replica serves the device: the edges its report makes are at home here.
+            await matcher.apply(event)
+        } else {
+            try await feed.publish(event)
+        }
         if !foreign.isEmpty {
             for index in results.indices where foreign.contains(results[index].token) { results[index].status = .unknown }
         }

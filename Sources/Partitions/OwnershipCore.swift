@@ -157,6 +157,9 @@ public struct OwnershipCore: Sendable {
     /// The owner of every partition, by number, as ``owner(of:)`` gives it.
     public var directory: [Member?] { (0..<partitions).map(owner(of:)) }
 
+    /// The ids of the live members the last round saw, this replica's among them.
+    public var members: Set<String> { Set(urls.keys) }
+
     /// Who owns `partition`, as the last round saw it: this replica, another
     /// live one (with its URL), or nobody (a lease run out and not yet taken).
     public func owner(of partition: Int) -> Member? {

@@ -221,6 +221,71 @@ import TestSupport
         await cluster.stop()
     }
 
+    /// The replicas divide the devices: a report is applied by the replica
+    /// serving its observer alone, and what it changes for a subscriber
+    /// served by the other replica is sent there. A's publication scans, B's
+    /// subscription broadcasts: A hears B, its replica makes the edge, and B
+    /// finds A's message from its own replica; A no longer hearing B, B
+    /// loses it.
+    @Test func aSubscriberFindsWhatAPublisherServedByAnotherReplicaHears() async throws {
+        defer { directory.remove() }
+        let cluster = try await PostgresCluster.start()
+        var replicas: [Replica] = []
+        var devices: [Device] = []
+        do {
+            let database = try await cluster.createDatabase()
+            let apiKey = try await createProject("replicas", database: database)
+            for number in 1...2 {
+                replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
+                                                        configuration: Self.quickLeases))
+            }
+            let urls = replicas.map(\.url)
+            try await withTimeout(30, "two replicas holding 128 partitions each") {
+                while try await Self.partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            let publisher = try manager(uid: 1001, apiKey: apiKey)
+            let hello = try registry.addPublication(to: publisher, message: Message(namespace: "", type: "greeting", content: Array("hello".utf8)),
+                                                    strategy: Strategy(mediums: [.ble], mode: .scan),
+                                                    expiresAtMs: Self.nowMilliseconds + 3_600_000)
+            let a = device(publisher.account, endpoints(urls), credentials(endpoints(urls)))
+            devices.append(a)
+            a.link.send(.publish(hello))
+            let aHome = try #require(try await a.events.first(within: 20, "A connected") { $0.server != nil }.server)
+
+            // Subscribers until one is served by the other replica: each device's partition is its id's, which
+            // the server draws at random (half of them on each replica; ten draws all alike: 1 in 512).
+            var found: (device: Device, subscription: String, token: Token)?
+            for uid in UInt32(1002)...1011 where found == nil {
+                let subscriber = try manager(uid: uid, apiKey: apiKey)
+                let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
+                                                                strategy: Strategy(mediums: [.ble], mode: .broadcast), expiresAtMs: 0)
+                let b = device(subscriber.account, endpoints(urls), credentials(endpoints(urls)))
+                devices.append(b)
+                b.link.send(.subscribe(subscription))
+                let bHome = try #require(try await b.events.first(within: 20, "B connected") { $0.server != nil }.server)
+                guard bHome != aHome else { continue }
+                let token = try await b.events.first(within: 20, "B's token") { $0.token != nil }.token!
+                found = (b, subscription.id, token)
+            }
+            let (b, subscriptionID, bToken) = try #require(found, "ten subscribers all served by A's replica")
+
+            a.link.send(.seen([Sighting(token: bToken, medium: .ble, rssi: -50, txPower: -59, seenAtMilliseconds: Self.nowMilliseconds)]))
+            _ = try await b.events.first(within: 20, "B finds hello from its own replica") { $0.delivers("hello", to: subscriptionID) }
+            a.link.send(.gone([Sighting.Key(token: bToken, medium: .ble)]))
+            _ = try await b.events.first(within: 20, "B loses hello") {
+                if case .stream(.lost(subscription: subscriptionID, source: _)) = $0 { true } else { false }
+            }
+        } catch {
+            for device in devices { await device.stop() }
+            for replica in replicas { await replica.process.stop() }
+            await cluster.stop()
+            throw error
+        }
+        for device in devices { await device.stop() }
+        for replica in replicas { await replica.process.stop() }
+        await cluster.stop()
+    }
+
     /// The XMPP domain of the replicas' connection server.
     static let xmppDomain = "nearby.test"
 

@@ -18,6 +18,9 @@ enum MatcherEvent: Sendable, Equatable, Codable {
     case streamOpened(device: String, owner: StreamOwner)
     /// That stream ended.
     case streamClosed(device: String, owner: StreamOwner)
+    /// `replica` took `partitions` (or listens again after a break): it
+    /// wants every replica's edges with their devices (``EdgeMessage/sync(partitions:edges:)``).
+    case edgesWanted(replica: String, partitions: [Int])
 }
 
 extension MatcherEvent {

@@ -19,14 +19,27 @@ actor PartitionOwnership {
     private var core: OwnershipCore?
     /// Who serves each partition, for the requests that arrive.
     nonisolated let directory: PartitionDirectory
+    /// Told after each round (``Rounded``).
+    private let rounded: @Sendable (Rounded) async -> Void
 
-    init(replica: String, leases: any PartitionLeases, leaseMs: UInt64, clock: any WallClock, logger: Logger) {
+    /// What a round saw and changed.
+    struct Rounded: Sendable {
+        /// The replica serving each partition, by number; nil where none does.
+        var owners: [String?]
+        /// The replicas alive; nil when the round could not survey them.
+        var live: Set<String>?
+        var change: OwnershipChange
+    }
+
+    init(replica: String, leases: any PartitionLeases, leaseMs: UInt64, clock: any WallClock, logger: Logger,
+         rounded: @escaping @Sendable (Rounded) async -> Void = { _ in }) {
         self.replica = replica
         directory = PartitionDirectory(replica: replica)
         self.leases = leases
         self.leaseMs = leaseMs
         self.clock = clock
         self.logger = logger
+        self.rounded = rounded
     }
 
     /// The partitions this replica owns now.
@@ -60,19 +73,23 @@ actor PartitionOwnership {
         guard var core else { return }
         let start = clock.nowMs
         let change: OwnershipChange
+        var live: Set<String>?
         do {
             let (members, leases) = try await self.leases.survey(member: core.me, leaseMs: leaseMs)
             let plan = core.plan(members: members, leases: leases, nowMs: start)
             let (renewed, claimed) = try await self.leases.apply(plan, replica: replica, leaseMs: leaseMs)
             change = core.settle(renewed: renewed, claimed: claimed, released: Set(plan.release))
+            live = core.members
         } catch {
             change = core.failed(nowMs: clock.nowMs)
             logger.warning("could not renew the partitions' leases: \(PostgresStorage.reason(error))",
                            metadata: ["replica": "\(replica)", "held": "\(core.held.count)"])
         }
         self.core = core
-        directory.update(core.directory)
+        let directory = core.directory
+        self.directory.update(directory)
         report(change, held: core.held.count)
+        await rounded(Rounded(owners: directory.map { $0?.id }, live: live, change: change))
     }
 
     private func leave() async {

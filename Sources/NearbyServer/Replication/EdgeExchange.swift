@@ -1,0 +1,84 @@
+import Foundation
+import Logging
+
+/// Carries the matchers' edge copies (``EdgeMessage``) from replica to
+/// replica over PostgreSQL's LISTEN/NOTIFY: each replica listens on a
+/// channel of its own (``channel(of:)``), and a message goes to the one
+/// replica it is for, not to all. What a matcher sends while the previous
+/// messages are being sent goes together in the next (``GroupCommit``): one
+/// notification to each replica for many changes. Messages from one replica
+/// to another arrive in the order they were sent, which the copies rely on
+/// (a put, then its remove).
+///
+/// A message that could not be sent is lost: its copy is made again when
+/// the edge changes, when the receiving replica asks for its partitions'
+/// edges (taking partitions, or listening again after a break), or is
+/// dropped when its home is seen dead.
+final class EdgeExchange: Sendable {
+    /// A replica's channel. Replica ids are URL-safe base64: a channel name as they are.
+    static func channel(of replica: String) -> String { "nearby_edges_" + replica }
+
+    private let outbox: GroupCommit<Outgoing, Void>
+    private let listening: Task<Void, Never>
+
+    private struct Outgoing: Sendable {
+        var to: String
+        var message: EdgeMessage
+    }
+
+    /// Listens on this replica's channel, handing what arrives to `matcher`;
+    /// `joined` is called each time the listening (re)starts, when what was
+    /// sent meanwhile is lost to it.
+    init(storage: PostgresStorage, matcher: Matcher, logger: Logger, joined: @escaping @Sendable () async -> Void) {
+        let replica = matcher.replica
+        outbox = GroupCommit { batch in
+            try await Self.send(batch, from: replica, storage: storage, logger: logger)
+        }
+        let bus = PostgresReplicaBus(storage: storage, channel: Self.channel(of: replica), logger: logger)
+        listening = Task {
+            await bus.listen { delivery in
+                switch delivery {
+                case .joined:
+                    await joined()
+                case .left:
+                    break
+                case .message(let text):
+                    guard let letter = try? JSONDecoder().decode(EdgeLetter.self, from: Data(text.utf8)) else {
+                        logger.warning("an edge message from another replica was not understood (a replica of another version?)",
+                                       metadata: ["bytes": "\(text.utf8.count)"])
+                        return
+                    }
+                    await matcher.receive(letter)
+                }
+            }
+        }
+    }
+
+    deinit {
+        listening.cancel()
+    }
+
+    /// Queues `message` for `replica`. Does not wait: the matcher calls it.
+    func send(to replica: String, _ message: EdgeMessage) {
+        _ = outbox.enqueue(Outgoing(to: replica, message: message))
+    }
+
+    /// One letter to each replica the batch is for, its messages in order.
+    private static func send(_ batch: [Outgoing], from replica: String, storage: PostgresStorage,
+                             logger: Logger) async throws -> [Result<Void, any Error>] {
+        var letters: [String: [EdgeMessage]] = [:]
+        for item in batch { letters[item.to, default: []].append(item.message) }
+        var failed: [String: any Error] = [:]
+        for (to, messages) in letters.sorted(by: { $0.key < $1.key }) {
+            do {
+                let text = String(decoding: try JSONEncoder().encode(EdgeLetter(from: replica, messages: messages)), as: UTF8.self)
+                try await PostgresReplicaBus(storage: storage, channel: channel(of: to), logger: logger).publish(text)
+            } catch {
+                failed[to] = error
+                logger.warning("edge copies could not be sent to a replica: \(PostgresStorage.reason(error))",
+                               metadata: ["to": "\(to)", "messages": "\(messages.count)"])
+            }
+        }
+        return batch.map { item in failed[item.to].map { .failure($0) } ?? .success(()) }
+    }
+}

@@ -1,0 +1,215 @@
+import Foundation
+import NearbyCore
+@testable import NearbyServer
+import Partitions
+import ServerAPI
+import Synchronization
+import Testing
+
+/// Matchers of replicas that divide the devices into partitions, without a
+/// database: what one sends another goes through a mailbox the test empties
+/// by hand, and time moves by hand.
+@Suite(.timeLimit(.minutes(1))) struct PartitionedMatcherTests {
+    /// What the matchers sent one another, in order.
+    final class Mailbox: Sendable {
+        private let letters = Mutex<[(to: String, letter: EdgeLetter)]>([])
+
+        func post(from: String, to: String, _ message: EdgeMessage) {
+            letters.withLock { $0.append((to, EdgeLetter(from: from, messages: [message]))) }
+        }
+
+        func take() -> [(to: String, letter: EdgeLetter)] {
+            letters.withLock { letters in defer { letters = [] }; return letters }
+        }
+    }
+
+    /// Three replicas A, B and C; the publisher's partition served by A, the
+    /// subscriber's by B, C serving neither.
+    struct Cluster {
+        let clock = ManualWallClock(nowMs: startMs)
+        let mailbox = Mailbox()
+        let matchers: [String: Matcher]
+        var owners: [String?] = Array(repeating: nil, count: Partition.count)
+        let live: Set<String> = ["A", "B", "C"]
+
+        init() async {
+            var matchers: [String: Matcher] = [:]
+            for id in ["A", "B", "C"] {
+                let matcher = Matcher(clock: clock, replica: id, edgeTimeoutMs: 30_000)
+                let mailbox = mailbox
+                await matcher.routeEdges { mailbox.post(from: id, to: $0, $1) }
+                matchers[id] = matcher
+            }
+            self.matchers = matchers
+            owners[Partition.of(device: "pub")] = "A"
+            owners[Partition.of(device: "sub")] = "B"
+            await round()
+            // Every replica holds every device and object, as the replicas' broadcast feed gives them.
+            await broadcast(.deviceAdded(id: "pub", project: "alpha"))
+            await broadcast(.deviceAdded(id: "sub", project: "alpha"))
+            await broadcast(.objects(device: "pub", changes: [.putPublication(PartitionedMatcherTests.publication)]))
+            await broadcast(.objects(device: "sub", changes: [.putSubscription(PartitionedMatcherTests.subscription)]))
+        }
+
+        subscript(_ id: String) -> Matcher { matchers[id]! }
+
+        func broadcast(_ event: MatcherEvent) async {
+            for id in matchers.keys.sorted() { await matchers[id]!.apply(event) }
+        }
+
+        /// A round of leases seen by every replica.
+        func round(live: Set<String>? = nil) async {
+            for id in matchers.keys.sorted() { await matchers[id]!.partitionsChanged(owners: owners, live: live ?? self.live) }
+        }
+
+        /// Hands over every letter posted, and those they lead to; returns how many.
+        @discardableResult
+        func deliver() async -> Int {
+            var count = 0
+            while true {
+                let letters = mailbox.take()
+                guard !letters.isEmpty else { return count }
+                count += letters.count
+                for (to, letter) in letters { await matchers[to]!.receive(letter) }
+            }
+        }
+
+        /// "pub" hears "sub" on A, the replica serving it.
+        func pubHearsSub(token: UInt8 = 1, atMs: UInt64? = nil) async {
+            await self["A"].applySightings(observer: "pub", seen: [SeenEdge(observed: "sub", token: Self.token(token), medium: .ble,
+                                                                            rssi: -50, distance: 1)],
+                                           gone: [], atMs: atMs ?? clock.nowMs)
+        }
+
+        static func token(_ byte: UInt8) -> Token { Token(bytes: Array(repeating: byte, count: 8))! }
+    }
+
+    /// A publication that scans: found when its device hears a subscriber that broadcasts.
+    static let publication = StoredPublication(device: "pub", id: "p1", namespace: "alpha", type: "t", content: Data("hello".utf8),
+                                               mediums: [.ble], mode: .scan, expiresAtMs: startMs + 600_000)
+    static let subscription = StoredSubscription(device: "sub", id: "s1", namespace: "alpha", type: "", mediums: [.ble],
+                                                 mode: .broadcast, expiresAtMs: 0)
+
+    @Test func theDevicesAreInDifferentPartitions() {
+        #expect(Partition.of(device: "pub") != Partition.of(device: "sub"))
+    }
+
+    @Test func anEdgeMadeOnOneReplicaFindsOnTheReplicaServingTheSubscriber() async throws {
+        let cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+
+        await cluster.pubHearsSub()
+        // One letter, to B alone: C serves neither device.
+        #expect(await cluster.deliver() == 1)
+        guard case .event(.found(let match)) = await outputs.next() else { Issue.record("expected found on B"); return }
+        #expect(match.source == "pub/p1")
+        #expect(await cluster["C"].copyCount == 0)
+        #expect(await cluster["C"].snapshot(of: "sub").isEmpty)
+
+        // A report that only refreshes the edge costs A alone.
+        cluster.clock.advance(byMs: 10_000)
+        await cluster.pubHearsSub()
+        #expect(await cluster.deliver() == 0)
+
+        // The edge times out on A, its home: B is told, and the subscriber loses.
+        cluster.clock.advance(byMs: 30_000)
+        await cluster["A"].sweep()
+        #expect(await cluster.deliver() == 1)
+        guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost on B"); return }
+        #expect(await cluster["B"].copyCount == 0)
+    }
+
+    @Test func aReplicaThatTakesAPartitionIsSentItsEdgesAndTheOldOneLetsTheStreamGo() async throws {
+        var cluster = await Cluster()
+        let old = try #require(await cluster["B"].openStream(device: "sub"))
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        #expect(await cluster["B"].snapshot(of: "sub").count == 1)
+
+        // C takes the subscriber's partition and asks for its edges, before B's next round has seen it.
+        cluster.owners[Partition.of(device: "sub")] = "C"
+        await cluster["C"].partitionsChanged(owners: cluster.owners, live: cluster.live)
+        await cluster.broadcast(.edgesWanted(replica: "C", partitions: [Partition.of(device: "sub")]))
+        #expect(await cluster.deliver() >= 1)
+        // The device reconnecting to C finds there what it had.
+        #expect(await cluster["C"].snapshot(of: "sub").count == 1)
+
+        // B's round sees C: the stream on B ends, without the device's sightings going, and B keeps no copies.
+        await cluster.round()
+        var outputs = old.outputs.makeAsyncIterator()
+        var closed = false
+        while let output = await outputs.next() {
+            if case .close = output { closed = true }
+        }
+        #expect(closed)
+        #expect(await cluster["B"].closeStream(device: "sub", id: old.id) == false)
+        #expect(await cluster["B"].copyCount == 0)
+
+        // What changes next goes to C.
+        let stream = try #require(await cluster["C"].openStream(device: "sub"))
+        var current = stream.outputs.makeAsyncIterator()
+        cluster.clock.advance(byMs: 30_000)
+        await cluster["A"].sweep()
+        await cluster.deliver()
+        guard case .event(.lost) = await current.next() else { Issue.record("expected lost on C"); return }
+    }
+
+    @Test func copiesFromAReplicaGoneTwoRoundsAreDropped() async throws {
+        let cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        guard case .event(.found) = await outputs.next() else { Issue.record("expected found"); return }
+
+        // A round that misses A may be one that began before A said it was alive: the copy stays.
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["B"].copyCount == 1)
+        // A round that could not survey says nothing of who is dead.
+        await cluster["B"].partitionsChanged(owners: cluster.owners, live: nil)
+        #expect(await cluster["B"].copyCount == 1)
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["B"].copyCount == 0)
+        guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost"); return }
+    }
+
+    @Test func copiesOfDevicesServedElsewhereAreNotKept() async throws {
+        let cluster = await Cluster()
+        let copy = EdgeCopy(observer: "pub", observed: "sub", medium: .ble, rssi: -40, distance: 1)
+        await cluster["C"].receive(EdgeLetter(from: "A", messages: [.put([copy])]))
+        #expect(await cluster["C"].copyCount == 0)
+        // Unless it holds the stream of one of them still.
+        _ = try #require(await cluster["C"].openStream(device: "sub"))
+        await cluster["C"].receive(EdgeLetter(from: "A", messages: [.put([copy])]))
+        #expect(await cluster["C"].copyCount == 1)
+    }
+
+    @Test func aSyncReplacesWhatItsSenderHadSent() async throws {
+        let cluster = await Cluster()
+        let partition = Partition.of(device: "sub")
+        let copy = EdgeCopy(observer: "pub", observed: "sub", medium: .ble, rssi: -40, distance: 1)
+        await cluster["B"].receive(EdgeLetter(from: "A", messages: [.put([copy])]))
+        await cluster["B"].receive(EdgeLetter(from: "C", messages: [.put([copy])]))
+        #expect(await cluster["B"].copyCount == 2)
+        // A says it has no edge there any more; C's copy stands.
+        await cluster["B"].receive(EdgeLetter(from: "A", messages: [.sync(partitions: [partition], edges: [])]))
+        #expect(await cluster["B"].copyCount == 1)
+        #expect(await cluster["B"].snapshot(of: "sub").count == 1)
+        await cluster["B"].receive(EdgeLetter(from: "C", messages: [.remove([copy.key])]))
+        #expect(await cluster["B"].snapshot(of: "sub").isEmpty)
+    }
+
+    @Test func aRepliedSyncHoldsTheSendersEdgesOfThosePartitionsOnly() async throws {
+        var cluster = await Cluster()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        // C takes a partition neither device is in: A's answer holds nothing.
+        let other = (0..<Partition.count).first { $0 != Partition.of(device: "pub") && $0 != Partition.of(device: "sub") }!
+        cluster.owners[other] = "C"
+        await cluster.round()
+        await cluster.broadcast(.edgesWanted(replica: "C", partitions: [other]))
+        #expect(await cluster.deliver() == 2)  // from A and from B, each empty
+        #expect(await cluster["C"].copyCount == 0)
+    }
+}
