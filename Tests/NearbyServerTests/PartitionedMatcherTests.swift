@@ -200,6 +200,26 @@ import Testing
         #expect(await cluster["B"].snapshot(of: "sub").isEmpty)
     }
 
+    /// What one replica sends another fits in notifications, however many
+    /// edges: a long sync goes as a sync of its first edges and puts of the
+    /// rest, with the same effect.
+    @Test func longMessagesGoInLettersThatEachFitANotification() async throws {
+        let cluster = await Cluster()
+        let partition = Partition.of(device: "sub")
+        let copies = (0..<500).map { EdgeCopy(observer: "observer-\($0)", observed: "sub", medium: .ble, rssi: -60, distance: 2) }
+        // B held a copy from A that the sync no longer has.
+        await cluster["B"].receive(EdgeLetter(from: "A", messages: [.put([EdgeCopy(observer: "gone", observed: "sub", medium: .ble,
+                                                                                    rssi: -60, distance: 2)])]))
+        let messages: [EdgeMessage] = [.sync(partitions: [partition], edges: copies), .remove(copies.prefix(300).map(\.key))]
+        let letters = try EdgeExchange.letters(from: "A", messages)
+        #expect(letters.count > 2)
+        for text in letters {
+            #expect(text.utf8.count <= PostgresReplicaBus.inlineBytes)
+            await cluster["B"].receive(try JSONDecoder().decode(EdgeLetter.self, from: Data(text.utf8)))
+        }
+        #expect(await cluster["B"].copyCount == 200)
+    }
+
     @Test func aRepliedSyncHoldsTheSendersEdgesOfThosePartitionsOnly() async throws {
         var cluster = await Cluster()
         await cluster.pubHearsSub()

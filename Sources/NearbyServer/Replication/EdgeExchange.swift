@@ -63,7 +63,52 @@ final class EdgeExchange: Sendable {
         _ = outbox.enqueue(Outgoing(to: replica, message: message))
     }
 
-    /// One letter to each replica the batch is for, its messages in order.
+    /// Edges in one message at most: 40 copies are about 4.5 KB of JSON.
+    static let edgesPerMessage = 40
+
+    /// The messages for one replica in letters that each fit a
+    /// notification (``PostgresReplicaBus/inlineBytes``), none kept in
+    /// `replicaMessage`: long puts and removes in parts, a long sync as a
+    /// sync of its first edges and puts of the rest (in order, the same).
+    static func letters(from replica: String, _ messages: [EdgeMessage],
+                        maximumBytes: Int = PostgresReplicaBus.inlineBytes) throws -> [String] {
+        func parts<T>(_ items: [T]) -> [[T]] {
+            stride(from: 0, to: max(items.count, 1), by: edgesPerMessage).map { Array(items[$0..<min($0 + edgesPerMessage, items.count)]) }
+        }
+        var small: [EdgeMessage] = []
+        for message in messages {
+            switch message {
+            case .put(let copies): small += parts(copies).map { .put($0) }
+            case .remove(let keys): small += parts(keys).map { .remove($0) }
+            case .sync(let partitions, let edges):
+                let pieces = parts(edges)
+                small.append(.sync(partitions: partitions, edges: pieces[0]))
+                small += pieces.dropFirst().map { .put($0) }
+            }
+        }
+        // An EdgeLetter's JSON, written around its messages' so that each is encoded once.
+        let encoder = JSONEncoder()
+        let head = "{\"from\":" + String(decoding: try encoder.encode(replica), as: UTF8.self) + ",\"messages\":["
+        let tail = "]}"
+        var letters: [String] = []
+        var packed: [String] = []
+        var bytes = head.utf8.count + tail.utf8.count
+        for message in small {
+            let text = String(decoding: try encoder.encode(message), as: UTF8.self)
+            let more = text.utf8.count + (packed.isEmpty ? 0 : 1)
+            if bytes + more > maximumBytes && !packed.isEmpty {
+                letters.append(head + packed.joined(separator: ",") + tail)
+                packed = []
+                bytes = head.utf8.count + tail.utf8.count
+            }
+            bytes += text.utf8.count + (packed.isEmpty ? 0 : 1)
+            packed.append(text)
+        }
+        if !packed.isEmpty { letters.append(head + packed.joined(separator: ",") + tail) }
+        return letters
+    }
+
+    /// Letters to each replica the batch is for, its messages in order.
     private static func send(_ batch: [Outgoing], from replica: String, storage: PostgresStorage,
                              logger: Logger) async throws -> [Result<Void, any Error>] {
         var letters: [String: [EdgeMessage]] = [:]
@@ -71,8 +116,8 @@ final class EdgeExchange: Sendable {
         var failed: [String: any Error] = [:]
         for (to, messages) in letters.sorted(by: { $0.key < $1.key }) {
             do {
-                let text = String(decoding: try JSONEncoder().encode(EdgeLetter(from: replica, messages: messages)), as: UTF8.self)
-                try await PostgresReplicaBus(storage: storage, channel: channel(of: to), logger: logger).publish(text)
+                let bus = PostgresReplicaBus(storage: storage, channel: channel(of: to), logger: logger)
+                for text in try Self.letters(from: replica, messages) { try await bus.publish(text) }
             } catch {
                 failed[to] = error
                 logger.warning("edge copies could not be sent to a replica: \(PostgresStorage.reason(error))",
