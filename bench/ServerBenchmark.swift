@@ -201,6 +201,7 @@ enum ServerBenchmark {
                     replicas.append(try await Replica.start("nearby-server-\(index + 1)", in: directory, database: database,
                                                             configuration: configuration(xmpp)))
                 }
+                if cluster != nil { try await evenPartitions(database: database, among: replicas.count) }
             }
             try await start(deployments[0])
             let load = try await LoadWorkers.start(scripts, settings, urls: replicas.map(\.url), apiKey: keys.apiKey)
@@ -243,6 +244,31 @@ enum ServerBenchmark {
         let keys: ProjectKeys
         let xmpp: XMPPFiles
         let device: String
+    }
+
+    /// Returns once `count` replicas of `database` share the 256 partitions
+    /// evenly, as `nearby-server replicas` lists them: the devices are then
+    /// each served by one replica for the whole run, as in a deployment
+    /// whose replicas have been up a while.
+    private static func evenPartitions(database: String, among count: Int) async throws {
+        struct Status: Decodable {
+            struct Replica: Decodable { var partitions: Int }
+            var replicas: [Replica]
+            var unowned: Int
+        }
+        let deadline = ContinuousClock.now + .seconds(120)
+        while true {
+            let listed = try await runProgram(Programs.path("nearby-server"), ["replicas", "--database", database, "--json"])
+            if let status = try? JSONDecoder().decode(Status.self, from: Data(listed.output.utf8)),
+               status.replicas.count == count, status.unowned == 0,
+               let most = status.replicas.map(\.partitions).max(), let least = status.replicas.map(\.partitions).min(), most - least <= 1 {
+                return
+            }
+            guard ContinuousClock.now < deadline else {
+                throw ChildProcessError(message: "\(count) replicas did not share the partitions evenly within 120 s: \(listed.output)")
+            }
+            try await Task.sleep(for: .milliseconds(250))
+        }
     }
 
     /// The figures of one deployment, whose `replicas` were just started and

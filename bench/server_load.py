@@ -35,8 +35,10 @@ group (127.W.x.y: --per-address devices an address, each with its stream and
 channel, below the server's default `max-connections-per-address` of 256),
 as devices behind different addresses would; requests go from an address of
 the process's own (127.W.255.1) over one pool of at most 128 kept-alive
-connections, round robin over the --urls (a load balancer without
-stickiness). Device i's stream and channel are on URL i mod the number of URLs.
+connections. Registrations go round robin over the --urls (a load balancer
+without stickiness); a device's later requests, its stream and its channel
+go to the replica that serves it, which the others redirect it to (307), as
+nearbyd does.
 
 Commands (`id` is echoed):
 
@@ -117,7 +119,7 @@ def emit(line):
 
 
 class Device:
-    __slots__ = ("index", "id", "secret", "token", "stream_url", "session", "ws", "reader", "neighbours", "rng",
+    __slots__ = ("index", "id", "secret", "token", "home", "stream_url", "session", "ws", "reader", "neighbours", "rng",
                  "pending", "busy", "closed", "channel", "channel_reader", "upstream_out", "upstream_sequence")
 
     def __init__(self, index, seed):
@@ -125,6 +127,8 @@ class Device:
         self.id = None
         self.secret = None
         self.token = None
+        # The replica serving the device (the others redirect its requests there), as nearbyd keeps it.
+        self.home = None
         self.stream_url = None
         self.session = None
         self.ws = None
@@ -253,11 +257,11 @@ class Worker:
                 return False
             registration = await answer.json()
         device.id, device.secret = registration["device"], registration["secret"]
-        device.stream_url = self.urls[device.index % len(self.urls)]
+        await self.find_home(device, base)
         if not moving:
             return True
         path = "/v1/devices/%s" % device.id
-        async with self.requests.post(self.url() + path + "/tokens", headers=device.auth) as answer:
+        async with self.requests.post(device.home + path + "/tokens", headers=device.auth) as answer:
             self.counts["token %d" % answer.status] += 1
             if answer.status != 201:
                 return False
@@ -269,11 +273,25 @@ class Worker:
                        "mode": "broadcast", "expiresAtMs": expires}
         subscription = {"namespace": "", "type": TYPE, "mediums": ["ble"], "mode": "scan", "expiresAtMs": 0}
         for kind, body in (("publications/p0", publication), ("subscriptions/s0", subscription)):
-            async with self.requests.put(self.url() + path + "/" + kind, headers=device.auth, json=body) as answer:
+            async with self.requests.put(device.home + path + "/" + kind, headers=device.auth, json=body) as answer:
                 self.counts["%s %d" % (kind.split("/")[0], answer.status)] += 1
                 if answer.status != 200:
                     return False
         return True
+
+    async def find_home(self, device, base):
+        """The replica that serves the device: the others answer its requests 307 to it, as nearbyd finds it.
+        Its requests and its stream go there from then on."""
+        async with self.requests.get(base + "/v1/devices/%s/publications" % device.id, headers=device.auth,
+                                     allow_redirects=False) as answer:
+            await answer.read()
+            self.counts["home %d" % answer.status] += 1
+            home = base
+            if answer.status == 307:
+                location = answer.headers["Location"]
+                home = location[:location.index("/v1/")]
+        device.home = home
+        device.stream_url = home
 
     async def setup(self, command):
         start = time.monotonic()
@@ -397,7 +415,7 @@ class Worker:
         if self.measuring and latencies is not None:
             for index in added:
                 device.pending[index] = start
-        async with self.requests.post(self.url() + "/v1/devices/%s/sightings" % device.id, headers=device.auth,
+        async with self.requests.post(device.home + "/v1/devices/%s/sightings" % device.id, headers=device.auth,
                                       json=body) as answer:
             await answer.read()
             return answer.status, start
@@ -663,8 +681,12 @@ class Worker:
             result = {"open": self.open_count(), "closed": dict(closed), "by_url": dict(by_url)}
         elif action == "urls":
             self.urls = command["urls"]
-            for device in self.moving + self.idle:
-                device.stream_url = self.urls[device.index % len(self.urls)]
+            lanes = asyncio.Semaphore(64)
+
+            async def rehome(device):
+                async with lanes:
+                    await self.find_home(device, self.url())
+            await asyncio.gather(*(rehome(device) for device in self.moving + self.idle if device.id is not None))
             result = {}
         elif action == "run":
             result = await self.run(command)

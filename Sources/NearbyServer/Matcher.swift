@@ -162,8 +162,15 @@ actor Matcher {
         /// its edges (``MatcherEvent/edgesWanted(replica:partitions:)``) and
         /// are sent its changes too until the owners say the same.
         var claimants: [Int: String] = [:]
-        /// The replicas alive at the last round that saw them.
-        var lastLive: Set<String> = []
+        /// The replicas alive, as the last round that could survey them saw them.
+        var live: Set<String> = []
+        /// Homes of copies held here that a round did not see alive, and
+        /// since when (this replica's clock).
+        var goneSince: [String: UInt64] = [:]
+        /// Homes that left and sent their edges to every replica
+        /// (``EdgeMessage/bequest(_:)``): their copies are kept whoever
+        /// serves the devices, until they time out.
+        var bequeathed: Set<String> = []
     }
 
     /// How near `earshot` is: about arm's length, what sound in a room carries
@@ -476,6 +483,7 @@ actor Matcher {
                 }
             } else {
                 let edge = Edge(tokens: [sighting.token: atMs], rssi: sighting.rssi, distance: sighting.distance)
+                supersedeGoneCopies(of: key)
                 if !isPresent(key) { link(observer, sighting.observed, by: 1) }
                 edges[key] = edge
                 deadlines.schedule(.edge(key), at: atMs + edgeTimeoutMs)
@@ -514,10 +522,13 @@ actor Matcher {
     }
 
     /// Who serves each partition (by number; nil where nobody does), and
-    /// which replicas are alive, as a round of leases saw them. Copies from
-    /// a replica no longer alive go (its devices' next reports, wherever they
-    /// now go, make them again), as do copies that touch no partition of
-    /// this replica's any more.
+    /// which replicas are alive, as a round of leases saw them. Copies that
+    /// touch no device this replica serves or streams any more go. Copies
+    /// from a replica no longer alive are kept one edge timeout from the
+    /// first round that did not see it, as its edges would have lasted
+    /// unrefreshed, then go: meanwhile its devices report to their new
+    /// replicas, which make the edges again, so a device still near loses
+    /// nothing (and one that began just after a survey is not taken for dead).
     ///
     /// The streams of devices another replica serves now are closed without
     /// their sightings going (``closeStream(device:id:)`` announces
@@ -525,16 +536,21 @@ actor Matcher {
     /// there what it had here, the edges this replica is home to among it
     /// (sent when that replica asked) until they time out.
     ///
-    /// `live` is nil after a round that could not survey the replicas. A
-    /// replica is taken for dead when two rounds in a row did not see it, so
-    /// that one that began just after a survey is not.
+    /// `live` is nil after a round that could not survey the replicas.
     func partitionsChanged(owners: [String?], live: Set<String>?) {
         guard var routes else { return }
+        let now = clock.nowMs
         routes.owners = owners
-        let alive = live.map { $0.union(routes.lastLive) }
-        routes.claimants = routes.claimants.filter { alive?.contains($0.value) ?? true && owners[$0.key] != $0.value }
-        if let live { routes.lastLive = live }
+        if let live {
+            routes.live = live
+            let homes = Set(copies.values.flatMap(\.keys))
+            routes.goneSince = routes.goneSince.filter { homes.contains($0.key) && !live.contains($0.key) }
+            for home in homes where !live.contains(home) && routes.goneSince[home] == nil { routes.goneSince[home] = now }
+            routes.bequeathed = routes.bequeathed.intersection(homes)
+        }
+        routes.claimants = routes.claimants.filter { routes.live.contains($0.value) && owners[$0.key] != $0.value }
         self.routes = routes
+        let expired = routes.goneSince.filter { $0.value + edgeTimeoutMs <= now }
         for device in sessions.keys.sorted() {
             guard let owner = owners[Partition.of(device: device)], owner != replica, let session = sessions.removeValue(forKey: device)
             else { continue }
@@ -544,7 +560,11 @@ actor Matcher {
         var dropped: [(EdgeKey, String)] = []
         for (key, held) in copies {
             let kept = keepsCopies(of: key.observer) || keepsCopies(of: key.observed)
-            for home in held.keys where !kept || !(alive?.contains(home) ?? true) { dropped.append((key, home)) }
+            // A gone home's copy that a live one's, or this replica's own edge, now stands for is superseded.
+            let renewed = edges[key] != nil || held.keys.contains { !isGone($0) }
+            for home in held.keys where expired[home] != nil || (!kept && !routes.bequeathed.contains(home)) || (renewed && isGone(home)) {
+                dropped.append((key, home))
+            }
         }
         var changed = Set<Pair>()
         for (key, home) in dropped where removeCopy(of: key, from: home) { changed.formUnion(pairs(of: key)) }
@@ -583,6 +603,9 @@ actor Matcher {
                 }
             case .remove(let keys):
                 for key in keys where removeCopy(of: key, from: letter.from) { changed.formUnion(pairs(of: key)) }
+            case .bequest(let copies):
+                routes?.bequeathed.insert(letter.from)
+                for copy in copies where putCopy(copy, from: letter.from) { changed.formUnion(pairs(of: copy.key)) }
             case .sync(let partitions, let copies):
                 let synced = Set(partitions)
                 func inSync(_ key: EdgeKey) -> Bool {
@@ -599,9 +622,40 @@ actor Matcher {
         recompute(changed)
     }
 
+    /// The partitions this replica serves, by the owners it knows.
+    var servedPartitions: Set<Int> {
+        guard let routes else { return [] }
+        return Set(routes.owners.indices.filter { routes.owners[$0] == replica })
+    }
+
+    /// This replica is stopping, its partitions given up: every edge it is
+    /// home to, for every other replica alive, which keeps them until they
+    /// time out (``EdgeMessage/bequest(_:)``), whoever comes to serve their
+    /// devices. Empty when edges are not copied.
+    func bequest() -> (to: Set<String>, edges: [EdgeCopy]) {
+        guard let routes else { return ([], []) }
+        let edges = self.edges.map { key, edge in
+            EdgeCopy(observer: key.observer, observed: key.observed, medium: key.medium, rssi: edge.rssi, distance: edge.distance)
+        }
+        return (routes.live.subtracting([replica]), edges.sorted { ($0.observer, $0.observed, $0.medium) < ($1.observer, $1.observed, $1.medium) })
+    }
+
     /// Copies held of edges whose home is another replica: what the
     /// partitioned matcher holds beyond its own.
     var copyCount: Int { copies.values.reduce(0) { $0 + $1.count } }
+
+    /// Whether `home` stopped (its bequest came) or a round no longer saw it.
+    private func isGone(_ home: String) -> Bool {
+        guard let routes else { return false }
+        return routes.goneSince[home] != nil || routes.bequeathed.contains(home)
+    }
+
+    /// Drops the copies of an edge whose homes are gone: a live replica's
+    /// copy, or this replica's own edge, stands for it now, and its end
+    /// must be the edge's end.
+    private func supersedeGoneCopies(of key: EdgeKey) {
+        for home in copies[key]?.keys.sorted() ?? [] where isGone(home) { removeCopy(of: key, from: home) }
+    }
 
     /// Whether this replica keeps copies of the device's edges: it serves
     /// the device's partition, by the owners it knows, or holds its stream
@@ -634,6 +688,7 @@ actor Matcher {
     private func putCopy(_ copy: EdgeCopy, from home: String) -> Bool {
         let key = copy.key
         let reach = Reach(rssi: copy.rssi, distance: copy.distance)
+        if !isGone(home) { supersedeGoneCopies(of: key) }
         if !isPresent(key) { link(key.observer, key.observed, by: 1) }
         let old = copies[key]?[home]
         copies[key, default: [:]][home] = reach

@@ -117,7 +117,10 @@ public struct NearbyServer: Sendable {
         } ?? []
         var configuration = ServiceGroupConfiguration(
             // In reverse order at shutdown: the partitions are given up first.
-            services: [application] + xmpp + partitions + [ShutdownNotice(action: onShutdown)],
+            services: [application] + xmpp + partitions + [ShutdownNotice(action: { [service] in
+                service.beginStopping()
+                onShutdown()
+            })],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: service.logger
         )

@@ -34,6 +34,8 @@ public final class NearbyService: Sendable {
     /// When the next look for devices idle past `[limits] device-idle-days` is due.
     private let nextStaleSweepMs = Mutex<UInt64>(0)
     private let serializer = DeviceSerializer()
+    /// Set once graceful shutdown begins (``beginStopping()``).
+    private let stopping = Mutex(false)
     let registrations: RegistrationLimiter
 
     private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
@@ -117,23 +119,27 @@ public final class NearbyService: Sendable {
             await matcher.resync(try await contents())
             feed = LocalMatcherFeed(matcher: matcher)
         }
-        let partitions = leases.map {
-            PartitionOwnership(replica: matcher.replica, leases: $0, leaseMs: UInt64(configuration.replication.leaseSeconds) * 1000,
-                               clock: clock, logger: logger) { round in
-                await matcher.partitionsChanged(owners: round.owners, live: round.live)
-                await wantEdges(of: round.change.gained, matcher: matcher, feed: feed, logger: logger)
-            }
-        }
         // Replicas dividing the devices: each applies its own devices' reports and copies what changes to the
         // replicas serving the devices on the edges' other ends (doc/architecture.md, "Partitions and their owners").
         var edges: EdgeExchange?
-        if let partitions, let postgres = storage as? PostgresStorage {
+        if leases != nil, let postgres = storage as? PostgresStorage {
             let exchange = EdgeExchange(storage: postgres, matcher: matcher, logger: logger) {
                 // Copies sent while this replica was not listening are lost to it: it asks for them all again.
-                await wantEdges(of: await partitions.held, matcher: matcher, feed: feed, logger: logger)
+                await wantEdges(of: await matcher.servedPartitions, matcher: matcher, feed: feed, logger: logger)
             }
             await matcher.routeEdges { exchange.send(to: $0, $1) }
             edges = exchange
+        }
+        let partitions = leases.map {
+            PartitionOwnership(replica: matcher.replica, leases: $0, leaseMs: UInt64(configuration.replication.leaseSeconds) * 1000,
+                               clock: clock, logger: logger, rounded: { round in
+                await matcher.partitionsChanged(owners: round.owners, live: round.live)
+                await wantEdges(of: round.change.gained, matcher: matcher, feed: feed, logger: logger)
+            }, left: { [edges] in
+                // Stopping: the others keep this replica's edges until its devices report to them.
+                let (replicas, copies) = await matcher.bequest()
+                if let edges, !copies.isEmpty { await edges.sendNow(.bequest(copies), to: replicas) }
+            })
         }
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,
                                     matcher: matcher, feed: feed, partitions: partitions, edges: edges)
@@ -492,10 +498,18 @@ public final class NearbyService: Sendable {
         return handle
     }
 
+    /// The server began to stop: streams it closes from now on are not the
+    /// devices leaving, and take no sightings away (their devices report
+    /// them again wherever they reconnect).
+    func beginStopping() {
+        stopping.withLock { $0 = true }
+    }
+
     /// The connection of the device's stream ended: unless a newer stream
-    /// replaced it, every replica drops the device's sightings.
+    /// replaced it, or the server is stopping, every replica drops the
+    /// device's sightings.
     func closeStream(device: String, handle: StreamHandle) async {
-        guard await matcher.closeStream(device: device, id: handle.id) else { return }
+        guard await matcher.closeStream(device: device, id: handle.id), !stopping.withLock({ $0 }) else { return }
         do {
             try await feed.publish(.streamClosed(device: device, owner: StreamOwner(replica: matcher.replica, stream: handle.id)))
         } catch {

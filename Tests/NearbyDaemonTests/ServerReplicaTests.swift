@@ -221,13 +221,19 @@ import TestSupport
         await cluster.stop()
     }
 
-    /// The replicas divide the devices: a report is applied by the replica
-    /// serving its observer alone, and what it changes for a subscriber
-    /// served by the other replica is sent there. A's publication scans, B's
-    /// subscription broadcasts: A hears B, its replica makes the edge, and B
-    /// finds A's message from its own replica; A no longer hearing B, B
-    /// loses it.
-    @Test func aSubscriberFindsWhatAPublisherServedByAnotherReplicaHears() async throws {
+    /// A publisher A served by one replica and a subscriber B served by the
+    /// other, for `body`; A's publication scans, B's subscription
+    /// broadcasts, so that a report of A's makes B find.
+    struct CrossPair {
+        var replicas: [Replica]
+        var a: Device
+        var b: Device
+        var aHome: String
+        var subscription: String
+        var bToken: Token
+    }
+
+    func withCrossReplicaPair(_ body: (CrossPair) async throws -> Void) async throws {
         defer { directory.remove() }
         let cluster = try await PostgresCluster.start()
         var replicas: [Replica] = []
@@ -268,13 +274,7 @@ import TestSupport
                 found = (b, subscription.id, token)
             }
             let (b, subscriptionID, bToken) = try #require(found, "ten subscribers all served by A's replica")
-
-            a.link.send(.seen([Sighting(token: bToken, medium: .ble, rssi: -50, txPower: -59, seenAtMilliseconds: Self.nowMilliseconds)]))
-            _ = try await b.events.first(within: 20, "B finds hello from its own replica") { $0.delivers("hello", to: subscriptionID) }
-            a.link.send(.gone([Sighting.Key(token: bToken, medium: .ble)]))
-            _ = try await b.events.first(within: 20, "B loses hello") {
-                if case .stream(.lost(subscription: subscriptionID, source: _)) = $0 { true } else { false }
-            }
+            try await body(CrossPair(replicas: replicas, a: a, b: b, aHome: aHome, subscription: subscriptionID, bToken: bToken))
         } catch {
             for device in devices { await device.stop() }
             for replica in replicas { await replica.process.stop() }
@@ -284,6 +284,54 @@ import TestSupport
         for device in devices { await device.stop() }
         for replica in replicas { await replica.process.stop() }
         await cluster.stop()
+    }
+
+    /// The replicas divide the devices: a report is applied by the replica
+    /// serving its observer alone, and what it changes for a subscriber
+    /// served by the other replica is sent there. A hears B, its replica
+    /// makes the edge, and B finds A's message from its own replica; A no
+    /// longer hearing B, B loses it.
+    @Test func aSubscriberFindsWhatAPublisherServedByAnotherReplicaHears() async throws {
+        try await withCrossReplicaPair { pair in
+            pair.a.link.send(.seen([Sighting(token: pair.bToken, medium: .ble, rssi: -50, txPower: -59,
+                                             seenAtMilliseconds: Self.nowMilliseconds)]))
+            _ = try await pair.b.events.first(within: 20, "B finds hello from its own replica") {
+                $0.delivers("hello", to: pair.subscription)
+            }
+            pair.a.link.send(.gone([Sighting.Key(token: pair.bToken, medium: .ble)]))
+            _ = try await pair.b.events.first(within: 20, "B loses hello") {
+                if case .stream(.lost(subscription: pair.subscription, source: _)) = $0 { true } else { false }
+            }
+        }
+    }
+
+    /// A's replica is stopped (SIGTERM) while B has found A's message through
+    /// it: the replica exits 0 within 10 s, A moves to the other replica and
+    /// reports there again, and B, which stayed, loses nothing meanwhile.
+    @Test func aReplicaStoppedGracefullyHandsItsDevicesOverAndBLosesNothing() async throws {
+        try await withCrossReplicaPair { pair in
+            pair.a.link.send(.seen([Sighting(token: pair.bToken, medium: .ble, rssi: -50, txPower: -59,
+                                             seenAtMilliseconds: Self.nowMilliseconds)]))
+            _ = try await pair.b.events.first(within: 20, "B finds hello") { $0.delivers("hello", to: pair.subscription) }
+            pair.a.events.clear()
+            pair.b.events.clear()
+            let victim = try #require(pair.replicas.first { $0.url == pair.aHome })
+            let survivor = try #require(pair.replicas.first { $0.url != pair.aHome })
+            victim.process.signal(SIGTERM)
+            #expect(try await victim.process.waitForExit(within: 10) == 0)
+            _ = try await pair.a.events.first(within: 30, "A moved to the replica left") { $0.isConnected(to: survivor.url) }
+            // Connected means A has reported again there; its snapshot comes after.
+            _ = try await pair.a.events.first(within: 20, "A's snapshot on the replica left") {
+                if case .stream(.snapshot(_, more: false)) = $0 { true } else { false }
+            }
+            #expect(!pair.b.events.values.contains { if case .stream(.lost) = $0 { true } else { false } },
+                    "\(pair.b.events.values)")
+            // The edge is A's new replica's now: A no longer hearing B, B loses hello.
+            pair.a.link.send(.gone([Sighting.Key(token: pair.bToken, medium: .ble)]))
+            _ = try await pair.b.events.first(within: 20, "B loses hello") {
+                if case .stream(.lost(subscription: pair.subscription, source: _)) = $0 { true } else { false }
+            }
+        }
     }
 
     /// The XMPP domain of the replicas' connection server.

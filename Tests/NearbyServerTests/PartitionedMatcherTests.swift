@@ -155,7 +155,7 @@ import Testing
         guard case .event(.lost) = await current.next() else { Issue.record("expected lost on C"); return }
     }
 
-    @Test func copiesFromAReplicaGoneTwoRoundsAreDropped() async throws {
+    @Test func copiesFromAReplicaGoneAreKeptOneEdgeTimeoutThenDropped() async throws {
         let cluster = await Cluster()
         let stream = try #require(await cluster["B"].openStream(device: "sub"))
         var outputs = stream.outputs.makeAsyncIterator()
@@ -163,15 +163,90 @@ import Testing
         await cluster.deliver()
         guard case .event(.found) = await outputs.next() else { Issue.record("expected found"); return }
 
-        // A round that misses A may be one that began before A said it was alive: the copy stays.
+        // A round that does not see A: A's edges last as they would unrefreshed, an edge timeout (30 s).
         await cluster.round(live: ["B", "C"])
-        #expect(await cluster["B"].copyCount == 1)
+        cluster.clock.advance(byMs: 29_999)
+        await cluster.round(live: ["B", "C"])
         // A round that could not survey says nothing of who is dead.
         await cluster["B"].partitionsChanged(owners: cluster.owners, live: nil)
         #expect(await cluster["B"].copyCount == 1)
+        cluster.clock.advance(byMs: 1)
         await cluster.round(live: ["B", "C"])
         #expect(await cluster["B"].copyCount == 0)
         guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost"); return }
+    }
+
+    @Test func aReplicaSeenAgainIsNotTakenForDead() async throws {
+        let cluster = await Cluster()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        // Begun just after B's survey: missed once, then seen.
+        await cluster.round(live: ["B", "C"])
+        cluster.clock.advance(byMs: 20_000)
+        await cluster.round()
+        cluster.clock.advance(byMs: 20_000)
+        await cluster.round()
+        #expect(await cluster["B"].copyCount == 1)
+    }
+
+    /// A replica stopping sends every edge it is home to to the others,
+    /// which keep them whoever serves the devices: the replica that takes
+    /// the subscriber's partition after A has gone has the match at once,
+    /// until the edge would have timed out.
+    @Test func aStoppingReplicasEdgesAreKeptByTheReplicasThatTakeItsDevices() async throws {
+        var cluster = await Cluster()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        let (to, edges) = await cluster["A"].bequest()
+        #expect(to == ["B", "C"])
+        #expect(edges.map(\.key) == [Matcher.EdgeKey(observer: "pub", observed: "sub", medium: .ble)])
+        for replica in to.sorted() { await cluster[replica].receive(EdgeLetter(from: "A", messages: [.bequest(edges)])) }
+        // C serves neither device yet, and keeps it; A is gone from the next round.
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["C"].copyCount == 1)
+        cluster.owners[Partition.of(device: "sub")] = "C"
+        cluster.owners[Partition.of(device: "pub")] = "C"
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["C"].snapshot(of: "sub").count == 1)
+        cluster.clock.advance(byMs: 30_000)
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["C"].snapshot(of: "sub").isEmpty)
+    }
+
+    /// Once the device reports to the replica that took it, that replica's
+    /// own edge stands for the gone replica's copy: the device no longer
+    /// hearing its peer, the subscriber loses at once, not an edge timeout later.
+    @Test func aNewHomesEdgeSupersedesAGoneHomesCopy() async throws {
+        var cluster = await Cluster()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        // A is killed; B takes the publisher's partition (it already serves the subscriber's).
+        cluster.owners[Partition.of(device: "pub")] = "B"
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["B"].snapshot(of: "sub").count == 1)
+        await cluster["B"].applySightings(observer: "pub", seen: [SeenEdge(observed: "sub", token: Cluster.token(1), medium: .ble,
+                                                                           rssi: -50, distance: 1)],
+                                          gone: [], atMs: cluster.clock.nowMs)
+        #expect(await cluster["B"].copyCount == 0)
+        await cluster["B"].applySightings(observer: "pub", seen: [], gone: [GoneEdge(observed: "sub", token: Cluster.token(1), medium: .ble)],
+                                          atMs: cluster.clock.nowMs)
+        #expect(await cluster["B"].snapshot(of: "sub").isEmpty)
+    }
+
+    /// The same when the device reported to its new replica before a round
+    /// had seen the old one gone.
+    @Test func aCopyOfAHomeFoundGoneAfterItsDeviceMovedIsSupersededThen() async throws {
+        var cluster = await Cluster()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        await cluster["B"].applySightings(observer: "pub", seen: [SeenEdge(observed: "sub", token: Cluster.token(1), medium: .ble,
+                                                                           rssi: -50, distance: 1)],
+                                          gone: [], atMs: cluster.clock.nowMs)
+        #expect(await cluster["B"].copyCount == 1)
+        cluster.owners[Partition.of(device: "pub")] = "B"
+        await cluster.round(live: ["B", "C"])
+        #expect(await cluster["B"].copyCount == 0)
+        #expect(await cluster["B"].snapshot(of: "sub").count == 1)
     }
 
     @Test func copiesOfDevicesServedElsewhereAreNotKept() async throws {

@@ -29,6 +29,10 @@ enum EdgeMessage: Sendable, Equatable, Codable {
     /// place of what the receiver held from it there: the answer to
     /// ``MatcherEvent/edgesWanted(replica:partitions:)``.
     case sync(partitions: [Int], edges: [EdgeCopy])
+    /// Every edge the sender is home to, sent as it stops: kept whoever
+    /// comes to serve their devices, until they would have timed out
+    /// unrefreshed, so that its devices moving to other replicas lose nothing.
+    case bequest([EdgeCopy])
 }
 
 /// Messages from one replica to another, in the order they were made.

@@ -63,6 +63,13 @@ final class EdgeExchange: Sendable {
         _ = outbox.enqueue(Outgoing(to: replica, message: message))
     }
 
+    /// Sends `message` to each of `replicas`; returns once it is sent, or
+    /// could not be (logged).
+    func sendNow(_ message: EdgeMessage, to replicas: Set<String>) async {
+        let pending = replicas.sorted().map { outbox.enqueue(Outgoing(to: $0, message: message)) }
+        for item in pending { _ = try? await item.result() }
+    }
+
     /// Edges in one message at most: 40 copies are about 4.5 KB of JSON.
     static let edgesPerMessage = 40
 
@@ -84,6 +91,7 @@ final class EdgeExchange: Sendable {
                 let pieces = parts(edges)
                 small.append(.sync(partitions: partitions, edges: pieces[0]))
                 small += pieces.dropFirst().map { .put($0) }
+            case .bequest(let edges): small += parts(edges).map { .bequest($0) }
             }
         }
         // An EdgeLetter's JSON, written around its messages' so that each is encoded once.

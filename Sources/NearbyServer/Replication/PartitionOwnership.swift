@@ -21,6 +21,8 @@ actor PartitionOwnership {
     nonisolated let directory: PartitionDirectory
     /// Told after each round (``Rounded``).
     private let rounded: @Sendable (Rounded) async -> Void
+    /// Told once this replica has given its partitions up, stopping.
+    private let left: @Sendable () async -> Void
 
     /// What a round saw and changed.
     struct Rounded: Sendable {
@@ -32,7 +34,7 @@ actor PartitionOwnership {
     }
 
     init(replica: String, leases: any PartitionLeases, leaseMs: UInt64, clock: any WallClock, logger: Logger,
-         rounded: @escaping @Sendable (Rounded) async -> Void = { _ in }) {
+         rounded: @escaping @Sendable (Rounded) async -> Void = { _ in }, left: @escaping @Sendable () async -> Void = {}) {
         self.replica = replica
         directory = PartitionDirectory(replica: replica)
         self.leases = leases
@@ -40,6 +42,7 @@ actor PartitionOwnership {
         self.clock = clock
         self.logger = logger
         self.rounded = rounded
+        self.left = left
     }
 
     /// The partitions this replica owns now.
@@ -104,6 +107,7 @@ actor PartitionOwnership {
                            metadata: ["replica": "\(replica)"])
         }
         report(change, held: 0)
+        await left()
     }
 
     private func report(_ change: OwnershipChange, held: Int) {
