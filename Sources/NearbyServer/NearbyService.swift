@@ -39,7 +39,8 @@ public final class NearbyService: Sendable {
     let registrations: RegistrationLimiter
 
     private init(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock, logger: Logger,
-                 matcher: Matcher, feed: any MatcherFeed, partitions: PartitionOwnership?, edges: EdgeExchange?) {
+                 matcher: Matcher, feed: any MatcherFeed, connections: ConnectionHub, partitions: PartitionOwnership?,
+                 edges: EdgeExchange?) {
         self.storage = storage
         self.partitions = partitions
         self.edges = edges
@@ -51,14 +52,7 @@ public final class NearbyService: Sendable {
         registrations = RegistrationLimiter(limits: .init(
             perAddressPerMinute: configuration.limits.registrationsPerAddressPerMinute,
             perProjectPerMinute: configuration.limits.registrationsPerProjectPerMinute))
-        connections = ConnectionHub(storage: storage, clock: clock, replica: matcher.replica,
-                                    leaseMs: UInt64(configuration.xmpp.claimLeaseSeconds) * 1000, domain: configuration.xmpp.domain,
-                                    maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
-                                    maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
-                                    deviceLimits: .init(channelQueue: configuration.limits.maxChannelQueue,
-                                                        upstreamPerDevice: configuration.limits.maxUpstreamPerDevice,
-                                                        receiptsPerProject: configuration.xmpp.maxPendingReceiptsPerProject),
-                                    logger: logger)
+        self.connections = connections
     }
 
     /// A service over `storage`, with the devices, live tokens, publications
@@ -74,6 +68,19 @@ public final class NearbyService: Sendable {
                                          connections: PostgresReplicaBus(storage: $0, channel: PostgresReplicaBus.connections, logger: logger))
                         },
                         leases: storage as? PostgresStorage)
+    }
+
+    /// The connection server's hub of a replica whose matcher is `matcher`.
+    private static func makeConnections(storage: any ServerStorage, configuration: ServerConfiguration, clock: any WallClock,
+                                        logger: Logger, matcher: Matcher) -> ConnectionHub {
+        ConnectionHub(storage: storage, clock: clock, replica: matcher.replica,
+                      leaseMs: UInt64(configuration.xmpp.claimLeaseSeconds) * 1000, domain: configuration.xmpp.domain,
+                      maxUnackedPerSession: configuration.xmpp.maxUnackedPerConnection,
+                      maxPendingDownstreamPerDevice: configuration.xmpp.maxPendingDownstreamPerDevice,
+                      deviceLimits: .init(channelQueue: configuration.limits.maxChannelQueue,
+                                          upstreamPerDevice: configuration.limits.maxUpstreamPerDevice,
+                                          receiptsPerProject: configuration.xmpp.maxPendingReceiptsPerProject),
+                      logger: logger)
     }
 
     /// Asks every replica for the edges of devices of `partitions`, which this one took.
@@ -119,6 +126,8 @@ public final class NearbyService: Sendable {
             await matcher.resync(try await contents())
             feed = LocalMatcherFeed(matcher: matcher)
         }
+        let connections = makeConnections(storage: storage, configuration: configuration, clock: clock, logger: logger,
+                                          matcher: matcher)
         // Replicas dividing the devices: each applies its own devices' reports and copies what changes to the
         // replicas serving the devices on the edges' other ends (doc/architecture.md, "Partitions and their owners").
         var edges: EdgeExchange?
@@ -134,6 +143,7 @@ public final class NearbyService: Sendable {
             PartitionOwnership(replica: matcher.replica, leases: $0, leaseMs: UInt64(configuration.replication.leaseSeconds) * 1000,
                                clock: clock, logger: logger, rounded: { round in
                 await matcher.partitionsChanged(owners: round.owners, live: round.live)
+                await connections.closeChannels(servedElsewhere: round.owners)
                 await wantEdges(of: round.change.gained, matcher: matcher, feed: feed, logger: logger)
             }, left: { [edges] in
                 // Stopping: the others keep this replica's edges until its devices report to them.
@@ -142,7 +152,7 @@ public final class NearbyService: Sendable {
             })
         }
         let service = NearbyService(storage: storage, configuration: configuration, clock: clock, logger: logger,
-                                    matcher: matcher, feed: feed, partitions: partitions, edges: edges)
+                                    matcher: matcher, feed: feed, connections: connections, partitions: partitions, edges: edges)
         try await service.connections.start(bus: buses?.connections)
         service.projectDeletionPosition.withLock { $0 = deletions.position }
         service.deviceDeletionPosition.withLock { $0 = deviceDeletions.position }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NearbyCore
+import Partitions
 import ServerAPI
 
 /// The connection server's routing: devices' direct channels on one side,
@@ -431,6 +432,19 @@ public actor ConnectionHub {
         for device in devices {
             guard let channel = channels.removeValue(forKey: device) else { continue }
             endReasons[channel.id] = "device unregistered"
+            channel.output.finish()
+        }
+    }
+
+    /// The channels of devices that another replica serves now, by
+    /// `owners` (each partition's replica, nil where none does), end: each
+    /// device reconnects and is sent there (a channel opened here while
+    /// nobody served its partition, or before this replica gave it up).
+    public func closeChannels(servedElsewhere owners: [String?]) {
+        for device in channels.keys.sorted() {
+            guard let owner = owners[Partition.of(device: device)], owner != replica,
+                  let channel = channels.removeValue(forKey: device) else { continue }
+            endReasons[channel.id] = "the device is served by another replica now"
             channel.output.finish()
         }
     }

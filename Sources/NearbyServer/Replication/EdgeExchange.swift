@@ -5,8 +5,8 @@ import Logging
 /// replica over PostgreSQL's LISTEN/NOTIFY: each replica listens on a
 /// channel of its own (``channel(of:)``), and a message goes to the one
 /// replica it is for, not to all. What a matcher sends while the previous
-/// messages are being sent goes together in the next (``GroupCommit``): one
-/// notification to each replica for many changes. Messages from one replica
+/// messages are being sent, and for ``linger`` before, goes together in the
+/// next (``GroupCommit``): one notification to each replica for many changes. Messages from one replica
 /// to another arrive in the order they were sent, which the copies rely on
 /// (a put, then its remove).
 ///
@@ -32,7 +32,10 @@ final class EdgeExchange: Sendable {
     init(storage: PostgresStorage, matcher: Matcher, logger: Logger, joined: @escaping @Sendable () async -> Void) {
         let replica = matcher.replica
         outbox = GroupCommit { batch in
-            try await Self.send(batch, from: replica, storage: storage, logger: logger)
+            // What the matcher sends meanwhile goes in the same notifications: a notification is a transaction
+            // of PostgreSQL's and a wake-up of the receiver's, and under load one then carries many copies.
+            try? await Task.sleep(for: Self.linger)
+            return try await Self.send(batch, from: replica, storage: storage, logger: logger)
         }
         let bus = PostgresReplicaBus(storage: storage, channel: Self.channel(of: replica), logger: logger)
         listening = Task {
@@ -69,6 +72,10 @@ final class EdgeExchange: Sendable {
         let pending = replicas.sorted().map { outbox.enqueue(Outgoing(to: $0, message: message)) }
         for item in pending { _ = try? await item.result() }
     }
+
+    /// How long a batch of copies waits for more before it is sent: what a
+    /// copy adds to a found on another replica, at most.
+    static let linger = Duration.milliseconds(5)
 
     /// Edges in one message at most: 40 copies are about 4.5 KB of JSON.
     static let edgesPerMessage = 40
