@@ -63,7 +63,10 @@ import TestSupport
         }
     }
 
-    /// A beacon's attachment and the raw beacon itself, through the client.
+    /// A beacon's attachment and the raw beacon itself, through the client;
+    /// the raw subscription made once the beacon is in range (nearbyd then
+    /// signals the find right after its reply: the client keeps it for the
+    /// object it names).
     @Test func beaconsAndTheirAttachments() async throws {
         try await withCluster { cluster in
             let key = try await cluster.createProject("shop")

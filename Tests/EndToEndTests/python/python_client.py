@@ -6,8 +6,8 @@
   python_client.py upstream BUS KEY TO      print the status; send one upstream message to TO
                                             with the direct channel open, print its verdict;
                                             revoke and grant the app's permission
-  python_client.py beacons BUS KEY          subscribe to the project's beacons' attachments
-                                            and to raw beacons, print what is found
+  python_client.py beacons BUS KEY          subscribe to the project's beacons' attachments,
+                                            then, one found, to raw beacons; print what is found
 
 Prints one JSON line per event: {"event": "published"|"subscribed"|"found"|"lost",
 "text", "medium", "distance"}, and {"event": "error", "name", "message"} when a
@@ -58,9 +58,16 @@ async def main(role, bus, key, *rest):
             heard = lambda event: lambda message, info: say(event=event, namespace=message.namespace, type=message.type,
                                                             content=message.content.hex(), kind=info.beacon.kind,
                                                             id=info.beacon.id)
-            await manager.subscribe_beacons(on_found=heard("attachment"))
-            await manager.subscribe_beacons(raw=True, on_found=heard("raw"))
+            in_range = asyncio.Event()
+
+            def attachment(message, info):
+                heard("attachment")(message, info)
+                in_range.set()
+            await manager.subscribe_beacons(on_found=attachment)
             say(event="subscribed")
+            # Subscribed once the beacon is in range: its raw sighting is found all the same.
+            await asyncio.wait_for(in_range.wait(), 30)
+            await manager.subscribe_beacons(raw=True, on_found=heard("raw"))
         elif role == "publish":
             await manager.publish(rest[0].encode(), type="chat")
             say(event="published")

@@ -4,6 +4,7 @@ publications and subscriptions, with found and lost as callbacks."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -244,6 +245,11 @@ class MessageManager:
         self.path = ""
         self.owner = ""
         self.objects: list[Publication | Subscription] = []
+        # Signals of objects whose path is not known here yet: nearbyd may
+        # signal right after the reply that names a new object's path (a
+        # beacon already in range), and they are read before the call that
+        # made the object returns. Kept for it, the last 256 at most.
+        self._unclaimed: collections.deque[DBusMessage] = collections.deque(maxlen=256)
         self.released = False
         self._revival: asyncio.Task[None] | None = None
 
@@ -267,7 +273,7 @@ class MessageManager:
         """Publishes `content` as a message of `type` (`Publish`)."""
         publication = Publication(self, Message(content, type, namespace), strategy, on_expired)
         await publication._make()
-        self.objects.append(publication)
+        self._adopt(publication)
         return publication
 
     async def subscribe(self, type: str = "", namespace: str = "", strategy: Strategy | None = None,
@@ -276,7 +282,7 @@ class MessageManager:
         """Subscribes to messages of `type` (every type: empty) nearby (`Subscribe`)."""
         subscription = Subscription(self, type, namespace, strategy, on_found, on_lost, on_expired)
         await subscription._make()
-        self.objects.append(subscription)
+        self._adopt(subscription)
         return subscription
 
     async def subscribe_beacons(self, type: str = "", namespace: str = "", raw: bool = False,
@@ -289,7 +295,7 @@ class MessageManager:
         strategy = {"RawBeacons": Variant("b", raw), "IncludeIBeacons": Variant("b", include_ibeacons)}
         subscription = Subscription(self, type, namespace, None, on_found, on_lost, None, strategy)
         await subscription._make()
-        self.objects.append(subscription)
+        self._adopt(subscription)
         return subscription
 
     async def permission_granted(self) -> bool:
@@ -347,13 +353,11 @@ class MessageManager:
                 self.upstream.received(dict(message.body[0]), message.body[1], message.body[2])
             return
         for thing in list(self.objects):
-            if isinstance(thing, Subscription) and thing.path == message.path:
-                thing._signal(message.member, message.body)
-            elif isinstance(thing, Publication) and thing.path == message.path and message.member == "Expired":
-                thing.ended = True
-                self._forget(thing)
-                if thing.on_expired:
-                    thing.on_expired()
+            if thing.path == message.path:
+                self._dispatch(thing, message)
+                return
+        if self.path and message.path.startswith(self.path + "/"):
+            self._unclaimed.append(message)
 
     def _owner_changed(self, owner: str) -> None:
         self.owner = owner
@@ -380,6 +384,27 @@ class MessageManager:
                                                   {"Medium": Variant("s", ""), "Rssi": Variant("n", 0),
                                                    "DistanceMeters": Variant("d", 0.0)}])
             await thing._make()
+            self._replay(thing)
+
+    def _adopt(self, thing: Publication | Subscription) -> None:
+        """Takes a new object, with the signals it was sent before its path was known here."""
+        self.objects.append(thing)
+        self._replay(thing)
+
+    def _replay(self, thing: Publication | Subscription) -> None:
+        claimed = [message for message in self._unclaimed if message.path == thing.path]
+        for message in claimed:
+            self._unclaimed.remove(message)
+            self._dispatch(thing, message)
+
+    def _dispatch(self, thing: Publication | Subscription, message: DBusMessage) -> None:
+        if isinstance(thing, Subscription):
+            thing._signal(message.member, message.body)
+        elif message.member == "Expired":
+            thing.ended = True
+            self._forget(thing)
+            if thing.on_expired:
+                thing.on_expired()
 
     def _forget(self, thing: Publication | Subscription) -> None:
         if thing in self.objects:
