@@ -6,6 +6,7 @@ import NIOSSL
 import SummarisedLog
 import NearbyCore
 import ServiceLifecycle
+import Synchronization
 
 /// A whole nearby-server: the service over its storage, served over HTTP and
 /// WebSocket, with a periodic sweep for what expires.
@@ -101,9 +102,12 @@ public struct NearbyServer: Sendable {
     ///   - onXMPPListening: called once the XMPP endpoint is listening (only
     ///     when `[xmpp]` has a certificate), with its real port.
     ///   - onShutdown: called when shutdown begins.
+    ///   - onOverdue: called if the process is still shutting down
+    ///     ``shutdownDeadline`` after it began; the command exits there.
     public func run(onListening: @escaping @Sendable (ListenAddress) async -> Void,
                     onXMPPListening: @escaping @Sendable (ListenAddress) async -> Void = { _ in },
-                    onShutdown: @escaping @Sendable () -> Void) async throws {
+                    onShutdown: @escaping @Sendable () -> Void,
+                    onOverdue: @escaping @Sendable () -> Void = {}) async throws {
         let (ports, port) = AsyncStream.makeStream(of: Int.self)
         let application = makeApplication(onListening: { address in
             port.yield(address.port)
@@ -115,19 +119,31 @@ public struct NearbyServer: Sendable {
         let partitions: [any Service] = service.partitions.map {
             [PartitionService(partitions: $0, configuration: server, ports: ports)]
         } ?? []
+        let deadline = Mutex<ShutdownDeadline?>(nil)
         var configuration = ServiceGroupConfiguration(
             // In reverse order at shutdown: the partitions are given up first.
             services: [application] + xmpp + partitions + [ShutdownNotice(action: { [service] in
+                deadline.withLock { $0 = ShutdownDeadline(after: Self.shutdownDeadline, expire: onOverdue) }
                 service.beginStopping()
                 onShutdown()
             })],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: service.logger
         )
-        // A peer that never answers a close must not hold the process.
-        configuration.maximumGracefulShutdownDuration = .seconds(10)
+        // A peer that never answers a close must not hold the process: what
+        // is still running then is cancelled, and the deadline covers a part
+        // that does not return when cancelled.
+        configuration.maximumGracefulShutdownDuration = Self.gracefulShutdownDuration
+        defer { deadline.withLock { $0?.cancel() } }
         try await ServiceGroup(configuration: configuration).run()
     }
+
+    /// How long the graceful phase of a shutdown may take before what is
+    /// still running is cancelled.
+    static let gracefulShutdownDuration: Duration = .seconds(8)
+    /// How long after SIGTERM a shutdown may take in all (nearby-server.md
+    /// promises it).
+    public static let shutdownDeadline: Duration = .seconds(10)
 }
 
 /// Calls ``NearbyService/sweep()`` every `interval` until shutdown.

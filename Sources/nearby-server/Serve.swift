@@ -89,6 +89,14 @@ struct Serve: AsyncParsableCommand {
             onShutdown: {
                 ServiceNotifier.stopping()
                 logger.info("shutting down")
+            },
+            onOverdue: {
+                // A part that does not return when cancelled is a bug; the
+                // process must still end when it says it will. _exit, as
+                // other threads are still running and atexit's work could
+                // wait on them.
+                logger.error("shutdown did not finish within \(NearbyServer.shutdownDeadline); exiting with status 1")
+                _exit(1)
             }
         )
     }
