@@ -20,9 +20,10 @@ VENV := .build/venv
 # daemon, run on Debian's /usr/bin/python3; busctl and systemd-analyze are
 # systemd's; the storage tests start throwaway clusters with postgresql's
 # initdb and pg_ctl; GDBusExampleTests builds examples/gdbus-subscribe.c
-# against GLib's GIO).
+# against GLib's GIO; HAProxyTests runs dist/haproxy/nearby-server.cfg with
+# Debian's haproxy).
 PACKAGES := systemd libsystemd-dev libsqlite3-dev libbluetooth-dev libasound2-dev libxml2-dev pkg-config dbus dbus-bin libglib2.0-bin libglib2.0-dev python3 python3-venv \
-	python3-dbus-next python3-dbusmock postgresql
+	python3-dbus-next python3-dbusmock postgresql haproxy
 
 PROGRAMS := nearbyd nearby-server nearby-air nearbyctl
 

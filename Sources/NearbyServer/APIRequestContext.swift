@@ -1,14 +1,15 @@
 import Hummingbird
 import NIOCore
 
-/// Hummingbird's basic request context with the client's address, which the
-/// registration rate limit counts by.
+/// Hummingbird's basic request context with the connection the request came
+/// on, whose client the registration rate limit counts by.
 struct APIRequestContext: RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
-    let remoteAddress: SocketAddress?
+    let channel: any Channel
+    var remoteAddress: SocketAddress? { channel.remoteAddress }
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        remoteAddress = source.channel.remoteAddress
+        channel = source.channel
     }
 }

@@ -11,6 +11,15 @@ import ServerAPI
 /// ``APIError`` body.
 struct HTTPAPI: Sendable {
     let service: NearbyService
+    /// The connections, which know whose each is when a load balancer said
+    /// so; nil where requests come without them (the contract tests).
+    var connections: ConnectionRegistry? = nil
+
+    /// Whose request this is: the client a load balancer's PROXY protocol
+    /// header named, or the connection's peer.
+    private func clientAddress(_ context: APIRequestContext) -> ClientAddress {
+        connections?.address(of: context.channel) ?? ClientAddress(context.remoteAddress)
+    }
 
     private var maxBodyBytes: Int { service.configuration.limits.maxBodyBytes }
 
@@ -31,7 +40,7 @@ struct HTTPAPI: Sendable {
         }
         router.post("/v1/devices") { request, context in
             let registration = try await service.registerDevice(apiKey: request.headers[Self.apiKeyField],
-                                                                from: ClientAddress(context.remoteAddress))
+                                                                from: clientAddress(context))
             return try Self.json(registration, status: .created)
         }
         router.delete("/v1/devices/:device") { request, context in

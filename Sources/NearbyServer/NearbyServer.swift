@@ -81,7 +81,7 @@ public struct NearbyServer: Sendable {
                 registry: connections, settings: guardSettings, tls: tls, logger: service.logger, refusals: refusals)
         }
         return Application(
-            router: HTTPAPI(service: service).makeRouter(),
+            router: HTTPAPI(service: service, connections: connections).makeRouter(),
             server: server,
             configuration: ApplicationConfiguration(address: .hostname(listen.host, port: listen.port),
                                                     serverName: "nearby-server"),

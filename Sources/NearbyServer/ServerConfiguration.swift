@@ -86,6 +86,11 @@ public struct ServerConfiguration: Sendable, Equatable {
         /// alone, without them over plain HTTP.
         public var certificatePath: String?
         public var privateKeyPath: String?
+        /// `proxy-protocol-from`: the load balancers (IP addresses and
+        /// prefixes) whose connections begin with a PROXY protocol version 2
+        /// header, which names the client; from them the header is required,
+        /// from anyone else it is not read. Empty: no header is read.
+        public var proxyProtocolFrom: [String] = []
 
         public static let defaultMaxConnections = 16_384
 
@@ -247,7 +252,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         let http = try file.section("http", keys: [
             "listen", "certificate", "private-key", "max-connections", "max-connections-per-address", "max-websockets-per-project",
             "header-timeout-seconds", "idle-timeout-seconds",
-            "request-timeout-seconds", "max-request-line-bytes", "max-header-bytes",
+            "request-timeout-seconds", "max-request-line-bytes", "max-header-bytes", "proxy-protocol-from",
         ])
         if let listen = try http.string("listen") {
             configuration.listen = try ListenAddress(parsing: listen, what: "\(file.source): [http] listen")
@@ -265,6 +270,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let value = try http.integer("request-timeout-seconds") { configuration.http.requestTimeoutSeconds = value }
         if let value = try http.integer("max-request-line-bytes") { configuration.http.maxRequestLineBytes = value }
         if let value = try http.integer("max-header-bytes") { configuration.http.maxHeaderBytes = value }
+        if let value = try http.strings("proxy-protocol-from") { configuration.http.proxyProtocolFrom = value }
         let database = try file.section("database", keys: ["path", "url", "password-file"])
         if let value = try database.string("password-file") { configuration.databasePasswordFile = value }
         switch (try database.string("path"), try database.string("url")) {
@@ -384,6 +390,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         try Self.check(http.maxRequestLineBytes, in: 1024...(1 << 20), "[http] max-request-line-bytes")
         try Self.check(http.maxHeaderBytes, in: max(4096, http.maxRequestLineBytes)...(1 << 20), "[http] max-header-bytes",
                        below: "at least 4096 and max-request-line-bytes: the head holds the request line")
+        _ = try AddressPrefixes(http.proxyProtocolFrom, what: "[http] proxy-protocol-from")
         try Self.check(tokenLifetimeSeconds, in: 60...86_400, "[tokens] lifetime-seconds")
         guard tokenOverlapSeconds >= 0, tokenOverlapSeconds < tokenLifetimeSeconds else {
             throw ConfigurationError("[tokens] overlap-seconds is \(tokenOverlapSeconds); it must be at least 0 and less than lifetime-seconds (\(tokenLifetimeSeconds))")

@@ -97,7 +97,7 @@ struct CommandLineTests {
             #expect(bad.errors == "nearby-server: \(path): unknown key 'colour' in [http]; known: listen, certificate, private-key, max-connections, "
                 + "max-connections-per-address, max-websockets-per-project, header-timeout-seconds, idle-timeout-seconds, "
                 + "request-timeout-seconds, "
-                + "max-request-line-bytes, max-header-bytes\n")
+                + "max-request-line-bytes, max-header-bytes, proxy-protocol-from\n")
 
             let limitPath = directory.appendingPathComponent("limit.conf").path
             try Data("[limits]\nmax-changes-per-batch = 100001\n".utf8).write(to: URL(fileURLWithPath: limitPath))

@@ -50,6 +50,10 @@ final class RawConnection: Sendable {
         try await channel.writeAndFlush(ByteBuffer(string: text))
     }
 
+    func send(_ bytes: [UInt8]) async throws {
+        try await channel.writeAndFlush(ByteBuffer(bytes: bytes))
+    }
+
     /// Whether the server has closed the connection (as far as this side knows).
     var isOpen: Bool { channel.isActive }
 

@@ -30,6 +30,9 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         var requestTimeout: TimeAmount
         var maxRequestLineBytes: Int
         var maxHeadBytes: Int
+        /// The load balancers whose connections begin with a PROXY protocol
+        /// header (``ProxyHeaderHandler``).
+        var proxySources = AddressPrefixes.none
     }
 
     /// What the bytes arriving next are.
@@ -57,6 +60,12 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     /// raw bytes through the HTTP encoder.
     private var context: ChannelHandlerContext?
     private var id: ConnectionRegistry.ID?
+    /// Whose connection this is: its peer's address, or the client a load
+    /// balancer's PROXY protocol header names; nil until known.
+    private var client: ClientAddress?
+    /// Whether a ``ProxyHeaderHandler`` before this one is to say who the
+    /// client is: the connection is admitted once it has.
+    private let awaitsProxyHeader: Bool
     private var framing: Framing
     /// Requests whose head the parser decoded and whose response is not finished.
     private var outstanding = 0
@@ -70,8 +79,9 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     private var deadline: NIODeadline?
 
     /// `refusals` is the server's, shared by every connection's guard.
-    init(registry: ConnectionRegistry, settings: Settings, logger: Logger, refusals: SummarisedLog) {
+    init(registry: ConnectionRegistry, settings: Settings, logger: Logger, refusals: SummarisedLog, awaitsProxyHeader: Bool = false) {
         self.registry = registry
+        self.awaitsProxyHeader = awaitsProxyHeader
         self.settings = settings
         self.logger = logger
         self.refusals = refusals
@@ -82,11 +92,11 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        if context.channel.isActive { admit(context) }
+        if context.channel.isActive && !awaitsProxyHeader { admit(context, as: ClientAddress(context.channel.remoteAddress)) }
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        admit(context)
+        if !awaitsProxyHeader { admit(context, as: ClientAddress(context.channel.remoteAddress)) }
         context.fireChannelActive()
     }
 
@@ -100,9 +110,9 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         self.context = nil
     }
 
-    private func admit(_ context: ChannelHandlerContext) {
+    private func admit(_ context: ChannelHandlerContext, as address: ClientAddress) {
         guard id == nil, !isClosing else { return }
-        let address = ClientAddress(context.channel.remoteAddress)
+        client = address
         switch registry.admit(context.channel, from: address) {
         case .admitted(let id, let evicted):
             self.id = id
@@ -283,6 +293,9 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     // MARK: Events
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if awaitsProxyHeader, let proxied = event as? ProxiedClient {
+            return admit(context, as: proxied.address)
+        }
         // Graceful shutdown: a connection between requests has nothing to finish.
         if event is ChannelShouldQuiesceEvent, outstanding == 0, !isWebSocket, !headHasStarted {
             close(context)
@@ -298,6 +311,10 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     // MARK: Time
+
+    private func clientDescription(_ context: ChannelHandlerContext) -> ClientAddress {
+        client ?? ClientAddress(context.channel.remoteAddress)
+    }
 
     private func arm(_ context: ChannelHandlerContext, in amount: TimeAmount) {
         arm(context, at: context.eventLoop.now + amount)
@@ -317,7 +334,7 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
         guard !isClosing, !isWebSocket else { return }
         if outstanding > 0 {
             // A request unanswered in time: its body did not come, or its response is not being read.
-            logger.debug("request timed out", metadata: ["address": "\(ClientAddress(context.channel.remoteAddress))"])
+            logger.debug("request timed out", metadata: ["address": "\(clientDescription(context))"])
             if responding { close(context) } else { end(context, with: .requestTimeout(settings.requestTimeout)) }
         } else if headHasStarted {
             end(context, with: .requestTimeout(nil))
@@ -331,7 +348,7 @@ final class ConnectionGuard: ChannelInboundHandler, RemovableChannelHandler {
     /// Answers `refusal` and closes, once the requests before it are answered.
     private func refuse(_ context: ChannelHandlerContext, with refusal: CannedResponse) {
         guard !isClosing, pendingRefusal == nil else { return }
-        logger.debug("request refused", metadata: ["address": "\(ClientAddress(context.channel.remoteAddress))",
+        logger.debug("request refused", metadata: ["address": "\(clientDescription(context))",
                                                    "status": "\(refusal.status.code)"])
         if outstanding > 0 {
             pendingRefusal = refusal
@@ -363,7 +380,9 @@ extension ConnectionGuard.Settings {
     init(_ http: ServerConfiguration.HTTP) {
         self.init(headerTimeout: .seconds(Int64(http.headerTimeoutSeconds)), idleTimeout: .seconds(Int64(http.idleTimeoutSeconds)),
                   requestTimeout: .seconds(Int64(http.requestTimeoutSeconds)), maxRequestLineBytes: http.maxRequestLineBytes,
-                  maxHeadBytes: http.maxHeaderBytes)
+                  maxHeadBytes: http.maxHeaderBytes,
+                  // Checked when the configuration was validated.
+                  proxySources: (try? AddressPrefixes(http.proxyProtocolFrom, what: "[http] proxy-protocol-from")) ?? .none)
     }
 }
 

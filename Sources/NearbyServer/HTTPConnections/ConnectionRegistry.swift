@@ -154,6 +154,12 @@ final class ConnectionRegistry: Sendable {
         }
     }
 
+    /// Whose connection `channel` is (a load balancer's client, when it
+    /// sent a PROXY protocol header), while it is held.
+    func address(of channel: any Channel) -> ClientAddress? {
+        state.withLock { state in state.byChannel[ObjectIdentifier(channel)].flatMap { state.entries[$0]?.address } }
+    }
+
     /// The connection closed.
     func remove(_ id: ID) {
         state.withLock { state in _ = Self.remove(id, from: &state) }
@@ -199,19 +205,29 @@ public struct ClientAddress: Hashable, Sendable, CustomStringConvertible {
 
     public init(_ address: SocketAddress?) {
         switch address {
-        case .v4?:
-            self.init(address?.ipAddress ?? "")
+        case .v4(let v4)?:
+            self.init(ipv4: withUnsafeBytes(of: v4.address.sin_addr) { Array($0) })
         case .v6(let v6)?:
-            let bytes = withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) }
-            // ::ffff:a.b.c.d is an IPv4 client on a dual-stack socket.
-            if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF {
-                self.init(bytes[12...].map(String.init).joined(separator: "."))
-            } else {
-                let groups = stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
-                self.init(groups.joined(separator: ":") + "::/64")
-            }
+            self.init(ipv6: withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) })
         case .unixDomainSocket?, nil:
             self.init("local")
+        }
+    }
+
+    /// An IPv4 address's four bytes, in network order.
+    init(ipv4 bytes: some Collection<UInt8>) {
+        self.init(bytes.map(String.init).joined(separator: "."))
+    }
+
+    /// An IPv6 address's sixteen bytes, in network order.
+    init(ipv6 bytes: some Collection<UInt8>) {
+        let bytes = Array(bytes)
+        // ::ffff:a.b.c.d is an IPv4 client on a dual-stack socket.
+        if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF {
+            self.init(ipv4: bytes[12...])
+        } else {
+            let groups = stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+            self.init(groups.joined(separator: ":") + "::/64")
         }
     }
 }

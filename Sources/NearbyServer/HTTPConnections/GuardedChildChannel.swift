@@ -7,8 +7,10 @@ import SummarisedLog
 
 /// A child channel of Hummingbird's (`inner`, the HTTP/1 channel with its
 /// WebSocket upgrade) with a ``ConnectionGuard`` in front of everything but
-/// TLS (when `[http]` has a certificate) and its ``RequestObserver`` right
-/// after the HTTP parser. The guard's header timeout runs from the
+/// TLS (when `[http]` has a certificate) and a load balancer's PROXY protocol
+/// header (``ProxyHeaderHandler``, for connections from `[http]
+/// proxy-protocol-from`), and its ``RequestObserver`` right after the HTTP
+/// parser. The guard's header timeout runs from the
 /// connection's start, so it bounds the TLS handshake too.
 struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     typealias Value = Inner.Value
@@ -22,11 +24,19 @@ struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     let refusals: SummarisedLog
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        let connectionGuard = ConnectionGuard(registry: registry, settings: settings, logger: self.logger, refusals: refusals)
+        let proxied = settings.proxySources.contains(channel.remoteAddress)
+        let connectionGuard = ConnectionGuard(registry: registry, settings: settings, logger: self.logger, refusals: refusals,
+                                              awaitsProxyHeader: proxied)
         do {
             try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
             if let tls {
                 try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls), position: .first)
+            }
+            if proxied {
+                // Before TLS: the balancer sends the header before the client's first byte.
+                try channel.pipeline.syncOperations.addHandler(
+                    ProxyHeaderHandler(timeout: settings.headerTimeout, maxBytes: settings.maxHeadBytes, refusals: refusals),
+                    position: .first)
             }
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
