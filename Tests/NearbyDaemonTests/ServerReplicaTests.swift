@@ -114,6 +114,15 @@ import TestSupport
     /// a killed replica's are taken over within 4 s.
     static let quickLeases = "[replication]\nlease-seconds = 3\n"
 
+    /// Waits until each of two replicas of `database` owns half of the
+    /// partitions: until then a device's partition may move from one to
+    /// the other while a test uses it, and close its channel and link.
+    static func waitForHalfThePartitionsEach(_ database: String) async throws {
+        try await withTimeout(30, "two replicas holding 128 partitions each") {
+            while try await partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
+        }
+    }
+
     /// How many partitions each live replica of `database` owns, as
     /// `nearby-server replicas --json` lists them.
     static func partitions(_ database: String) async throws -> [Int] {
@@ -154,9 +163,7 @@ import TestSupport
             }
             let urls = replicas.map(\.url)
             // Both replicas hold their share before the devices come.
-            try await withTimeout(30, "two replicas holding 128 partitions each") {
-                while try await Self.partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
-            }
+            try await Self.waitForHalfThePartitionsEach(database)
             let publisher = try manager(uid: 1001, apiKey: apiKey)
             let subscriber = try manager(uid: 1002, apiKey: apiKey)
             let hello = try publication("hello", of: publisher)
@@ -246,9 +253,7 @@ import TestSupport
                                                         configuration: Self.quickLeases))
             }
             let urls = replicas.map(\.url)
-            try await withTimeout(30, "two replicas holding 128 partitions each") {
-                while try await Self.partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
-            }
+            try await Self.waitForHalfThePartitionsEach(database)
             let publisher = try manager(uid: 1001, apiKey: apiKey)
             let hello = try registry.addPublication(to: publisher, message: Message(namespace: "", type: "greeting", content: Array("hello".utf8)),
                                                     strategy: Strategy(mediums: [.ble], mode: .scan),
@@ -392,6 +397,8 @@ import TestSupport
                 replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
                                                         configuration: configuration))
             }
+            // A partition moving while the channel is open would close it, and lose what it was sending.
+            try await Self.waitForHalfThePartitionsEach(database)
             let ports = try replicas.map { try #require($0.xmppPort) }
             let device = try manager(uid: 1001, apiKey: keys.apiKey).account
             let onSecond = endpoints(replicas.map(\.url).reversed())
@@ -480,9 +487,7 @@ import TestSupport
                 replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database,
                                                         configuration: Self.quickLeases))
             }
-            try await withTimeout(30, "two replicas holding 128 partitions each") {
-                while try await Self.partitions(database) != [128, 128] { try await Task.sleep(for: .milliseconds(200)) }
-            }
+            try await Self.waitForHalfThePartitionsEach(database)
             let (given, other) = (replicas[0].url, replicas[1].url)
             let only = endpoints([given])
             let credentials = credentials(only)
