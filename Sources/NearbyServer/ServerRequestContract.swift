@@ -21,6 +21,9 @@ import ServerAPI
         /// A request target `PATH?QUERY` of the beacon registry: the beacon
         /// segment, `q`, `pageSize`, `pageToken` and `namespacedType`.
         case beaconTarget
+        /// The bytes a connection from a `[http] proxy-protocol-from` peer
+        /// begins with: a PROXY protocol version 2 header, and what follows.
+        case proxyHeader
     }
 
     /// The server's clock, and the project namespace a device falls back on.
@@ -107,6 +110,33 @@ import ServerAPI
             if let request = try? JSONDecoder().decode(ChannelRequest.self, from: body) { readsBack(request, body) }
         case .beaconTarget:
             checkTarget(String(decoding: bytes, as: UTF8.self))
+        case .proxyHeader:
+            checkProxyHeader(bytes)
+        }
+    }
+
+    /// A connection's first bytes as ``ProxyHeaderHandler`` reads them, at
+    /// the smallest `[http] max-header-bytes` and the default: a header is
+    /// taken whole, within the limit and the bytes that came, and bytes
+    /// coming later change nothing of it; one fewer byte of it would have
+    /// been awaited, not refused; a refusal says why.
+    private static func checkProxyHeader(_ bytes: [UInt8]) {
+        let body = Data(bytes)
+        for maxBytes in [4096, ServerConfiguration.HTTP().maxHeaderBytes] {
+            switch ProxyProtocolHeader.parse(bytes, maxBytes: maxBytes) {
+            case .incomplete:
+                expect(bytes.count < maxBytes, "a header awaited past the \(maxBytes) bytes taken", body)
+            case .complete(let consumed, let client):
+                expect(consumed >= ProxyProtocolHeader.fixedBytes && consumed <= min(bytes.count, maxBytes),
+                       "a header of \(consumed) bytes taken from \(bytes.count), at most \(maxBytes)", body)
+                expect(client.map { !$0.description.isEmpty } ?? true, "an empty client address", body)
+                expect(ProxyProtocolHeader.parse(bytes + [0x47, 0x45, 0x54], maxBytes: maxBytes) == .complete(consumed: consumed, client: client),
+                       "a header read otherwise once more bytes came", body)
+                expect(ProxyProtocolHeader.parse(bytes.prefix(consumed - 1), maxBytes: maxBytes) == .incomplete,
+                       "a header refused or taken before its last byte", body)
+            case .refused(let reason):
+                expect(!reason.isEmpty, "a refusal without a reason", body)
+            }
         }
     }
 

@@ -1,8 +1,9 @@
 // Coverage-guided fuzzing of what nearby-server parses from its clients
 // (Sources/NearbyServer, Sources/ServerAPI): every request body the HTTP API
-// decodes, the WebSockets' text messages, and the beacon registry's request
-// targets (beacon name, q, namespacedType); plus a plain replay runner for
-// builds without the fuzzer (README.md).
+// decodes, the WebSockets' text messages, the beacon registry's request
+// targets (beacon name, q, namespacedType) and the PROXY protocol header
+// of a balancer's connections; plus a plain replay runner for builds
+// without the fuzzer (README.md).
 
 import FuzzReplay
 @_spi(Testing) import NearbyServer
