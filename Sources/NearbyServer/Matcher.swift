@@ -481,6 +481,9 @@ actor Matcher {
                     changed.insert(sighting.observed)
                     copy(key, edge)
                 }
+                if copies[key] != nil, rightfulHome(of: key) == replica, dropVersions(of: key, besides: replica) {
+                    changed.insert(sighting.observed)
+                }
             } else {
                 let edge = Edge(tokens: [sighting.token: atMs], rssi: sighting.rssi, distance: sighting.distance)
                 supersedeGoneCopies(of: key)
@@ -489,14 +492,24 @@ actor Matcher {
                 deadlines.schedule(.edge(key), at: atMs + edgeTimeoutMs)
                 changed.insert(sighting.observed)
                 copy(key, edge)
+                if copies[key] != nil, rightfulHome(of: key) == replica { dropVersions(of: key, besides: replica) }
             }
         }
         for entry in gone {
             let key = EdgeKey(observer: observer, observed: entry.observed, medium: entry.medium)
-            guard var edge = edges[key] else { continue }
+            guard var edge = edges[key] else {
+                // Only former homes' versions here (the observer moved to this replica without a hand-over): the
+                // observer says the edge ended, and its home now, this replica, tells the others so.
+                if copies[key] != nil, rightfulHome(of: key) == replica, dropVersions(of: key, besides: replica) {
+                    tell(.remove([key]), about: key)
+                    changed.insert(entry.observed)
+                }
+                continue
+            }
             edge.tokens[entry.token] = nil
             if edge.tokens.isEmpty {
                 removeEdge(key)
+                if copies[key] != nil, rightfulHome(of: key) == replica { dropVersions(of: key, besides: replica) }
                 changed.insert(entry.observed)
             } else {
                 edges[key] = edge
@@ -579,13 +592,34 @@ actor Matcher {
         let wanted = Set(partitions.filter { $0 >= 0 && $0 < Partition.count })
         for partition in wanted { routes.claimants[partition] = claimant }
         self.routes = routes
+        sendSync(to: claimant, of: wanted)
+    }
+
+    /// Copies to `other` could not be sent (the database was away): what it
+    /// holds of this replica's edges may be behind, by a put or a remove
+    /// that no later change of the edge would repair. It is sent every edge
+    /// this replica is home to with a device of the partitions it serves or
+    /// claimed, in place of what it holds from here (a sync, as when it
+    /// asks). Nothing is sent to a replica no longer alive.
+    func resendEdges(to other: String) {
+        guard other != replica, let routes, routes.live.contains(other) else { return }
+        let partitions = Set(routes.owners.indices.filter { routes.owners[$0] == other })
+            .union(routes.claimants.filter { $0.value == other }.keys)
+        guard !partitions.isEmpty else { return }
+        sendSync(to: other, of: partitions)
+    }
+
+    /// Sends `other` every edge this replica is home to with a device of
+    /// `partitions`, to hold in place of what it held from here there.
+    private func sendSync(to other: String, of partitions: Set<Int>) {
+        guard let routes else { return }
         let touching = edges.filter { key, _ in
-            wanted.contains(Partition.of(device: key.observer)) || wanted.contains(Partition.of(device: key.observed))
+            partitions.contains(Partition.of(device: key.observer)) || partitions.contains(Partition.of(device: key.observed))
         }
         let sent = touching.map { key, edge in
             EdgeCopy(observer: key.observer, observed: key.observed, medium: key.medium, rssi: edge.rssi, distance: edge.distance)
         }
-        routes.send(claimant, .sync(partitions: wanted.sorted(), edges: sent.sorted { ($0.observer, $0.observed, $0.medium) < ($1.observer, $1.observed, $1.medium) }))
+        routes.send(other, .sync(partitions: partitions.sorted(), edges: sent.sorted { ($0.observer, $0.observed, $0.medium) < ($1.observer, $1.observed, $1.medium) }))
     }
 
     /// Applies what the home of some edges, `letter.from`, tells this
@@ -602,7 +636,12 @@ actor Matcher {
                     if putCopy(copy, from: letter.from) { changed.formUnion(pairs(of: copy.key)) }
                 }
             case .remove(let keys):
-                for key in keys where removeCopy(of: key, from: letter.from) { changed.formUnion(pairs(of: key)) }
+                for key in keys {
+                    var removed = removeCopy(of: key, from: letter.from)
+                    // The edge's home now says it ended: what former homes hold of it ends with it.
+                    if letter.from == rightfulHome(of: key) { removed = dropVersions(of: key, besides: letter.from) || removed }
+                    if removed { changed.formUnion(pairs(of: key)) }
+                }
             case .bequest(let copies):
                 routes?.bequeathed.insert(letter.from)
                 for copy in copies where putCopy(copy, from: letter.from) { changed.formUnion(pairs(of: copy.key)) }
@@ -692,7 +731,31 @@ actor Matcher {
         if !isPresent(key) { link(key.observer, key.observed, by: 1) }
         let old = copies[key]?[home]
         copies[key, default: [:]][home] = reach
-        return old.map { $0.inEarshot(key.medium) != reach.inEarshot(key.medium) } ?? true
+        let superseded = home == rightfulHome(of: key) && dropVersions(of: key, besides: home)
+        return superseded || (old.map { $0.inEarshot(key.medium) != reach.inEarshot(key.medium) } ?? true)
+    }
+
+    /// The replica serving the edge's observer, by the owners this replica
+    /// knows: the one that applies its reports, and so the edge's home.
+    private func rightfulHome(of key: EdgeKey) -> String? {
+        routes?.owners[Partition.of(device: key.observer)]
+    }
+
+    /// Drops every version of the edge here but `home`'s: the copies of
+    /// other homes, and this replica's own edge unless it is `home` (its end
+    /// told to the others). Called when the edge's rightful home made,
+    /// changed or ended it: the observer moved (its partition taken after a
+    /// break, not handed over) and its former replica, still alive, keeps
+    /// the edge, and copies it, until it times out unrefreshed; the edge
+    /// must come and go as its home now says. Returns whether anything went.
+    @discardableResult
+    private func dropVersions(of key: EdgeKey, besides home: String) -> Bool {
+        var dropped = false
+        for other in copies[key]?.keys.sorted() ?? [] where other != home {
+            dropped = removeCopy(of: key, from: other) || dropped
+        }
+        if home != replica, removeEdge(key) { dropped = true }
+        return dropped
     }
 
     /// Drops `home`'s copy of the edge; returns whether there was one.

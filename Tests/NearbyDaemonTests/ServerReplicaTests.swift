@@ -232,6 +232,7 @@ import TestSupport
     /// other, for `body`; A's publication scans, B's subscription
     /// broadcasts, so that a report of A's makes B find.
     struct CrossPair {
+        var cluster: PostgresCluster
         var replicas: [Replica]
         var a: Device
         var b: Device
@@ -279,7 +280,7 @@ import TestSupport
                 found = (b, subscription.id, token)
             }
             let (b, subscriptionID, bToken) = try #require(found, "ten subscribers all served by A's replica")
-            try await body(CrossPair(replicas: replicas, a: a, b: b, aHome: aHome, subscription: subscriptionID, bToken: bToken))
+            try await body(CrossPair(cluster: cluster, replicas: replicas, a: a, b: b, aHome: aHome, subscription: subscriptionID, bToken: bToken))
         } catch {
             for device in devices { await device.stop() }
             for replica in replicas { await replica.process.stop() }
@@ -332,6 +333,27 @@ import TestSupport
             #expect(!pair.b.events.values.contains { if case .stream(.lost) = $0 { true } else { false } },
                     "\(pair.b.events.values)")
             // The edge is A's new replica's now: A no longer hearing B, B loses hello.
+            pair.a.link.send(.gone([Sighting.Key(token: pair.bToken, medium: .ble)]))
+            _ = try await pair.b.events.first(within: 20, "B loses hello") {
+                if case .stream(.lost(subscription: pair.subscription, source: _)) = $0 { true } else { false }
+            }
+        }
+    }
+
+    /// PostgreSQL stopped under two replicas dividing the devices, A
+    /// hearing B meanwhile, and started again: the replicas recover by
+    /// themselves (leases, listeners, pools), and B finds A's message from
+    /// its own replica, whichever replicas serve the two by then; A no
+    /// longer hearing B, B loses it at once, though the replica that served
+    /// A before may still hold the edge (a partition taken without a
+    /// hand-over: `anEdgeMadeByTheObserversNewReplicaSupersedesTheFormerOnes`).
+    @Test func replicasDividingTheDevicesRecoverFromARestartOfPostgreSQL() async throws {
+        try await withCrossReplicaPair { pair in
+            try await pair.cluster.stopServer()
+            pair.a.link.send(.seen([Sighting(token: pair.bToken, medium: .ble, rssi: -50, txPower: -59,
+                                             seenAtMilliseconds: Self.nowMilliseconds)]))
+            try await pair.cluster.startServer()
+            _ = try await pair.b.events.first(within: 40, "B finds hello after the restart") { $0.delivers("hello", to: pair.subscription) }
             pair.a.link.send(.gone([Sighting.Key(token: pair.bToken, medium: .ble)]))
             _ = try await pair.b.events.first(within: 20, "B loses hello") {
                 if case .stream(.lost(subscription: pair.subscription, source: _)) = $0 { true } else { false }

@@ -94,6 +94,100 @@ import Testing
         #expect(Partition.of(device: "pub") != Partition.of(device: "sub"))
     }
 
+    /// Copies lost on the way (the database away) are made good by the sync
+    /// the home sends once sending fails: a lost put (the edge then only
+    /// refreshed, which copies nothing) finds, a lost remove loses; a
+    /// replica serving nothing, or not alive, is sent nothing.
+    @Test func aResendRepairsCopiesLostOnTheWay() async throws {
+        let cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+
+        await cluster.pubHearsSub()
+        #expect(cluster.mailbox.take().count == 1, "the put, lost")
+        cluster.clock.advance(byMs: 10_000)
+        await cluster.pubHearsSub()
+        #expect(await cluster.deliver() == 0, "a refresh sends nothing again")
+        #expect(await cluster["B"].snapshot(of: "sub").isEmpty)
+
+        await cluster["A"].resendEdges(to: "B")
+        #expect(await cluster.deliver() == 1)
+        guard case .event(.found(let match)) = await outputs.next() else { Issue.record("expected found on B"); return }
+        #expect(match.source == "pub/p1")
+
+        // The edge ends on A and its remove is lost: B still finds, until the next sync.
+        await cluster["A"].applySightings(observer: "pub", seen: [], gone: [GoneEdge(observed: "sub", token: Cluster.token(1), medium: .ble)],
+                                          atMs: cluster.clock.nowMs)
+        #expect(cluster.mailbox.take().count == 1, "the remove, lost")
+        #expect(await cluster["B"].snapshot(of: "sub").count == 1)
+        await cluster["A"].resendEdges(to: "B")
+        #expect(await cluster.deliver() == 1)
+        guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost on B"); return }
+        #expect(await cluster["B"].copyCount == 0)
+
+        await cluster["A"].resendEdges(to: "C")
+        await cluster["A"].resendEdges(to: "A")
+        await cluster.round(live: ["A", "C"])
+        await cluster["A"].resendEdges(to: "B")
+        #expect(cluster.mailbox.take().isEmpty, "C serves no partition, A is the sender, B is not alive")
+    }
+
+    /// The publisher's partition is taken by C without a hand-over (A's
+    /// leases lapsed while the database was away, A still alive): A keeps
+    /// its edge until it times out, but once C, now serving the publisher,
+    /// makes the edge again from its next report, A's copy on B is stale and
+    /// goes; taken again (A's sync came late), it goes when C says the edge
+    /// ended, and B loses at once, not when A's edge would time out.
+    @Test func anEdgeMadeByTheObserversNewReplicaSupersedesTheFormerOnes() async throws {
+        var cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        guard case .event(.found) = await outputs.next() else { Issue.record("expected found on B"); return }
+
+        cluster.owners[Partition.of(device: "pub")] = "C"
+        await cluster.round()
+        let heard = SeenEdge(observed: "sub", token: Cluster.token(1), medium: .ble, rssi: -50, distance: 1)
+        await cluster["C"].applySightings(observer: "pub", seen: [heard], gone: [], atMs: cluster.clock.nowMs)
+        await cluster.deliver()
+        #expect(await cluster["B"].copyCount == 1, "C's copy alone")
+        await cluster["A"].resendEdges(to: "B")
+        await cluster.deliver()
+        #expect(await cluster["B"].copyCount == 2, "A's copy, stale, taken again")
+        #expect(await cluster["B"].snapshot(of: "sub").count == 1)
+
+        await cluster["C"].applySightings(observer: "pub", seen: [], gone: [GoneEdge(observed: "sub", token: Cluster.token(1), medium: .ble)],
+                                          atMs: cluster.clock.nowMs)
+        await cluster.deliver()
+        guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost on B"); return }
+        #expect(await cluster["B"].copyCount == 0)
+    }
+
+    /// As above, but the publisher's first report on C says it no longer
+    /// hears the subscriber: C holds only A's copy (sent when C took the
+    /// partition), drops it and tells B, which loses at once.
+    @Test func anEndReportedToTheObserversNewReplicaEndsTheFormerOnesEdge() async throws {
+        var cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        guard case .event(.found) = await outputs.next() else { Issue.record("expected found on B"); return }
+
+        cluster.owners[Partition.of(device: "pub")] = "C"
+        await cluster.round()
+        await cluster["A"].resendEdges(to: "C")
+        await cluster.deliver()
+        #expect(await cluster["C"].copyCount == 1, "A's edge, sent to the publisher's replica now")
+        await cluster["C"].applySightings(observer: "pub", seen: [], gone: [GoneEdge(observed: "sub", token: Cluster.token(1), medium: .ble)],
+                                          atMs: cluster.clock.nowMs)
+        #expect(await cluster["C"].copyCount == 0)
+        await cluster.deliver()
+        guard case .event(.lost) = await outputs.next() else { Issue.record("expected lost on B"); return }
+        #expect(await cluster["B"].copyCount == 0)
+    }
+
     @Test func anEdgeMadeOnOneReplicaFindsOnTheReplicaServingTheSubscriber() async throws {
         let cluster = await Cluster()
         let stream = try #require(await cluster["B"].openStream(device: "sub"))

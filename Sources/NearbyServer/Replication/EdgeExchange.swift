@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// Carries the matchers' edge copies (``EdgeMessage``) from replica to
 /// replica over PostgreSQL's LISTEN/NOTIFY: each replica listens on a
@@ -10,16 +11,21 @@ import Logging
 /// to another arrive in the order they were sent, which the copies rely on
 /// (a put, then its remove).
 ///
-/// A message that could not be sent is lost: its copy is made again when
-/// the edge changes, when the receiving replica asks for its partitions'
-/// edges (taking partitions, or listening again after a break), or is
-/// dropped when its home is seen dead.
+/// A message that could not be sent is lost, and what its replica holds of
+/// this one's edges may be behind for good (an edge only refreshed is
+/// never copied again): once sending to that replica fails, it is sent
+/// every edge it should hold from here, in place of what it holds
+/// (``Matcher/resendEdges(to:)``), after ``repairDelay``, doubled while it
+/// keeps failing up to ``maximumRepairDelay``. It is also sent them when it
+/// asks (taking partitions, or listening again after a break), and drops
+/// them when this replica is seen dead.
 final class EdgeExchange: Sendable {
     /// A replica's channel. Replica ids are URL-safe base64: a channel name as they are.
     static func channel(of replica: String) -> String { "nearby_edges_" + replica }
 
     private let outbox: GroupCommit<Outgoing, Void>
     private let listening: Task<Void, Never>
+    private let repairs: Repairs
 
     private struct Outgoing: Sendable {
         var to: String
@@ -31,11 +37,13 @@ final class EdgeExchange: Sendable {
     /// sent meanwhile is lost to it.
     init(storage: PostgresStorage, matcher: Matcher, logger: Logger, joined: @escaping @Sendable () async -> Void) {
         let replica = matcher.replica
+        let repairs = Repairs(matcher: matcher)
+        self.repairs = repairs
         outbox = GroupCommit { batch in
             // What the matcher sends meanwhile goes in the same notifications: a notification is a transaction
             // of PostgreSQL's and a wake-up of the receiver's, and under load one then carries many copies.
             try? await Task.sleep(for: Self.linger)
-            return try await Self.send(batch, from: replica, storage: storage, logger: logger)
+            return try await Self.send(batch, from: replica, storage: storage, logger: logger, repairs: repairs)
         }
         let bus = PostgresReplicaBus(storage: storage, channel: Self.channel(of: replica), logger: logger)
         listening = Task {
@@ -59,6 +67,7 @@ final class EdgeExchange: Sendable {
 
     deinit {
         listening.cancel()
+        repairs.cancel()
     }
 
     /// Queues `message` for `replica`. Does not wait: the matcher calls it.
@@ -75,7 +84,55 @@ final class EdgeExchange: Sendable {
 
     /// How long a batch of copies waits for more before it is sent: what a
     /// copy adds to a found on another replica, at most.
-    static let linger = Duration.milliseconds(5)
+    static let linger = Duration.milliseconds(20)
+
+    /// How long after copies to a replica failed it is sent them all again,
+    /// at first and at most.
+    static let repairDelay = Duration.seconds(1)
+    static let maximumRepairDelay = Duration.seconds(16)
+
+    /// The replicas whose copies failed: a repair of each waits its delay,
+    /// one at a time, the delay doubling while sending keeps failing.
+    private final class Repairs: Sendable {
+        private struct State {
+            var waiting: [String: Task<Void, Never>] = [:]
+            var delays: [String: Duration] = [:]
+        }
+
+        private let matcher: Matcher
+        private let state = Mutex(State())
+
+        init(matcher: Matcher) {
+            self.matcher = matcher
+        }
+
+        /// Copies to `replica` were sent.
+        func succeeded(_ replica: String) {
+            state.withLock { _ = $0.delays.removeValue(forKey: replica) }
+        }
+
+        /// Copies to `replica` failed: a repair is due, unless one waits already.
+        func failed(_ replica: String) {
+            state.withLock { state in
+                guard state.waiting[replica] == nil else { return }
+                let delay = state.delays[replica] ?? EdgeExchange.repairDelay
+                state.delays[replica] = min(delay * 2, EdgeExchange.maximumRepairDelay)
+                state.waiting[replica] = Task { [matcher, weak self] in
+                    guard (try? await Task.sleep(for: delay)) != nil else { return }
+                    // Taken off first: if this sync fails too, the next repair is scheduled.
+                    self?.state.withLock { _ = $0.waiting.removeValue(forKey: replica) }
+                    await matcher.resendEdges(to: replica)
+                }
+            }
+        }
+
+        func cancel() {
+            state.withLock { state in
+                state.waiting.values.forEach { $0.cancel() }
+                state.waiting = [:]
+            }
+        }
+    }
 
     /// Edges in one message at most: 40 copies are about 4.5 KB of JSON.
     static let edgesPerMessage = 40
@@ -125,7 +182,7 @@ final class EdgeExchange: Sendable {
 
     /// Letters to each replica the batch is for, its messages in order.
     private static func send(_ batch: [Outgoing], from replica: String, storage: PostgresStorage,
-                             logger: Logger) async throws -> [Result<Void, any Error>] {
+                             logger: Logger, repairs: Repairs) async throws -> [Result<Void, any Error>] {
         var letters: [String: [EdgeMessage]] = [:]
         for item in batch { letters[item.to, default: []].append(item.message) }
         var failed: [String: any Error] = [:]
@@ -133,9 +190,11 @@ final class EdgeExchange: Sendable {
             do {
                 let bus = PostgresReplicaBus(storage: storage, channel: channel(of: to), logger: logger)
                 for text in try Self.letters(from: replica, messages) { try await bus.publish(text) }
+                repairs.succeeded(to)
             } catch {
                 failed[to] = error
-                logger.warning("edge copies could not be sent to a replica: \(PostgresStorage.reason(error))",
+                repairs.failed(to)
+                logger.warning("edge copies could not be sent to a replica; it is sent them all again shortly: \(PostgresStorage.reason(error))",
                                metadata: ["to": "\(to)", "messages": "\(messages.count)"])
             }
         }

@@ -262,7 +262,7 @@ final class ReplicatedMatcherFeed: MatcherFeed {
             waits.append(wait)
         }
         defer { for wait in waits { waiters.stopWaiting(wait.sequence) } }
-        let sent = try parts.map { try outbox.enqueue(try $0.encoded) }
+        let sent = try parts.map { outbox.enqueue(try $0.encoded) }
         for part in sent { try await part.result() }
         let last = waits.last?.applied
         let outcome = await FirstOutcome.race(within: Self.echoTimeout) {
