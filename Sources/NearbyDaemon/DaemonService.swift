@@ -337,12 +337,41 @@ final class DaemonService {
 
     /// Asks whether the app of `owner` may use Nearby on `mediums` (its
     /// user's agent, or the `handler` the call named); throws when it may not.
+    /// When it may not and nearby-server refuses the manager's API key, the
+    /// key is what the error names: nothing would work with it even if
+    /// allowed, and it is the first thing to fix.
     func authorize(_ owner: ManagerObject, mediums: Set<Medium>, handler: ObjectPath?) async throws(NearbyError) {
         let busName = owner.manager.client.busName
-        try await permissions.authorize(PermissionBroker.Request(
-            key: owner.permissionKey, mediums: mediums, handler: handler,
-            caller: callers[busName] ?? PermissionBroker.Caller(busName: busName, uid: owner.manager.client.uid, pid: nil, session: nil),
-            descriptions: owner.usageDescriptions))
+        do {
+            try await permissions.authorize(PermissionBroker.Request(
+                key: owner.permissionKey, mediums: mediums, handler: handler,
+                caller: callers[busName] ?? PermissionBroker.Caller(busName: busName, uid: owner.manager.client.uid, pid: nil, session: nil),
+                descriptions: owner.usageDescriptions))
+        } catch .notPermitted(let why) {
+            if let refusal = await keyRefusal(owner.manager) {
+                throw .notPermitted("\(refusal): check the API key first; also, \(why)")
+            }
+            throw .notPermitted(why)
+        } catch {
+            throw error
+        }
+    }
+
+    /// Why nearby-server refuses the manager's API key, if it does: as its
+    /// link last found, or as a registration with the key finds now (shared
+    /// with the link's, when one is on its way; an answer the server gave
+    /// within `[server] refused-key-retry` is not asked again). Nil when the
+    /// key is taken, or the server cannot say (unreachable).
+    private func keyRefusal(_ manager: Manager) async -> String? {
+        if let view = manager.state.link?.view, view.keyRefused { return view.waiting ?? "nearby-server refuses the API key" }
+        do {
+            _ = try await credentials.registration(manager.account, with: await endpoints.current.client)
+            return nil
+        } catch ServerCallError.keyRefused(let message) {
+            return "nearby-server refuses the API key: \(message)"
+        } catch {
+            return nil
+        }
     }
 
     /// A decision changed: the app's managers say so, and their objects stop or resume.

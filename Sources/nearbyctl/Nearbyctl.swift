@@ -371,10 +371,14 @@ final class KeyRefusal: Sendable {
     /// Fails the command (exit status 1) if the key was refused; `reason` is the object's StatusReason.
     func fail(_ output: Output, reason: String?) async throws {
         guard refused.withLock({ $0 }) else { return }
-        let why = reason.flatMap { $0.isEmpty ? nil : $0 } ?? "nearby-server refuses the API key"
-        output.failure("\(why) (check --api-key or NEARBY_API_KEY: `nearby-server project create` printed the project's key)")
+        let why = reason.flatMap { $0.isEmpty ? nil : $0 } ?? Self.daemonsWording
+        output.failure("\(why) (\(Self.hint))")
         throw ExitCode.failure
     }
+
+    /// How nearbyd's reasons begin when nearby-server refuses the key (doc/dbus-api.md, Errors).
+    static let daemonsWording = "nearby-server refuses the API key"
+    static let hint = "check --api-key or NEARBY_API_KEY: `nearby-server project create` printed the project's key"
 }
 
 /// Waits for SIGINT or SIGTERM, or for `events` to end.
@@ -397,6 +401,9 @@ func reportingFailures(_ output: Output, _ body: () async throws -> Void) async 
         switch error.kind {
         case .daemonUnavailable: output.failure("nearbyd is not reachable: \(message)")
         case .accessDenied: output.failure("access denied: \(message)")
+        case .notPermitted where message.hasPrefix(KeyRefusal.daemonsWording):
+            // nearbyd leads with the key when the server refuses it: the first thing to fix.
+            output.failure("\(message) (\(KeyRefusal.hint))")
         case .notPermitted: output.failure("not permitted: \(message)")
         default: output.failure("\(message)")
         }
