@@ -49,7 +49,7 @@ import TestSupport
 
             let human = try await Self.subscribe(b, key, ["--medium", "audio"])
             let found = try await human.waitForLine(containing: "found", within: 30)
-            #expect(found.wholeMatch(of: #/found levels/chat audio level=-\d+dBFS distance=\d+\.\dm 'chirp'/#) != nil, "\(found)")
+            #expect(found.wholeMatch(of: #/found levels/chat audio level=-?\d+dBFS distance=\d+\.\dm 'chirp'/#) != nil, "\(found)")
             await human.stop()
         }
     }
