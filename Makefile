@@ -151,7 +151,7 @@ static-programs:
 	done
 
 # The soak's devices (bench/soak_devices.py) talk HTTP and WebSocket through aiohttp.
-bench: PACKAGES += python3-aiohttp
+bench: PACKAGES += python3-aiohttp nginx
 bench: STATIC_PROGRAMS := nearbyd nearby-server nearby-air
 bench: setup static-programs
 	$(SWIFT) build -c release --product nearby-bench
@@ -167,7 +167,7 @@ bench-modem: setup
 # `--parts upstream` (nearby-bench server --help).
 BENCH_SERVER_ARGS ?=
 .PHONY: bench-server
-bench-server: PACKAGES += python3-aiohttp
+bench-server: PACKAGES += python3-aiohttp nginx
 bench-server: STATIC_PROGRAMS := nearby-server
 bench-server: setup static-programs
 	$(SWIFT) build -c release --product nearby-bench

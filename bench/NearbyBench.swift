@@ -46,16 +46,18 @@ struct NearbyBench: AsyncParsableCommand {
             server     nearby-server alone under load from simulated devices
                        speaking its HTTP and WebSocket API (bench/server_load.py),
                        on SQLite, and on a throwaway PostgreSQL with one replica
-                       and with two, under the default [http] limits: sighting
+                       to three, under the default [http] limits: sighting
                        reports per second at saturation against the same
-                       server's /v1/health rate under the same generator; found
-                       latency at half that rate against /v1/health's round trip
-                       at that rate; device streams held (10,000) and memory per
+                       server's /v1/health rate under the same generator, and
+                       /v1/health against nginx's; found latency at half that
+                       rate against /v1/health's round trip at that rate; CPU
+                       per report at one rate for all; device streams held
+                       (10,000) and memory per
                        stream; upstream messages per second from 1,000 devices'
                        channels through one application server, against its
                        dry-run rate and the engine's durable insert rate;
                        PostgreSQL's own insert, NOTIFY and NOTIFY round-trip
-                       floor. Also alone: make bench-server. About 10 minutes.
+                       floor. Also alone: make bench-server. About 15 minutes.
 
             The programs come from --bin (a release build: make bench), the C programs
             from --reference (bench/reference/build.sh). Results go to stdout as
@@ -244,7 +246,7 @@ struct Server: AsyncParsableCommand {
         abstract: "nearby-server under load: sightings, found latency, streams held, upstream messages, on SQLite and PostgreSQL.",
         discussion: """
             Starts nearby-server (--bin) on a temporary SQLite file, then on a throwaway PostgreSQL cluster \
-            (durable: fsync on) with one replica and with two (load split across both), each on a new database, \
+            (durable: fsync on) with one replica, then two, up to --replicas (load split across them), each on a new database, \
             under the default [http] limits (max-connections 16384, max-connections-per-address 256). \
             --processes generator processes (bench/server_load.py, aiohttp) register the devices: --devices \
             moving ones, which take a token, publish and subscribe, and the rest only to hold a stream, \
@@ -254,9 +256,12 @@ struct Server: AsyncParsableCommand {
 
             1. sighting reports per second with --concurrency in flight, against GET /v1/health per second from \
             the same generator at the same concurrency; with the CPU each party (servers, PostgreSQL, \
-            generator) used meanwhile;
+            generator) used meanwhile; and the same GET /v1/health answered by Debian's nginx (one process, \
+            a fixed 200: the HTTP floor's floor), CPU per request against the servers';
             2. found latency (report sent → found on the observer's stream) p50 and p99 at half the rate of 1, \
             against GET /v1/health's round trip at that rate;
+            2b. server CPU per report at --cost-rate reports a second, the same for every deployment \
+            (below each one's saturation): each replica's against one replica's of the same engine;
             3. streams held and the servers' VmRSS before and after they opened (each device's stream and \
             channel from an address of its own group, 100 devices an address);
             4. upstream messages per second end to end: --upstream-devices devices open their direct \
@@ -278,7 +283,7 @@ struct Server: AsyncParsableCommand {
 
     @OptionGroup var locations: Locations
 
-    @Option(help: "sqlite, postgres (one replica, then two) or all.")
+    @Option(help: "sqlite, postgres (one replica, then more: --replicas) or all.")
     var engine = "all"
 
     @Option(help: "Moving devices (publish, subscribe, report sightings), in all.")
@@ -318,6 +323,13 @@ struct Server: AsyncParsableCommand {
     @Option(help: "Seed of the devices' moves.")
     var seed = 1
 
+    @Option(help: ArgumentHelp("Reports a second, in all, of the window that measures CPU per report; below every deployment's saturation.",
+                               valueName: "rate"))
+    var costRate = 400.0
+
+    @Option(help: "PostgreSQL deployments measured: one replica, two, and so on up to this many.")
+    var replicas = 3
+
     private var chosenParts: Set<ServerBenchmark.Part>? {
         if parts == "all" { return Set(ServerBenchmark.Part.allCases) }
         let named = parts.split(separator: ",").map { ServerBenchmark.Part(rawValue: String($0)) }
@@ -329,6 +341,8 @@ struct Server: AsyncParsableCommand {
         guard devices >= 2 * neighbours * processes, streams >= devices, processes >= 1, concurrency >= processes else {
             throw ValidationError("need --streams ≥ --devices ≥ 2 × --neighbours × --processes, and --concurrency ≥ --processes")
         }
+        guard (1...8).contains(replicas) else { throw ValidationError("--replicas is from 1 to 8") }
+        guard costRate > 0 else { throw ValidationError("--cost-rate is a number of reports a second above 0") }
         guard chosenParts != nil else { throw ValidationError("--parts is a comma-separated list of streams, sightings, upstream, or all") }
         guard upstreamDevices >= processes, upstreamDevices <= devices, upstreamInFlight >= 1, upstreamSessions >= 1 else {
             throw ValidationError("need --processes ≤ --upstream-devices ≤ --devices, and --upstream-in-flight and --upstream-sessions ≥ 1")
@@ -341,7 +355,7 @@ struct Server: AsyncParsableCommand {
             sqlite: engine != "postgres", postgres: engine != "sqlite", parts: chosenParts ?? [], devices: devices, streams: streams,
             processes: processes, concurrency: concurrency, neighbours: neighbours, seconds: seconds, warmUp: warmUp,
             upstreamDevices: upstreamDevices, upstreamInFlight: upstreamInFlight, upstreamSessions: upstreamSessions,
-            seed: seed))
+            seed: seed, costRate: costRate, replicas: replicas))
     }
 }
 

@@ -3,7 +3,7 @@ import Synchronization
 import TestSupport
 
 /// nearby-server under load: real server processes, on SQLite or on a
-/// throwaway PostgreSQL cluster with one replica and with two, under the
+/// throwaway PostgreSQL cluster with one replica, then two and three, under the
 /// default `[http]` limits, driven by simulated devices that speak the device
 /// API directly (bench/server_load.py on aiohttp, a few processes) and by one
 /// application server on the XMPP endpoint. Each figure comes with a floor
@@ -15,7 +15,8 @@ enum ServerBenchmark {
     enum Part: String, Sendable, CaseIterable {
         /// The streams held, and the memory they take.
         case streams
-        /// Sighting reports at saturation, and found latency at half that rate (on open streams).
+        /// Sighting reports at saturation, found latency at half that rate (on open streams), and
+        /// CPU per report at one rate every deployment sustains.
         case sightings
         /// Upstream messages from devices' channels through one application server.
         case upstream
@@ -46,6 +47,11 @@ enum ServerBenchmark {
         /// XMPP sessions of the application server.
         var upstreamSessions = 4
         var seed = 1
+        /// Reports a second, in all, of the window that measures CPU per report: the same for every
+        /// deployment, below each one's saturation, so that the figures compare work and not contention.
+        var costRate = 400.0
+        /// PostgreSQL deployments of one replica up to this many.
+        var replicas = 3
 
         /// Whether the streams are opened: for their own figure, and for the sightings' found and lost.
         var opensStreams: Bool { parts.contains(.streams) || parts.contains(.sightings) }
@@ -64,6 +70,11 @@ enum ServerBenchmark {
         var replicas: Int {
             if case .postgres(let replicas) = self { return replicas }
             return 1
+        }
+
+        var isPostgres: Bool {
+            if case .postgres = self { return true }
+            return false
         }
 
         var description: String {
@@ -97,7 +108,7 @@ enum ServerBenchmark {
                 try await ensuring {
                     floor = try await PostgresFloor.measure(cluster, scripts, seconds: min(settings.seconds, 5))
                     progress("server: PostgreSQL floor: \(floor!.summary)")
-                    results += try await measure([.postgres(replicas: 1), .postgres(replicas: 2)], settings, scripts,
+                    results += try await measure((1...settings.replicas).map { .postgres(replicas: $0) }, settings, scripts,
                                                  cluster: cluster)
                 } finally: {
                     await cluster.stop()
@@ -125,6 +136,19 @@ enum ServerBenchmark {
         var sightings = Window()
         var healthPaced = Window()
         var sightingsPaced = Window()
+        /// Reports at `Settings.costRate`: CPU per report where no deployment is saturated.
+        var sightingsAtCostRate = Window()
+        /// The same `/v1/health` requests answered by nginx (``NginxFloor``) at the same concurrency.
+        var nginxHealth = Window()
+        /// The servers' CPU with the streams held and no request, over a window as long: what a report's
+        /// marginal cost is measured above.
+        var idle = CPUShares()
+
+        /// Each replica's CPU per report of the deployment at `Settings.costRate`, above its idle CPU.
+        var marginalMicrosecondsPerReport: [Double] {
+            let window = sightingsAtCostRate
+            return zip(window.cpu.servers, idle.servers).map { max($0 - $1, 0) / max(window.rate, 1) * 1e6 }
+        }
         var upstream: UpstreamResult?
     }
 
@@ -313,6 +337,15 @@ enum ServerBenchmark {
         let meter = CPUMeter(servers: replicas.map(\.process.pid), postgres: cluster, generator: load.pids)
         let perProcess = max(1, settings.concurrency / settings.processes)
         result.health = try await load.window(["kind": "health", "concurrency": perProcess], settings, meter)
+        // The HTTP floor's floor: the same requests of the same generator answered by nginx, one process.
+        let nginx = try await NginxFloor.start()
+        try await ensuring {
+            let nginxMeter = CPUMeter(servers: [nginx.process.pid], postgres: nil, generator: load.pids)
+            result.nginxHealth = try await load.window(["kind": "health", "concurrency": perProcess, "url": nginx.url], settings,
+                                                      nginxMeter)
+        } finally: {
+            await nginx.stop()
+        }
         result.sightings = try await load.window(["kind": "sightings", "concurrency": perProcess], settings, meter)
         progress("server: \(deployment): \(format(result.sightings.rate, 0)) reports/s at saturation, "
                  + "\(format(result.health.rate, 0)) health requests/s")
@@ -324,6 +357,21 @@ enum ServerBenchmark {
         let found = Sample(result.sightingsPaced.found)
         progress("server: \(deployment): found p50 \(format(found.p50, 2)) ms, p99 \(format(found.p99, 2)) ms "
                  + "at \(format(result.sightingsPaced.rate, 0)) reports/s")
+
+        // Figure 1b: CPU per report at one rate for every deployment. At saturation two replicas share the two
+        // cores with PostgreSQL and the generator, and contention (and smaller batches) inflates each one's
+        // CPU per report; at a rate all sustain, CPU per report is the work an operator multiplies.
+        // Held streams, lease rounds and timers cost CPU with no report at all: measured alone, and taken
+        // off, so that what remains is what a report adds.
+        let idleStart = meter.read()
+        try await Task.sleep(for: .seconds(settings.seconds))
+        result.idle = meter.shares(since: idleStart)
+        let costRate = settings.costRate / Double(settings.processes)
+        result.sightingsAtCostRate = try await load.window(["kind": "sightings", "rate": costRate], settings, meter)
+        let perReport = result.marginalMicrosecondsPerReport.map { format($0, 0) }
+        progress("server: \(deployment): idle \(result.idle.servers.map { format($0 * 100, 1) }.joined(separator: " + ")) % of a core; "
+                 + "at \(format(result.sightingsAtCostRate.rate, 0)) reports/s, server CPU µs per report above idle "
+                 + perReport.joined(separator: " + "))
     }
 
     /// The upstream figure: the first `upstreamDevices` moving devices open
@@ -788,6 +836,43 @@ extension ServerBenchmark {
             text += "| \(result.deployment) | \(format(window.rate, 0)) | \(format(events, 0)) | \(format(result.health.rate, 0)) | "
                 + "\(format(window.rate / max(result.health.rate, 1), 2)) | \(window.failed + result.health.failed) | "
                 + "\(shares(window.cpu)) (health: \(shares(result.health.cpu))) | \(perReport) |\n"
+        }
+        if !sightings.isEmpty {
+            text += """
+
+                The HTTP floor: GET /v1/health at saturation from the same generator, answered by the servers and by \
+                nginx (one process, a fixed 200, no access log):
+                | deployment | /v1/health requests/s | nginx requests/s | server CPU µs per request, all replicas | nginx CPU µs per request | server / nginx |
+                | --- | --- | --- | --- | --- | --- |
+
+                """
+        }
+        for result in sightings {
+            let server = result.health.cpu.servers.reduce(0, +) / max(result.health.rate, 1) * 1e6
+            let nginx = result.nginxHealth.cpu.servers.reduce(0, +) / max(result.nginxHealth.rate, 1) * 1e6
+            text += "| \(result.deployment) | \(format(result.health.rate, 0)) | \(format(result.nginxHealth.rate, 0)) | "
+                + "\(format(server, 1)) | \(format(nginx, 1)) | \(format(server / max(nginx, 0.001), 2)) |\n"
+        }
+        if !sightings.isEmpty {
+            text += """
+
+                CPU per report at \(format(settings.costRate, 0)) reports a second offered to every deployment (below each one's \
+                saturation), above each server's CPU with the streams held and no request (idle, over a window as long); \
+                each replica's against one replica's of the same engine:
+                | deployment | reports/s answered | server CPU % idle, each replica | server CPU µs per report above idle, each replica | each replica / one replica | all replicas / one replica |
+                | --- | --- | --- | --- | --- | --- |
+
+                """
+        }
+        for result in sightings {
+            let perReport = result.marginalMicrosecondsPerReport
+            let single = sightings.first { $0.deployment.replicas == 1 && $0.deployment.isPostgres == result.deployment.isPostgres }
+                .map { $0.marginalMicrosecondsPerReport.reduce(0, +) }
+            let each = single.map { one in perReport.map { format($0 / max(one, 1), 2) }.joined(separator: " + ") } ?? ""
+            let all = single.map { format(perReport.reduce(0, +) / max($0, 1), 2) } ?? ""
+            text += "| \(result.deployment) | \(format(result.sightingsAtCostRate.rate, 0)) | "
+                + "\(result.idle.servers.map { format($0 * 100, 1) }.joined(separator: " + ")) | "
+                + "\(perReport.map { format($0, 0) }.joined(separator: " + ")) | \(each) | \(all) |\n"
         }
         if !sightings.isEmpty {
             text += """

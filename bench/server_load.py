@@ -49,6 +49,8 @@ Commands (`id` is echoed):
   {"id": 5, "do": "run", "kind": "health"|"sightings", "warmup": W, "seconds": S,
    "concurrency": C}                             closed loop: C requests in flight
   {"id": 6, "do": "run", ..., "rate": R}         open loop: R requests a second, with latencies
+  {"id": 6, "do": "run", "kind": "health", "url": U, ...}   GET U/v1/health instead of the servers'
+                                                 (another HTTP server, measured as a floor)
   {"id": 7, "do": "urls", "urls": [...]}         the server(s) moved (restarted on other ports)
   {"id": 8, "do": "channels", "count": N, "within": S}   open the first N moving devices' channels
   {"id": 9, "do": "upstream-start", "in_flight": K, "warmup": W, "within": S}
@@ -208,6 +210,7 @@ class Worker:
         self.idle = [Device(args.devices + i, args.seed) for i in range(args.idle)]
         self.by_token = {}
         self.next_url = 0
+        self.floor_url = None  # another server that "health" asks instead, for a floor
         self.requests = None
         self.stream_sessions = {}
         self.measuring = False
@@ -422,7 +425,7 @@ class Worker:
 
     async def health(self, device, latencies):
         start = time.perf_counter()
-        async with self.requests.get(self.url() + "/v1/health") as answer:
+        async with self.requests.get((self.floor_url or self.url()) + "/v1/health") as answer:
             await answer.read()
             return answer.status, start
 
@@ -446,6 +449,7 @@ class Worker:
         if not devices:
             return {"error": "no device with an open stream"}
         tally = collections.Counter()
+        self.floor_url = command.get("url")
         latencies = [] if "rate" in command else None
         self.found_latencies = []
         for device in devices:
