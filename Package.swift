@@ -290,6 +290,12 @@ let package = Package(
             name: "nearby-modem",
             dependencies: ["AudioModem", "NearbyCore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        // examples/chat.py's twin on the Swift library; SwiftExampleTests runs it.
+        .executableTarget(
+            name: "chat-example",
+            dependencies: ["NearbyMessages", "DBus", .product(name: "UnixSignals", package: "swift-service-lifecycle")],
+            path: "examples/swift-chat"
+        ),
         // Opens one PCM and prints the outcome; ALSATests run it under another uid.
         .executableTarget(name: "alsa-probe", dependencies: ["ALSA"]),
         // Benchmarks: the real programs in a simulated cluster, against reference
@@ -370,7 +376,8 @@ let package = Package(
         // Starts the real programs: the executables are dependencies so that they are built.
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["NearbyMessages", "NearbyBusContract", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl"],
+            dependencies: ["NearbyMessages", "NearbyBusContract", "DBus", "TestSupport", "nearbyd", "nearby-server", "nearby-air", "nearbyctl",
+                           "chat-example"],
             exclude: ["python"]
         ),
     ],

@@ -110,6 +110,29 @@ import TestSupport
         }
     }
 
+    /// examples/swift-chat, the same small app on the Swift library, with
+    /// examples/chat.py on the other device: each sees the other come, and go.
+    @Test func theSwiftChatExampleMeetsThePythonOne() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("chat")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let b = try await cluster.addDevice("B", at: (1, 0))
+            let example = Self.root.appendingPathComponent("examples/chat.py").path
+            let python = Self.root.appendingPathComponent(".build/venv/bin/python").path
+            let alice = try await ChildProcess(name: "chat-example alice", executable: Programs.path("chat-example"),
+                                               arguments: ["alice", "--api-key", key, "--bus", a.busAddress])
+            let bob = try await ChildProcess(name: "chat bob", executable: python,
+                                             arguments: [example, "bob", "--api-key", key, "--bus", b.busAddress],
+                                             environment: ["PYTHONUNBUFFERED": "1"])
+            try await alice.waitForLine(containing: "here: bob is here (")
+            try await bob.waitForLine(containing: "here: alice is here (")
+            await bob.stop()
+            try await alice.waitForLine(containing: "gone: bob is here")
+            alice.signal(SIGTERM)
+            #expect(try await alice.waitForExit(within: 10) == 0, "\(alice.output)")
+        }
+    }
+
     /// Signals forged by another user's program, addressed to the client (a
     /// message found on its subscription's path, and a claim that nearbyd's
     /// name went to the forger) are not believed; nearbyd's own are.
