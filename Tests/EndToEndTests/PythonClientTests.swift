@@ -87,6 +87,25 @@ import TestSupport
         }
     }
 
+    /// The app's background through the client: set, heard back as a
+    /// change, and only the publication with `allow_in_background` keeps
+    /// running meanwhile; back in the foreground both run.
+    @Test func theBackgroundIsSetHeardAndObeyed() async throws {
+        try await withCluster { cluster in
+            let key = try await cluster.createProject("python")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let client = try await Self.client(["background", a.busAddress, key])
+            #expect(try await client.waitForExit(within: 30) == 0, "\(client.output)")
+            let lines = client.lines.values.filter { $0.contains(#""event": "background""#) }
+            #expect(lines.count == 2, "\(client.output)")
+            guard lines.count == 2 else { return }
+            #expect(lines[0].contains(#""changed": true"#) && lines[0].contains(#""now": true"#), "\(lines[0])")
+            #expect(lines[0].contains(#""foreground": "inactive""#) && !lines[0].contains(#""anyway": "inactive""#), "\(lines[0])")
+            #expect(lines[1].contains(#""changed": false"#) && lines[1].contains(#""now": false"#), "\(lines[1])")
+            #expect(!lines[1].contains(#""inactive""#), "\(lines[1])")
+        }
+    }
+
     /// examples/chat.py, the small app on the client, on two devices: each
     /// sees the other come, and go.
     @Test func theChatExampleSeesWhoComesAndGoes() async throws {

@@ -8,6 +8,8 @@
                                             revoke and grant the app's permission
   python_client.py beacons BUS KEY          subscribe to the project's beacons' attachments,
                                             then, one found, to raw beacons; print what is found
+  python_client.py background BUS KEY       publish twice (one with allow_in_background), go to the
+                                            background and back, print each change and the statuses
 
 Prints one JSON line per event: {"event": "published"|"subscribed"|"found"|"lost",
 "text", "medium", "distance"}, and {"event": "error", "name", "message"} when a
@@ -18,7 +20,7 @@ import json
 import signal
 import sys
 
-from nearby import MessageManager, NearbyError, Upstream, status
+from nearby import MessageManager, NearbyError, Strategy, Upstream, status
 
 
 def say(**fields):
@@ -43,12 +45,27 @@ async def upstream(bus, key, to):
     await manager.release()
 
 
+async def background(bus, key):
+    changes = asyncio.Queue()
+    manager = await MessageManager.create(key, app_id="org.example.PythonClient", bus_address=bus,
+                                          on_background_changed=changes.put_nowait)
+    foreground = await manager.publish(b"in the foreground", type="chat")
+    anyway = await manager.publish(b"in the background too", type="chat",
+                                   strategy=Strategy(mediums=["ble"], allow_in_background=True))
+    for wanted in (True, False):
+        await manager.set_background(wanted)
+        # nearbyd changes the objects' statuses before it answers the Set.
+        say(event="background", changed=await asyncio.wait_for(changes.get(), 10), now=await manager.background(),
+            foreground=(await foreground.status())[0], anyway=(await anyway.status())[0])
+    await manager.release()
+
+
 async def main(role, bus, key, *rest):
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    if role == "upstream":
+    if role in ("upstream", "background"):
         try:
-            await upstream(bus, key, rest[0])
+            await (upstream(bus, key, rest[0]) if role == "upstream" else background(bus, key))
         except NearbyError as error:
             say(event="error", name=error.name, message=error.message)
         return

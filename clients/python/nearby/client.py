@@ -236,10 +236,16 @@ class MessageManager:
     publishes and subscribes to, its permission and error state. Made again,
     with its publications and subscriptions, when nearbyd restarts."""
 
-    def __init__(self, bus: MessageBus, api_key: str, params: dict[str, Variant], upstream: Upstream | None = None) -> None:
+    def __init__(self, bus: MessageBus, api_key: str, params: dict[str, Variant], upstream: Upstream | None = None,
+                 on_permission_changed: Callable[[bool], None] | None = None,
+                 on_background_changed: Callable[[bool], None] | None = None) -> None:
         self.bus = bus
         self.upstream = upstream or Upstream()
+        self.on_permission_changed = on_permission_changed
+        self.on_background_changed = on_background_changed
         self.direct_channel = False
+        # What the app set, set again on a restarted nearbyd (None: never set).
+        self.background_wish: bool | None = None
         self.api_key = api_key
         self.params = params
         self.path = ""
@@ -255,13 +261,18 @@ class MessageManager:
 
     @classmethod
     async def create(cls, api_key: str, app_id: str | None = None, bus_address: str | None = None,
-                     upstream: Upstream | None = None) -> MessageManager:
+                     upstream: Upstream | None = None, on_permission_changed: Callable[[bool], None] | None = None,
+                     on_background_changed: Callable[[bool], None] | None = None) -> MessageManager:
         """A manager on the system bus, or on the bus at `bus_address`;
-        `upstream` hears of its upstream messages and downstream ones.
+        `upstream` hears of its upstream messages and downstream ones;
+        `on_permission_changed` gets `PermissionGranted` each time it changes,
+        whoever changed it, and `on_background_changed` gets `Background`
+        each time it changes (set by the app, or by nearbyd as the user's
+        login session goes inactive or locked and back).
         Raises NearbyError when nearbyd refuses it or is not running."""
         bus = await (MessageBus(bus_address=bus_address) if bus_address else MessageBus(bus_type=BusType.SYSTEM)).connect()
         params = {"AppId": Variant("s", app_id)} if app_id else {}
-        manager = cls(bus, api_key, params, upstream)
+        manager = cls(bus, api_key, params, upstream, on_permission_changed, on_background_changed)
         bus.add_message_handler(manager._on_message)
         await manager._call_bus("AddMatch", "s", [f"type='signal',sender='{DBUS}',member='NameOwnerChanged',arg0='{BUS_NAME}'"])
         manager.owner = await manager._call_bus("GetNameOwner", "s", [BUS_NAME])
@@ -306,6 +317,18 @@ class MessageManager:
         """Records the user's decision for this app, as a settings panel would."""
         await self._set(self.path, MANAGER1, "PermissionGranted", Variant("b", granted))
 
+    async def background(self) -> bool:
+        """Whether the app is in the background now (`Background`): as it set
+        it, or because its login session is inactive or locked."""
+        return bool(await self._get(self.path, MANAGER1, "Background"))
+
+    async def set_background(self, background: bool) -> None:
+        """Tells nearbyd the app is in the background (or back): meanwhile only
+        its objects with `allow_in_background` run, on BLE alone, and the
+        others are `inactive` until it comes back. Set again on a restarted nearbyd."""
+        self.background_wish = background
+        await self._set(self.path, MANAGER1, "Background", Variant("b", background))
+
     async def set_direct_channel(self, wanted: bool) -> None:
         """Asks for the direct channel to nearby-server (`DirectChannel`): upstream
         messages go while it is open, downstream ones come through it."""
@@ -344,6 +367,13 @@ class MessageManager:
             return
         if not self.owner or message.sender != self.owner:
             return
+        if message.path == self.path and message.member == "PropertiesChanged" and message.body[0] == MANAGER1:
+            changed = message.body[1]
+            if "PermissionGranted" in changed and self.on_permission_changed:
+                self.on_permission_changed(bool(changed["PermissionGranted"].value))
+            if "Background" in changed and self.on_background_changed:
+                self.on_background_changed(bool(changed["Background"].value))
+            return
         if message.path == self.path and message.interface == UPSTREAM1:
             if message.member == "SendSucceeded" and self.upstream.succeeded:
                 self.upstream.succeeded(message.body[0])
@@ -374,6 +404,8 @@ class MessageManager:
 
     async def _make_again(self) -> None:
         self.path = await self._call(ROOT, NEARBY1, "CreateManager", "sa{sv}", [self.api_key, self.params])
+        if self.background_wish is not None:
+            await self._set(self.path, MANAGER1, "Background", Variant("b", self.background_wish))
         if self.direct_channel:
             await self._set(self.path, UPSTREAM1, "DirectChannel", Variant("b", True))
         for thing in list(self.objects):
