@@ -106,6 +106,26 @@ import TestSupport
         }
     }
 
+    /// With nobody else to ask (no agent, the `ask` policy), the app's own
+    /// permission dialog given to `publish` is asked, its yes recorded as
+    /// the app's decision; another connection calling the dialog is refused.
+    @Test func theAppsOwnPermissionDialogIsAskedAndOnlyByNearbyd() async throws {
+        try await withCluster(Cluster.Options(permissionPolicy: "ask")) { cluster in
+            let key = try await cluster.createProject("python")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let client = try await Self.client(["dialog", a.busAddress, key])
+            #expect(try await client.waitForExit(within: 30) == 0, "\(client.output)")
+            #expect(client.output.contains(#"{"event": "asked", "mediums": ["#), "\(client.output)")
+            #expect(client.output.contains(#"{"event": "published", "granted": true}"#), "\(client.output)")
+            #expect(client.output.contains(#""error": "org.freedesktop.DBus.Error.AccessDenied", "event": "forged""#), "\(client.output)")
+            let decision = try await runProgram("/usr/bin/busctl", [
+                "--address=\(a.busAddress)", "--json=short", "call", "org.nearbyd", "/org/nearbyd",
+                "org.nearbyd.Nearby1", "GetPermission", "sa{sv}", "org.example.PythonDialog", "0",
+            ]).output
+            #expect(decision.contains(#""DecidedBy":{"type":"s","data":"app"}"#), "\(decision)")
+        }
+    }
+
     /// examples/chat.py, the small app on the client, on two devices: each
     /// sees the other come, and go.
     @Test func theChatExampleSeesWhoComesAndGoes() async throws {

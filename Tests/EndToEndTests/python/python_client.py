@@ -10,6 +10,9 @@
                                             then, one found, to raw beacons; print what is found
   python_client.py background BUS KEY       publish twice (one with allow_in_background), go to the
                                             background and back, print each change and the statuses
+  python_client.py dialog BUS KEY           publish with the app's own permission dialog, which says
+                                            yes; print what it was asked, the decision, and what
+                                            another connection's call of the dialog is answered
 
 Prints one JSON line per event: {"event": "published"|"subscribed"|"found"|"lost",
 "text", "medium", "distance"}, and {"event": "error", "name", "message"} when a
@@ -19,6 +22,9 @@ import asyncio
 import json
 import signal
 import sys
+
+from dbus_fast import Message as DBusMessage
+from dbus_fast.aio import MessageBus
 
 from nearby import MessageManager, NearbyError, Strategy, Upstream, status
 
@@ -60,12 +66,30 @@ async def background(bus, key):
     await manager.release()
 
 
+async def dialog(bus, key):
+    async def ask(mediums):
+        say(event="asked", mediums=mediums)
+        return True
+    manager = await MessageManager.create(key, app_id="org.example.PythonDialog", bus_address=bus)
+    publication = await manager.publish(b"asked first", type="chat", permission_request=ask)
+    say(event="published", granted=await manager.permission_granted())
+    # Only nearbyd may answer for the app: another connection's call is refused.
+    other = await MessageBus(bus_address=bus).connect()
+    reply = await other.call(DBusMessage(destination=manager.bus.unique_name, path=publication.dialog,
+                                         interface="org.nearbyd.PermissionRequest1", member="Request",
+                                         signature="as", body=[["ble"]]))
+    say(event="forged", type=reply.message_type.name, error=reply.error_name)
+    other.disconnect()
+    await manager.release()
+
+
 async def main(role, bus, key, *rest):
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    if role in ("upstream", "background"):
+    if role in ("upstream", "background", "dialog"):
         try:
-            await (upstream(bus, key, rest[0]) if role == "upstream" else background(bus, key))
+            await {"upstream": lambda: upstream(bus, key, rest[0]), "background": lambda: background(bus, key),
+                   "dialog": lambda: dialog(bus, key)}[role]()
         except NearbyError as error:
             say(event="error", name=error.name, message=error.message)
         return

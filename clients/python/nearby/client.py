@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +21,11 @@ MANAGER1 = "org.nearbyd.Manager1"
 PUBLICATION1 = "org.nearbyd.Publication1"
 SUBSCRIPTION1 = "org.nearbyd.Subscription1"
 UPSTREAM1 = "org.nearbyd.Upstream1"
+PERMISSION_REQUEST1 = "org.nearbyd.PermissionRequest1"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 DBUS = "org.freedesktop.DBus"
+# Where a client's own objects for nearbyd to call live (NearbyBusContract.clientExportRoot).
+EXPORT_ROOT = "/org/nearbyd/client"
 
 logger = logging.getLogger("nearby")
 
@@ -92,6 +95,8 @@ class Strategy:
 
 
 Found = Callable[[Message, MessageInfo], None]
+PermissionRequest = Callable[[list[str]], Awaitable[bool]]
+"""The app's own permission dialog: given the mediums asked for, the user's yes or no."""
 
 
 class _Live:
@@ -152,6 +157,7 @@ class Publication(_Live):
     message: Message
     strategy: Strategy | None
     on_expired: Callable[[], None] | None
+    dialog: str | None = None
     path: str = ""
     ended: bool = False
 
@@ -169,6 +175,8 @@ class Publication(_Live):
             params["Namespace"] = Variant("s", self.message.namespace)
         if self.strategy is not None:
             params["Strategy"] = self.strategy.variant()
+        if self.dialog is not None:
+            params["PermissionRequestHandler"] = Variant("o", self.dialog)
         self.path = await self.manager._call(self.manager.path, MANAGER1, "Publish", "aysa{sv}",
                                              [self.message.content, self.message.type, params])
 
@@ -185,6 +193,7 @@ class Subscription(_Live):
     on_lost: Found | None
     on_expired: Callable[[], None] | None
     beacons: dict[str, Variant] | None = None
+    dialog: str | None = None
     path: str = ""
     ended: bool = False
     found: set[tuple[bytes, str, str]] = field(default_factory=set)
@@ -206,6 +215,8 @@ class Subscription(_Live):
             params["Namespace"] = Variant("s", self.namespace)
         if self.strategy is not None:
             params["Strategy"] = self.strategy.variant()
+        if self.dialog is not None:
+            params["PermissionRequestHandler"] = Variant("o", self.dialog)
         self.path = await self.manager._call(self.manager.path, MANAGER1, "Subscribe", "a{sv}", [params])
 
     def _signal(self, member: str, body: list[Any]) -> None:
@@ -258,6 +269,9 @@ class MessageManager:
         self._unclaimed: collections.deque[DBusMessage] = collections.deque(maxlen=256)
         self.released = False
         self._revival: asyncio.Task[None] | None = None
+        # The app's permission dialogs this client answers for nearbyd, by path.
+        self._dialogs: dict[str, PermissionRequest] = {}
+        self._answering: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def create(cls, api_key: str, app_id: str | None = None, bus_address: str | None = None,
@@ -280,18 +294,27 @@ class MessageManager:
         return manager
 
     async def publish(self, content: bytes, type: str = "", namespace: str = "", strategy: Strategy | None = None,
-                      on_expired: Callable[[], None] | None = None) -> Publication:
-        """Publishes `content` as a message of `type` (`Publish`)."""
-        publication = Publication(self, Message(content, type, namespace), strategy, on_expired)
+                      on_expired: Callable[[], None] | None = None,
+                      permission_request: PermissionRequest | None = None) -> Publication:
+        """Publishes `content` as a message of `type` (`Publish`).
+        `permission_request`, the app's own dialog, is asked instead of the
+        session's permission agent when the user has not decided yet whether
+        the app may use Nearby (dbus-api.md, "Permissions"); only nearbyd may
+        call it."""
+        publication = Publication(self, Message(content, type, namespace), strategy, on_expired,
+                                  self._dialog(permission_request))
         await publication._make()
         self._adopt(publication)
         return publication
 
     async def subscribe(self, type: str = "", namespace: str = "", strategy: Strategy | None = None,
                         on_found: Found | None = None, on_lost: Found | None = None,
-                        on_expired: Callable[[], None] | None = None) -> Subscription:
-        """Subscribes to messages of `type` (every type: empty) nearby (`Subscribe`)."""
-        subscription = Subscription(self, type, namespace, strategy, on_found, on_lost, on_expired)
+                        on_expired: Callable[[], None] | None = None,
+                        permission_request: PermissionRequest | None = None) -> Subscription:
+        """Subscribes to messages of `type` (every type: empty) nearby
+        (`Subscribe`); `permission_request` as for `publish`."""
+        subscription = Subscription(self, type, namespace, strategy, on_found, on_lost, on_expired,
+                                    dialog=self._dialog(permission_request))
         await subscription._make()
         self._adopt(subscription)
         return subscription
@@ -359,9 +382,11 @@ class MessageManager:
 
     # Signals: believed from nearbyd's owner only, for this manager's objects only.
 
-    def _on_message(self, message: DBusMessage) -> None:
+    def _on_message(self, message: DBusMessage) -> DBusMessage | bool | None:
+        if message.message_type == MessageType.METHOD_CALL and message.path in self._dialogs:
+            return self._dialog_called(message)
         if message.message_type != MessageType.SIGNAL:
-            return
+            return None
         if message.sender == DBUS and message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME:
             self._owner_changed(message.body[2])
             return
@@ -441,6 +466,41 @@ class MessageManager:
     def _forget(self, thing: Publication | Subscription) -> None:
         if thing in self.objects:
             self.objects.remove(thing)
+        if thing.dialog is not None:
+            self._dialogs.pop(thing.dialog, None)
+
+    # The app's permission dialogs, called by nearbyd.
+
+    def _dialog(self, answer: PermissionRequest | None) -> str | None:
+        """A path for nearbyd to call `answer` at, or None."""
+        if answer is None:
+            return None
+        path = f"{EXPORT_ROOT}/permission_request_{id(self)}_{len(self._dialogs) + 1}"
+        self._dialogs[path] = answer
+        return path
+
+    def _dialog_called(self, call: DBusMessage) -> DBusMessage | bool:
+        """Answers a call of a dialog: nearbyd's (the owner of `org.nearbyd`
+        now) alone, and `Request` alone; the answer comes when the app's
+        dialog has given it."""
+        if call.sender != self.owner:
+            return DBusMessage.new_error(call, "org.freedesktop.DBus.Error.AccessDenied", f"only nearbyd may call {call.path}")
+        if call.interface != PERMISSION_REQUEST1 or call.member != "Request" or call.signature != "as":
+            return DBusMessage.new_error(call, "org.freedesktop.DBus.Error.UnknownMethod",
+                                         f"{call.path} answers {PERMISSION_REQUEST1}.Request(as) alone")
+        answer = self._dialogs[call.path]
+
+        async def reply() -> None:
+            try:
+                granted = bool(await answer(list(call.body[0])))
+                await self.bus.send(DBusMessage.new_method_return(call, "b", [granted]))
+            except Exception as error:  # the app's dialog failed: nearbyd counts it as a no, for this call
+                await self.bus.send(DBusMessage.new_error(call, "org.nearbyd.Error.Failed", f"the app's dialog failed: {error}"))
+
+        task = asyncio.ensure_future(reply())
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+        return True
 
     # Calls.
 
