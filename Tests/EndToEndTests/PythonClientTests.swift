@@ -10,10 +10,10 @@ import TestSupport
 @Suite(.serialized, .timeLimit(.minutes(3))) struct PythonClientTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    static func client(_ arguments: [String]) async throws -> ChildProcess {
+    static func client(_ arguments: [String], takesInput: Bool = false) async throws -> ChildProcess {
         try await ChildProcess(name: "python-client", executable: root.appendingPathComponent(".build/venv/bin/python").path,
                                arguments: [root.appendingPathComponent("Tests/EndToEndTests/python/python_client.py").path] + arguments,
-                               environment: ["PYTHONUNBUFFERED": "1"])
+                               environment: ["PYTHONUNBUFFERED": "1"], takesInput: takesInput)
     }
 
     @Test func foundLostAndFoundAgainAfterTheDaemonRestarts() async throws {
@@ -123,6 +123,30 @@ import TestSupport
                 "org.nearbyd.Nearby1", "GetPermission", "sa{sv}", "org.example.PythonDialog", "0",
             ]).output
             #expect(decision.contains(#""DecidedBy":{"type":"s","data":"app"}"#), "\(decision)")
+        }
+    }
+
+    /// A permission agent on the client: asked (with the caller's user) for
+    /// an app nobody decided about, its yes recorded; another connection's
+    /// call refused; registered again by itself on a restarted nearbyd,
+    /// which asks it for the next app.
+    @Test func aPermissionAgentIsAskedAndRegistersAgainAfterARestart() async throws {
+        try await withCluster(Cluster.Options(permissionPolicy: "ask")) { cluster in
+            let key = try await cluster.createProject("python")
+            let a = try await cluster.addDevice("A", at: (0, 0))
+            let client = try await Self.client(["agent", a.busAddress, key], takesInput: true)
+            let asked = try await client.waitForLine(containing: #""event": "asked""#)
+            #expect(asked.contains(#""app_id": "org.example.PythonAgent0""#) && asked.contains(#""user": 0"#), "\(asked)")
+            try await client.waitForLine(containing: #"{"event": "published", "granted": true}"#)
+            let forged = try await client.waitForLine(containing: #""event": "forged""#)
+            #expect(forged.contains(#""error": "org.freedesktop.DBus.Error.AccessDenied""#), "\(forged)")
+
+            _ = try await cluster.restartDaemon("A")
+            client.send("again")
+            let again = try await client.waitForLine(containing: #""event": "asked""#, occurrence: 2, within: 30)
+            #expect(again.contains(#""app_id": "org.example.PythonAgent1""#), "\(again)")
+            #expect(try await client.waitForExit(within: 30) == 0, "\(client.output)")
+            #expect(!client.output.contains(#""event": "error""#), "\(client.output)")
         }
     }
 

@@ -10,6 +10,10 @@
                                             then, one found, to raw beacons; print what is found
   python_client.py background BUS KEY       publish twice (one with allow_in_background), go to the
                                             background and back, print each change and the statuses
+  python_client.py agent BUS KEY            register a permission agent that says yes; publish as an
+                                            app, print what the agent was asked and another
+                                            connection's call of it; then, for each line on stdin (after
+                                            a restart of nearbyd), publish as another app
   python_client.py dialog BUS KEY           publish with the app's own permission dialog, which says
                                             yes; print what it was asked, the decision, and what
                                             another connection's call of the dialog is answered
@@ -26,7 +30,7 @@ import sys
 from dbus_fast import Message as DBusMessage
 from dbus_fast.aio import MessageBus
 
-from nearby import MessageManager, NearbyError, Strategy, Upstream, status
+from nearby import MessageManager, NearbyError, PermissionAgent, Strategy, Upstream, status
 
 
 def say(**fields):
@@ -83,13 +87,40 @@ async def dialog(bus, key):
     await manager.release()
 
 
+async def agent(bus, key):
+    async def ask(request):
+        say(event="asked", app_id=request.app_id, mediums=request.mediums, user=request.details.get("User"))
+        return True
+    again = asyncio.Event()
+    registered = await PermissionAgent.register(ask, bus_address=bus, on_registered_again=again.set)
+    say(event="registered")
+    for number in range(2):
+        if number:
+            # The test restarts nearbyd, then writes a line; the agent registers again by itself.
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            await asyncio.wait_for(again.wait(), 20)
+            say(event="registered again")
+        manager = await MessageManager.create(key, app_id=f"org.example.PythonAgent{number}", bus_address=bus)
+        await manager.publish(b"asked the agent", type="chat")
+        say(event="published", granted=await manager.permission_granted())
+        await manager.release()
+        if not number:
+            other = await MessageBus(bus_address=bus).connect()
+            reply = await other.call(DBusMessage(destination=registered.bus.unique_name, path=registered.path,
+                                                 interface="org.nearbyd.PermissionAgent1", member="RequestPermission",
+                                                 signature="sasa{sv}", body=["org.example.Forged", ["ble"], {}]))
+            say(event="forged", type=reply.message_type.name, error=reply.error_name)
+            other.disconnect()
+    await registered.unregister()
+
+
 async def main(role, bus, key, *rest):
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    if role in ("upstream", "background", "dialog"):
+    if role in ("upstream", "background", "dialog", "agent"):
         try:
             await {"upstream": lambda: upstream(bus, key, rest[0]), "background": lambda: background(bus, key),
-                   "dialog": lambda: dialog(bus, key)}[role]()
+                   "dialog": lambda: dialog(bus, key), "agent": lambda: agent(bus, key)}[role]()
         except NearbyError as error:
             say(event="error", name=error.name, message=error.message)
         return

@@ -14,12 +14,14 @@ its publications and subscriptions are made again on the new one.
 """
 
 from .client import (
+    AgentRequest,
     Beacon,
     DaemonStatus,
     Message,
     MessageInfo,
     MessageManager,
     NearbyError,
+    PermissionAgent,
     Publication,
     Strategy,
     Subscription,
@@ -27,5 +29,5 @@ from .client import (
     status,
 )
 
-__all__ = ["Beacon", "DaemonStatus", "Message", "MessageInfo", "MessageManager", "NearbyError", "Publication", "Strategy",
-           "Subscription", "Upstream", "status"]
+__all__ = ["AgentRequest", "Beacon", "DaemonStatus", "Message", "MessageInfo", "MessageManager", "NearbyError",
+           "PermissionAgent", "Publication", "Strategy", "Subscription", "Upstream", "status"]

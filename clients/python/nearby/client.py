@@ -22,6 +22,7 @@ PUBLICATION1 = "org.nearbyd.Publication1"
 SUBSCRIPTION1 = "org.nearbyd.Subscription1"
 UPSTREAM1 = "org.nearbyd.Upstream1"
 PERMISSION_REQUEST1 = "org.nearbyd.PermissionRequest1"
+PERMISSION_AGENT1 = "org.nearbyd.PermissionAgent1"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 DBUS = "org.freedesktop.DBus"
 # Where a client's own objects for nearbyd to call live (NearbyBusContract.clientExportRoot).
@@ -531,3 +532,105 @@ class MessageManager:
         if reply.message_type == MessageType.ERROR:
             raise NearbyError(reply.error_name or "", reply.body[0] if reply.body else "")
         return reply.body[0] if reply.body else None
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """What nearbyd asks a permission agent: may the app `app_id` use
+    Nearby on `mediums`; `details` are the caller's user, process and bus
+    name and the app's usage descriptions (dbus-api.md, RequestPermission)."""
+
+    app_id: str
+    mediums: list[str]
+    details: dict[str, Any]
+
+
+class PermissionAgent:
+    """The user's permission agent (`org.nearbyd.PermissionAgent1`): nearbyd
+    asks it whether an app may use Nearby when its user has not decided and
+    the app brought no dialog of its own, as a desktop's prompt would.
+    Registered for the caller's login session, and again with a restarted
+    nearbyd; only nearbyd's calls are answered."""
+
+    def __init__(self, bus: MessageBus, answer: Callable[[AgentRequest], Awaitable[bool]],
+                 on_registered_again: Callable[[], None] | None = None) -> None:
+        self.bus = bus
+        self.answer = answer
+        self.on_registered_again = on_registered_again
+        self.path = f"{EXPORT_ROOT}/permission_agent_{id(self)}"
+        self.owner = ""
+        self.unregistered = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def register(cls, answer: Callable[[AgentRequest], Awaitable[bool]], bus_address: str | None = None,
+                       on_registered_again: Callable[[], None] | None = None) -> PermissionAgent:
+        """Registers `answer` as the agent of this process's login session,
+        on the system bus or at `bus_address`; `on_registered_again` is
+        called each time it is registered with a restarted nearbyd. Raises
+        NearbyError when nearbyd refuses it (another agent holds the
+        session, or it is not running)."""
+        bus = await (MessageBus(bus_address=bus_address) if bus_address else MessageBus(bus_type=BusType.SYSTEM)).connect()
+        agent = cls(bus, answer, on_registered_again)
+        bus.add_message_handler(agent._on_message)
+        await agent._call(DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", "s",
+                          [f"type='signal',sender='{DBUS}',member='NameOwnerChanged',arg0='{BUS_NAME}'"])
+        agent.owner = await agent._call(DBUS, "/org/freedesktop/DBus", DBUS, "GetNameOwner", "s", [BUS_NAME])
+        await agent._call(BUS_NAME, ROOT, NEARBY1, "RegisterPermissionAgent", "o", [agent.path])
+        return agent
+
+    async def unregister(self) -> None:
+        """Stops answering: nearbyd falls back on its default policy."""
+        if self.unregistered:
+            return
+        self.unregistered = True
+        try:
+            await self._call(BUS_NAME, ROOT, NEARBY1, "UnregisterPermissionAgent", "o", [self.path])
+        finally:
+            self.bus.disconnect()
+
+    def _on_message(self, message: DBusMessage) -> DBusMessage | bool | None:
+        if (message.message_type == MessageType.SIGNAL and message.sender == DBUS
+                and message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME):
+            self.owner = message.body[2]
+            if self.owner and not self.unregistered:
+                self._spawn(self._register_again())
+            return None
+        if message.message_type != MessageType.METHOD_CALL or message.path != self.path:
+            return None
+        if message.sender != self.owner:
+            return DBusMessage.new_error(message, "org.freedesktop.DBus.Error.AccessDenied", f"only nearbyd may call {self.path}")
+        if message.interface != PERMISSION_AGENT1 or message.member != "RequestPermission" or message.signature != "sasa{sv}":
+            return DBusMessage.new_error(message, "org.freedesktop.DBus.Error.UnknownMethod",
+                                         f"{self.path} answers {PERMISSION_AGENT1}.RequestPermission(sasa{{sv}}) alone")
+        app_id, mediums, details = message.body
+        request = AgentRequest(app_id, list(mediums), {key: value.value for key, value in details.items()})
+
+        async def reply() -> None:
+            try:
+                granted = bool(await self.answer(request))
+                await self.bus.send(DBusMessage.new_method_return(message, "b", [granted]))
+            except Exception as error:  # the prompt failed: nearbyd counts it as a no, for this request
+                await self.bus.send(DBusMessage.new_error(message, "org.nearbyd.Error.Failed", f"the agent failed: {error}"))
+
+        self._spawn(reply())
+        return True
+
+    async def _register_again(self) -> None:
+        try:
+            await self._call(BUS_NAME, ROOT, NEARBY1, "RegisterPermissionAgent", "o", [self.path])
+        except NearbyError as error:
+            logger.warning("nearbyd restarted, and registering the permission agent again failed: %s", error)
+            return
+        if self.on_registered_again:
+            self.on_registered_again()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, destination: str, path: str, interface: str, member: str, signature: str, body: list[Any]) -> Any:
+        reply = await self.bus.call(DBusMessage(destination=destination, path=path, interface=interface, member=member,
+                                                signature=signature, body=body))
+        return MessageManager._answer(reply)
