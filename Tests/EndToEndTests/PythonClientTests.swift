@@ -150,21 +150,26 @@ import TestSupport
         }
     }
 
+    /// The chat examples' project and two devices 1 m apart.
+    static func chatDevices(_ cluster: Cluster) async throws -> (key: String, a: Cluster.Device, b: Cluster.Device) {
+        (try await cluster.createProject("chat"), try await cluster.addDevice("A", at: (0, 0)), try await cluster.addDevice("B", at: (1, 0)))
+    }
+
+    /// examples/chat.py as `name` on `device`.
+    static func pythonChat(_ name: String, on device: Cluster.Device, key: String) async throws -> ChildProcess {
+        try await ChildProcess(name: "chat \(name)", executable: root.appendingPathComponent(".build/venv/bin/python").path,
+                               arguments: [root.appendingPathComponent("examples/chat.py").path, name, "--api-key", key,
+                                           "--bus", device.busAddress],
+                               environment: ["PYTHONUNBUFFERED": "1"])
+    }
+
     /// examples/chat.py, the small app on the client, on two devices: each
     /// sees the other come, and go.
     @Test func theChatExampleSeesWhoComesAndGoes() async throws {
         try await withCluster { cluster in
-            let key = try await cluster.createProject("chat")
-            let a = try await cluster.addDevice("A", at: (0, 0))
-            let b = try await cluster.addDevice("B", at: (1, 0))
-            let example = Self.root.appendingPathComponent("examples/chat.py").path
-            let python = Self.root.appendingPathComponent(".build/venv/bin/python").path
-            let alice = try await ChildProcess(name: "chat alice", executable: python,
-                                               arguments: [example, "alice", "--api-key", key, "--bus", a.busAddress],
-                                               environment: ["PYTHONUNBUFFERED": "1"])
-            let bob = try await ChildProcess(name: "chat bob", executable: python,
-                                             arguments: [example, "bob", "--api-key", key, "--bus", b.busAddress],
-                                             environment: ["PYTHONUNBUFFERED": "1"])
+            let (key, a, b) = try await Self.chatDevices(cluster)
+            let alice = try await Self.pythonChat("alice", on: a, key: key)
+            let bob = try await Self.pythonChat("bob", on: b, key: key)
             try await alice.waitForLine(containing: "here: bob is here (")
             try await bob.waitForLine(containing: "here: alice is here (")
             await alice.stop()
@@ -177,16 +182,10 @@ import TestSupport
     /// examples/chat.py on the other device: each sees the other come, and go.
     @Test func theSwiftChatExampleMeetsThePythonOne() async throws {
         try await withCluster { cluster in
-            let key = try await cluster.createProject("chat")
-            let a = try await cluster.addDevice("A", at: (0, 0))
-            let b = try await cluster.addDevice("B", at: (1, 0))
-            let example = Self.root.appendingPathComponent("examples/chat.py").path
-            let python = Self.root.appendingPathComponent(".build/venv/bin/python").path
+            let (key, a, b) = try await Self.chatDevices(cluster)
             let alice = try await ChildProcess(name: "chat-example alice", executable: Programs.path("chat-example"),
                                                arguments: ["alice", "--api-key", key, "--bus", a.busAddress])
-            let bob = try await ChildProcess(name: "chat bob", executable: python,
-                                             arguments: [example, "bob", "--api-key", key, "--bus", b.busAddress],
-                                             environment: ["PYTHONUNBUFFERED": "1"])
+            let bob = try await Self.pythonChat("bob", on: b, key: key)
             try await alice.waitForLine(containing: "here: bob is here (")
             try await bob.waitForLine(containing: "here: alice is here (")
             await bob.stop()

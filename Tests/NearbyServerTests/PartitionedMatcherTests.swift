@@ -132,6 +132,24 @@ import Testing
         #expect(cluster.mailbox.take().isEmpty, "C serves no partition, A is the sender, B is not alive")
     }
 
+    /// B finds the publisher's message through A, then C takes the
+    /// publisher's partition without a hand-over (every replica's round
+    /// sees it, A still alive): where the stale-home tests start. B's
+    /// stream, its found read.
+    static func foundOnBThenThePublisherTakenByC() async throws -> (Cluster, StreamOutputs.AsyncIterator) {
+        var cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+        await cluster.pubHearsSub()
+        await cluster.deliver()
+        var found = false
+        if case .event(.found) = await outputs.next() { found = true }
+        try #require(found, "expected found on B")
+        cluster.owners[Partition.of(device: "pub")] = "C"
+        await cluster.round()
+        return (cluster, outputs)
+    }
+
     /// The publisher's partition is taken by C without a hand-over (A's
     /// leases lapsed while the database was away, A still alive): A keeps
     /// its edge until it times out, but once C, now serving the publisher,
@@ -139,15 +157,7 @@ import Testing
     /// goes; taken again (A's sync came late), it goes when C says the edge
     /// ended, and B loses at once, not when A's edge would time out.
     @Test func anEdgeMadeByTheObserversNewReplicaSupersedesTheFormerOnes() async throws {
-        var cluster = await Cluster()
-        let stream = try #require(await cluster["B"].openStream(device: "sub"))
-        var outputs = stream.outputs.makeAsyncIterator()
-        await cluster.pubHearsSub()
-        await cluster.deliver()
-        guard case .event(.found) = await outputs.next() else { Issue.record("expected found on B"); return }
-
-        cluster.owners[Partition.of(device: "pub")] = "C"
-        await cluster.round()
+        var (cluster, outputs) = try await Self.foundOnBThenThePublisherTakenByC()
         let heard = SeenEdge(observed: "sub", token: Cluster.token(1), medium: .ble, rssi: -50, distance: 1)
         await cluster["C"].applySightings(observer: "pub", seen: [heard], gone: [], atMs: cluster.clock.nowMs)
         await cluster.deliver()
@@ -168,15 +178,7 @@ import Testing
     /// hears the subscriber: C holds only A's copy (sent when C took the
     /// partition), drops it and tells B, which loses at once.
     @Test func anEndReportedToTheObserversNewReplicaEndsTheFormerOnesEdge() async throws {
-        var cluster = await Cluster()
-        let stream = try #require(await cluster["B"].openStream(device: "sub"))
-        var outputs = stream.outputs.makeAsyncIterator()
-        await cluster.pubHearsSub()
-        await cluster.deliver()
-        guard case .event(.found) = await outputs.next() else { Issue.record("expected found on B"); return }
-
-        cluster.owners[Partition.of(device: "pub")] = "C"
-        await cluster.round()
+        var (cluster, outputs) = try await Self.foundOnBThenThePublisherTakenByC()
         await cluster["A"].resendEdges(to: "C")
         await cluster.deliver()
         #expect(await cluster["C"].copyCount == 1, "A's edge, sent to the publisher's replica now")
