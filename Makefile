@@ -162,12 +162,14 @@ bench-modem: setup
 	bench/modem-compare
 
 # nearby-server alone under load (about 10 minutes; also in `bench`): its
-# generator (bench/server_load.py) is aiohttp, and its PostgreSQL runs use
-# postgresql's pgbench and psql. BENCH_SERVER_ARGS picks what to run, e.g.
+# devices are nearby-load (SwiftNIO, built with nearby-bench), its
+# application server and floors bench/server_load.py (Python, no package
+# beyond the standard library), and its PostgreSQL runs use postgresql's
+# pgbench and psql. BENCH_SERVER_ARGS picks what to run, e.g.
 # `--parts upstream` (nearby-bench server --help).
 BENCH_SERVER_ARGS ?=
 .PHONY: bench-server
-bench-server: PACKAGES += python3-aiohttp nginx
+bench-server: PACKAGES += nginx
 bench-server: STATIC_PROGRAMS := nearby-server
 bench-server: setup static-programs
 	$(SWIFT) build -c release --product nearby-bench

@@ -303,12 +303,28 @@ let package = Package(
         .executableTarget(
             name: "nearby-bench",
             dependencies: [
-                "NearbyMessages", "DBus", "TestSupport",
+                "NearbyMessages", "DBus", "TestSupport", "nearby-load",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "bench",
-            exclude: ["reference", "modem-compare", "ccs_appserver.py", "nearbyd_calls.py", "soak_clients.py", "soak_devices.py",
+            exclude: ["nearby-load", "reference", "modem-compare", "ccs_appserver.py", "nearbyd_calls.py", "soak_clients.py", "soak_devices.py",
                       "isolation_load.py", "server_load.py"]
+        ),
+
+        // The load generator of `nearby-bench server`: simulated devices on
+        // SwiftNIO that speak nearby-server's device API.
+        .executableTarget(
+            name: "nearby-load",
+            dependencies: [
+                "ServerAPI", "NearbyCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "bench/nearby-load"
         ),
 
         // Helpers for tests that start real processes: a private dbus-daemon,

@@ -248,7 +248,7 @@ struct Server: AsyncParsableCommand {
             Starts nearby-server (--bin) on a temporary SQLite file, then on a throwaway PostgreSQL cluster \
             (durable: fsync on) with one replica, then two, up to --replicas (load split across them), each on a new database, \
             under the default [http] limits (max-connections 16384, max-connections-per-address 256). \
-            --processes generator processes (bench/server_load.py, aiohttp) register the devices: --devices \
+            --processes generator processes (nearby-load, on SwiftNIO, built beside nearby-bench) register the devices: --devices \
             moving ones, which take a token, publish and subscribe, and the rest only to hold a stream, \
             --streams in all. Each moving device hears --neighbours others' tokens and each report changes one, \
             so an edge appears and one vanishes and found and lost reach its stream. Figures, each against a \
@@ -293,7 +293,7 @@ struct Server: AsyncParsableCommand {
     var streams = 10_000
 
     @Option(help: "Generator processes.")
-    var processes = 4
+    var processes = 2
 
     @Option(help: "Requests in flight at saturation, over all the generator's processes.")
     var concurrency = 64

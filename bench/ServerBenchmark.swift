@@ -5,7 +5,7 @@ import TestSupport
 /// nearby-server under load: real server processes, on SQLite or on a
 /// throwaway PostgreSQL cluster with one replica, then two and three, under the
 /// default `[http]` limits, driven by simulated devices that speak the device
-/// API directly (bench/server_load.py on aiohttp, a few processes) and by one
+/// API directly (nearby-load on SwiftNIO, a few processes) and by one
 /// application server on the XMPP endpoint. Each figure comes with a floor
 /// measured in the same run: the same server's `GET /v1/health` under the
 /// same generator, the application server's dry runs, and the engine's own
@@ -32,7 +32,7 @@ enum ServerBenchmark {
         /// Streams held at once in all, the moving devices' included; the rest are devices that only hold a stream.
         var streams = 10_000
         /// Generator processes.
-        var processes = 4
+        var processes = 2
         /// Requests in flight at saturation, over all the generator's processes.
         var concurrency = 64
         /// Tokens each moving device hears at once.
@@ -228,7 +228,7 @@ enum ServerBenchmark {
                 if cluster != nil { try await evenPartitions(database: database, among: replicas.count) }
             }
             try await start(deployments[0])
-            let load = try await LoadWorkers.start(scripts, settings, urls: replicas.map(\.url), apiKey: keys.apiKey)
+            let load = try await LoadWorkers.start(settings, urls: replicas.map(\.url), apiKey: keys.apiKey)
             workers = load
 
             let setup = try await load.command(["do": "setup"], within: 900)
@@ -569,8 +569,9 @@ private struct Replica: Sendable {
     }
 }
 
-/// The generator's processes (bench/server_load.py worker), driven by
-/// commands on their standard input and answering each with a line.
+/// The generator's processes (nearby-load; or the application server,
+/// server_load.py appserver), driven by commands on their standard input and
+/// answering each with a line.
 private final class LoadWorkers: Sendable {
     let processes: [ChildProcess]
     private let lastID = Mutex(0)
@@ -581,19 +582,26 @@ private final class LoadWorkers: Sendable {
         self.processes = processes
     }
 
+    /// The generator's program, built beside nearby-bench (a dependency of its target).
+    static var generator: String {
+        let bench = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: bench).deletingLastPathComponent().appendingPathComponent("nearby-load").path
+    }
+
     /// Starts the processes, sharing the devices among them.
-    static func start(_ scripts: LoadScripts, _ settings: ServerBenchmark.Settings, urls: [String], apiKey: String) async throws -> LoadWorkers {
+    static func start(_ settings: ServerBenchmark.Settings, urls: [String], apiKey: String) async throws -> LoadWorkers {
+        let generator = Self.generator
         var processes: [ChildProcess] = []
         do {
             for index in 0..<settings.processes {
                 let share = { (total: Int) in total / settings.processes + (index < total % settings.processes ? 1 : 0) }
                 let moving = share(settings.devices)
-                let process = try await scripts.start("server_load.py", [
-                    "worker", "--urls", urls.joined(separator: ","), "--key", apiKey, "--process", "\(index)",
+                let process = try await ChildProcess(name: "load-\(index)", executable: generator, arguments: [
+                    "--urls", urls.joined(separator: ","), "--key", apiKey, "--process", "\(index)",
                     "--devices", "\(moving)", "--idle", "\(max(0, share(settings.streams) - moving))",
                     "--neighbours", "\(settings.neighbours)", "--seed", "\(settings.seed)",
                     "--to", "\(ServerBenchmark.project)@\(ServerBenchmark.xmppDomain)",
-                ], as: .root, name: "load-\(index)", takesInput: true)
+                ], takesInput: true)
                 processes.append(process)
                 try await process.waitForLine(containing: #"{"ready": true}"#, within: 60)
             }
@@ -814,7 +822,7 @@ extension ServerBenchmark {
         var text = """
             nearby-server under load, under the default [http] limits: \(settings.devices) moving devices (\(settings.neighbours) tokens heard each, one \
             changed per report) and \(settings.streams) streams in all, from \(settings.processes) generator processes \
-            (bench/server_load.py); \(settings.concurrency) requests in flight at saturation; windows of \
+            (nearby-load); \(settings.concurrency) requests in flight at saturation; windows of \
             \(format(settings.seconds, 0)) s after \(format(settings.warmUp, 0)) s of warm-up. Generator, servers and PostgreSQL \
             share the machine's \(ProcessInfo.processInfo.activeProcessorCount) cores.
 

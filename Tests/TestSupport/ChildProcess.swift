@@ -11,6 +11,10 @@ import Synchronization
 public final class ChildProcess: Sendable {
     public let name: String
     public let lines = Inbox<String>()
+    /// The longest output line taken (a load generator's result, its
+    /// latencies, runs to a few hundred KiB); a longer one ends the reading of
+    /// the output, as swift-subprocess refuses it.
+    static let maxLineBytes = 16 << 20
     public let pid: Int32
     private let exited = Inbox<Int32>()
     private let runner: Task<Void, Never>
@@ -46,7 +50,7 @@ public final class ChildProcess: Sendable {
                                 for await line in inputLines { _ = try? await writer.write(line + "\n") }
                                 try? await writer.finish()
                             }
-                            for try await line in execution.standardOutput.strings() { lines.put(line) }
+                            for try await line in execution.standardOutput.strings(bufferingPolicy: .maxLineLength(Self.maxLineBytes)) { lines.put(line) }
                             group.cancelAll()
                         }
                     }.terminationStatus
@@ -54,7 +58,7 @@ public final class ChildProcess: Sendable {
                     status = try await run(configuration, input: .none, output: .sequence,
                                            error: .combinedWithOutput) { execution in
                         started.put(.success(Self.began(execution.processIdentifier.value)))
-                        for try await line in execution.standardOutput.strings() { lines.put(line) }
+                        for try await line in execution.standardOutput.strings(bufferingPolicy: .maxLineLength(Self.maxLineBytes)) { lines.put(line) }
                     }.terminationStatus
                 }
                 switch status {
