@@ -358,6 +358,8 @@ let package = Package(
             name: "NearbyServerTests",
             dependencies: [
                 "NearbyServer", "ServerAPI", "ConfigFile", "TestSupport", "SummarisedLog",
+                // The benchmark's generator, run against a real server (LoadGeneratorTests).
+                "nearby-load",
                 // The migration's tests read both engines' schemas and rows directly.
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
