@@ -609,6 +609,18 @@ actor Matcher {
         sendSync(to: other, of: partitions)
     }
 
+    /// This replica listens again after a break (the database was away):
+    /// what it sent meanwhile may have reached replicas that were not
+    /// listening either, and their asks for its edges may have been lost.
+    /// Every live replica is sent what it should hold of this replica's
+    /// edges, as ``resendEdges(to:)`` sends it. With the ask this replica
+    /// makes on joining, whichever of two replicas listens again last
+    /// repairs both directions.
+    func resendEdgesToEveryone() {
+        guard let routes else { return }
+        for other in routes.live.sorted() where other != replica { resendEdges(to: other) }
+    }
+
     /// Sends `other` every edge this replica is home to with a device of
     /// `partitions`, to hold in place of what it held from here there.
     private func sendSync(to other: String, of partitions: Set<Int>) {

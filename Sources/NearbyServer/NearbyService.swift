@@ -133,8 +133,10 @@ public final class NearbyService: Sendable {
         var edges: EdgeExchange?
         if leases != nil, let postgres = storage as? PostgresStorage {
             let exchange = EdgeExchange(storage: postgres, matcher: matcher, logger: logger) {
-                // Copies sent while this replica was not listening are lost to it: it asks for them all again.
+                // Copies sent while this replica was not listening are lost to it: it asks for them all again,
+                // and sends the others theirs (what it sent meanwhile may have found them not listening).
                 await wantEdges(of: await matcher.servedPartitions, matcher: matcher, feed: feed, logger: logger)
+                await matcher.resendEdgesToEveryone()
             }
             await matcher.routeEdges { exchange.send(to: $0, $1) }
             edges = exchange

@@ -14,7 +14,9 @@ import TestSupport
 /// PostgreSQL database find each other, and when one replica is killed its
 /// device's link and direct channel move to the other and go on working; a
 /// dead first URL costs one quick retry, not a backoff delay; when every URL
-/// fails, the reason names each. An application server (slixmpp) on one
+/// fails, the reason names each. Behind the shipped haproxy configuration,
+/// devices given only its shared port are served by their replicas through
+/// it and find each other. An application server (slixmpp) on one
 /// replica and a device's direct channel on the other exchange messages, and
 /// CCS's guarantees hold across a kill of the application server's replica.
 @BusActor
@@ -138,7 +140,7 @@ import TestSupport
     /// redirect its requests there (307), the owner asks for its secret (401).
     static func home(of device: String, among urls: [String]) async throws -> String? {
         for url in urls {
-            let answer = try await runProgram("/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}",
+            let answer = try await runProgram("/usr/bin/curl", ["-s", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}",
                                                                 "\(url)/v1/devices/\(device)/publications"])
             if answer.output == "401" { return url }
         }
@@ -193,7 +195,7 @@ import TestSupport
             #expect(try await Self.home(of: aDevice, among: urls) == aHome)
             _ = try await a.events.first(within: 20, "the first replica holds the publication") { $0.registers(helloID) }
             _ = try await channelOpen.first(within: 20, "the channel open") { $0 }
-            let token = try await a.events.first(within: 20, "A's token") { $0.token != nil }.token!
+            let token = try await a.events.first(within: 20, "A's token") { $0.issuedToken != nil }.issuedToken!
             b.link.send(.seen([Sighting(token: token, medium: .ble, rssi: -50, txPower: -59, seenAtMilliseconds: Self.nowMilliseconds)]))
             _ = try await b.events.first(within: 20, "B finds hello through the other replica") { $0.delivers("hello", to: subscriptionID) }
 
@@ -226,6 +228,80 @@ import TestSupport
         }
         for replica in replicas { await replica.process.stop() }
         await cluster.stop()
+    }
+
+    /// The shipped haproxy configuration (dist/haproxy/nearby-server.cfg)
+    /// in front of three replicas, and two devices given only haproxy's
+    /// shared port as `[server] url`: each is redirected to its replica's
+    /// own port at haproxy (its advertised-url) and served there, through
+    /// haproxy alone (the replicas take connections from 127.0.0.1 only with
+    /// haproxy's PROXY header), and B finds what A publishes once it hears A.
+    @Test(.enabled(if: HAProxy.isInstalled, "needs haproxy (/usr/sbin/haproxy): `make setup` installs it"))
+    func devicesBehindHAProxyAreServedByTheirReplicasAndFindEachOther() async throws {
+        defer { directory.remove() }
+        let cluster = try await PostgresCluster.start()
+        var replicas: [Replica] = []
+        var haproxy: ChildProcess?
+        var devices: [Device] = []
+        func stopAll() async {
+            for device in devices { await device.stop() }
+            haproxy?.signal(SIGKILL)
+            for replica in replicas { await replica.process.stop() }
+            await cluster.stop()
+        }
+        do {
+            let database = try await cluster.createDatabase()
+            let apiKey = try await createProject("replicas", database: database)
+            let ports = try HAProxy.freePorts(4)
+            for number in 1...3 {
+                replicas.append(try await Replica.start("nearby-server-\(number)", in: directory, database: database, configuration: """
+                    [http]
+                    proxy-protocol-from = ["127.0.0.1"]
+                    [replication]
+                    advertised-url = "http://127.0.0.1:\(ports[number])"
+                    lease-seconds = 3
+                    """))
+            }
+            try await withTimeout(60, "three replicas holding 86, 85 and 85 partitions") {
+                while try await Self.partitions(database).sorted() != [85, 85, 86] { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            let replicaPorts = try replicas.map { try #require(Int($0.url.split(separator: ":").last ?? "")) }
+            haproxy = try await HAProxy.start(ports: ports, replicaPorts: replicaPorts, in: directory.path)
+            let shared = "http://127.0.0.1:\(ports[0])"
+            let own = Set(ports.dropFirst().map { "http://127.0.0.1:\($0)" })
+
+            let publisher = try manager(uid: 1001, apiKey: apiKey)
+            let subscriber = try manager(uid: 1002, apiKey: apiKey)
+            let hello = try publication("hello", of: publisher)
+            let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
+                                                            strategy: Strategy(mediums: [.ble]), expiresAtMs: 0)
+            let (helloID, subscriptionID) = (hello.id, subscription.id)
+            let aEndpoints = endpoints([shared])
+            let aCredentials = credentials(aEndpoints)
+            let a = device(publisher.account, aEndpoints, aCredentials)
+            let b = device(subscriber.account, endpoints([shared]), credentials(endpoints([shared])))
+            devices = [a, b]
+            a.link.send(.publish(hello))
+            b.link.send(.subscribe(subscription))
+            // Each is served at its replica's own port, or at the shared one
+            // when haproxy's turn happened to be its replica's.
+            let aServer = try #require(try await a.events.first(within: 30, "A connected") { $0.server != nil }.server)
+            let bServer = try #require(try await b.events.first(within: 30, "B connected") { $0.server != nil }.server)
+            #expect(own.union([shared]).isSuperset(of: [aServer, bServer]), "A on \(aServer), B on \(bServer)")
+            _ = try await a.events.first(within: 20, "A's replica holds the publication") { $0.registers(helloID) }
+            let aDevice = try await aCredentials.registration(publisher.account, with: aEndpoints.current.client).device
+            let aHome = try #require(try await Self.home(of: aDevice, among: own.sorted()), "no replica serves A")
+            #expect(aServer == shared || aServer == aHome, "A on \(aServer), served by \(aHome)")
+            let token = try await a.events.first(within: 20, "A's token") { $0.issuedToken != nil }.issuedToken!
+            b.link.send(.seen([Sighting(token: token, medium: .ble, rssi: -50, txPower: -59, seenAtMilliseconds: Self.nowMilliseconds)]))
+            _ = try await b.events.first(within: 20, "B finds hello") { $0.delivers("hello", to: subscriptionID) }
+            // Checked every 2 s throughout: no replica was taken out.
+            #expect(haproxy?.lineCount(containing: " is DOWN") == 0, "\(haproxy?.output ?? "")")
+        } catch {
+            await stopAll()
+            throw error
+        }
+        await stopAll()
     }
 
     /// A publisher A served by one replica and a subscriber B served by the
@@ -276,7 +352,7 @@ import TestSupport
                 b.link.send(.subscribe(subscription))
                 let bHome = try #require(try await b.events.first(within: 20, "B connected") { $0.server != nil }.server)
                 guard bHome != aHome else { continue }
-                let token = try await b.events.first(within: 20, "B's token") { $0.token != nil }.token!
+                let token = try await b.events.first(within: 20, "B's token") { $0.issuedToken != nil }.issuedToken!
                 found = (b, subscription.id, token)
             }
             let (b, subscriptionID, bToken) = try #require(found, "ten subscribers all served by A's replica")
@@ -611,7 +687,9 @@ extension LinkEvent {
         return false
     }
 
-    var token: Token? {
+    /// The token the server issued, named apart from the case `token`, which
+    /// a closure over `LinkEvent` could take for it.
+    var issuedToken: Token? {
         if case .token(let token) = self { token } else { nil }
     }
 

@@ -132,6 +132,22 @@ import Testing
         #expect(cluster.mailbox.take().isEmpty, "C serves no partition, A is the sender, B is not alive")
     }
 
+    /// A replica listening again after a break sends every live replica
+    /// what it should hold of its edges: a put lost while the database was
+    /// away (and B's ask for it lost too) is made good, and B finds.
+    @Test func aReplicaListeningAgainSendsTheOthersTheirEdges() async throws {
+        let cluster = await Cluster()
+        let stream = try #require(await cluster["B"].openStream(device: "sub"))
+        var outputs = stream.outputs.makeAsyncIterator()
+
+        await cluster.pubHearsSub()
+        #expect(cluster.mailbox.take().count == 1, "the put, lost")
+        await cluster["A"].resendEdgesToEveryone()
+        #expect(await cluster.deliver() == 1, "one sync, to B alone: C serves no partition")
+        guard case .event(.found(let match)) = await outputs.next() else { Issue.record("expected found on B"); return }
+        #expect(match.source == "pub/p1")
+    }
+
     /// B finds the publisher's message through A, then C takes the
     /// publisher's partition without a hand-over (every replica's round
     /// sees it, A still alive): where the stale-home tests start. B's

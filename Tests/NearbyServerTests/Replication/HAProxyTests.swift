@@ -1,12 +1,7 @@
 import Foundation
-import NIOCore
-import NIOPosix
 import ServerAPI
 import Testing
 import TestSupport
-
-/// Debian's haproxy, which the Makefile's PACKAGES installs (`make setup`).
-private let haproxyPath = "/usr/sbin/haproxy"
 
 /// The shipped dist/haproxy/nearby-server.cfg in front of three real
 /// replicas on one PostgreSQL database, as an operator runs it: one port
@@ -16,7 +11,7 @@ private let haproxyPath = "/usr/sbin/haproxy"
 /// curl, or raw sockets where a connection must be held open; loopback
 /// addresses other than haproxy's (127.0.0.2, 127.0.0.3) stand for other
 /// devices' addresses.
-@Suite(.enabled(if: FileManager.default.isExecutableFile(atPath: haproxyPath),
+@Suite(.enabled(if: HAProxy.isInstalled,
                 "needs haproxy (/usr/sbin/haproxy): `make setup` installs it"),
        .postgresCluster, .serialized, .timeLimit(.minutes(3)))
 struct HAProxyTests {
@@ -40,57 +35,6 @@ struct HAProxyTests {
         try await runProgram("/usr/bin/curl", ["-s", "--max-time", "10"] + arguments).output
     }
 
-    /// `count` distinct ports free on 127.0.0.1 for haproxy to bind, chosen
-    /// before the replicas start (each advertises its port). They are taken
-    /// below Linux's ephemeral range (32768–60999 by default), from which
-    /// the kernel hands out ports for port 0 and for outgoing connections:
-    /// none of the many that the tests running beside this one open can
-    /// take them before haproxy binds them.
-    static func freePorts(_ count: Int) async throws -> [Int] {
-        var ports: [Int] = []
-        var held: [any Channel] = []
-        for _ in 0..<500 where ports.count < count {
-            let candidate = Int.random(in: 20_000..<32_768)
-            guard !ports.contains(candidate),
-                  let channel = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                    .bind(host: "127.0.0.1", port: candidate).get() else { continue }
-            held.append(channel)
-            ports.append(candidate)
-        }
-        for channel in held { try? await channel.close() }
-        try #require(ports.count == count, "no \(count) free ports on 127.0.0.1 between 20000 and 32767")
-        return ports
-    }
-
-    /// The shipped configuration with what this machine needs instead of
-    /// the operator's values, each a text the file must hold (so that a
-    /// change to the file fails here rather than leaving a placeholder in):
-    /// haproxy runs as whoever runs the tests (the chroot and the user
-    /// need root) and logs to its standard output; its ports (8080, 8081 to
-    /// 8083) are `ports` on 127.0.0.1; the replicas (127.0.0.1:9001 to 9003)
-    /// listen on `replicaPorts`.
-    static func configuration(ports: [Int], replicaPorts: [Int]) throws -> String {
-        let path = RepositoryFile.path("dist/haproxy/nearby-server.cfg")
-        var text = try String(contentsOfFile: path, encoding: .utf8)
-        var replacements = [
-            ("    log /dev/log local0\n", "    log stdout format raw local0\n"),
-            ("    chroot /var/lib/haproxy\n", ""),
-            ("    user haproxy\n", ""),
-            ("    group haproxy\n", ""),
-        ]
-        for (index, port) in ports.enumerated() {
-            replacements.append(("    bind :\(8080 + index)\n", "    bind 127.0.0.1:\(port)\n"))
-        }
-        for (index, port) in replicaPorts.enumerated() {
-            replacements.append(("127.0.0.1:\(9001 + index)", "127.0.0.1:\(port)"))
-        }
-        for (shipped, local) in replacements {
-            try #require(text.contains(shipped), "\(path) no longer has '\(shipped)'")
-            text = text.replacingOccurrences(of: shipped, with: local)
-        }
-        return text
-    }
-
     /// Runs `body` against three replicas (each at most two busy connections
     /// from one address) behind haproxy, once the replicas hold 86, 85 and
     /// 85 partitions and haproxy's health checks have passed on each:
@@ -98,7 +42,7 @@ struct HAProxyTests {
     static func withReplicasBehindHAProxy(_ body: (Deployment) async throws -> Void) async throws {
         let cluster = try #require(PostgresClusterTrait.current)
         let database = try await cluster.createDatabase()
-        let ports = try await freePorts(4)
+        let ports = try HAProxy.freePorts(4)
         try await withTemporaryDirectory { directory in
             var replicas: [ServerProcess] = []
             defer { for replica in replicas { replica.process.signal(SIGKILL) } }
@@ -123,17 +67,8 @@ struct HAProxyTests {
                 $0.replicas.count == 3 && $0.unowned == 0 && $0.replicas.map(\.partitions).sorted() == [85, 85, 86]
             }
 
-            let file = directory.appendingPathComponent("haproxy.cfg")
-            try Self.configuration(ports: ports, replicaPorts: replicas.map(\.port)).write(to: file, atomically: true, encoding: .utf8)
-            // -db: in the foreground, as the test's child.
-            let haproxy = try await ChildProcess(name: "haproxy", executable: haproxyPath, arguments: ["-f", file.path, "-db"])
+            let haproxy = try await HAProxy.start(ports: ports, replicaPorts: replicas.map(\.port), in: directory.path)
             defer { haproxy.signal(SIGKILL) }
-            // `option log-health-checks` logs each replica's first check.
-            // Each check begins with a PROXY v2 LOCAL header (no address),
-            // which a replica must take from a proxy-protocol-from address.
-            for index in 1...3 {
-                try await haproxy.waitForLine(containing: "Health check for server replicas/replica-\(index) succeeded", within: 30)
-            }
             do {
                 try await body(Deployment(database: database, replicas: replicas, haproxy: haproxy, ports: ports))
             } catch {
