@@ -338,7 +338,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "DaemonCoreTests", dependencies: ["DaemonCore", "NearbyBusContract", "NearbyCore", "ServerAPI", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "NearbyCoreTests", dependencies: ["NearbyCore", "NearbyBusContract"]),
-        .testTarget(name: "PartitionsTests", dependencies: ["Partitions"]),
+        .testTarget(name: "PartitionsTests", dependencies: ["Partitions", "NearbyCore"]),
         .testTarget(name: "BluetoothLETests", dependencies: ["BluetoothLE", "NearbyCore"]),
         .testTarget(name: "AudioModemTests", dependencies: ["AudioModem", "NearbyCore"]),
         .testTarget(name: "BeaconsTests", dependencies: ["Beacons", "NearbyCore"]),

@@ -112,6 +112,18 @@ import TestSupport
                                     strategy: Strategy(mediums: [.ble]), expiresAtMs: Self.nowMilliseconds + 3_600_000)
     }
 
+    /// Two apps of the project (uids 1001 and 1002): the first publishes
+    /// "hello" (a greeting), the second subscribes to greetings, both on BLE.
+    func helloAndItsSubscriber(apiKey: String) throws -> (publisher: Manager, subscriber: Manager, hello: Publication,
+                                                          subscription: Subscription) {
+        let publisher = try manager(uid: 1001, apiKey: apiKey)
+        let subscriber = try manager(uid: 1002, apiKey: apiKey)
+        let hello = try publication("hello", of: publisher)
+        let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
+                                                        strategy: Strategy(mediums: [.ble]), expiresAtMs: 0)
+        return (publisher, subscriber, hello, subscription)
+    }
+
     /// The replicas' partitions, with their leases renewed every second:
     /// a killed replica's are taken over within 4 s.
     static let quickLeases = "[replication]\nlease-seconds = 3\n"
@@ -166,11 +178,7 @@ import TestSupport
             let urls = replicas.map(\.url)
             // Both replicas hold their share before the devices come.
             try await Self.waitForHalfThePartitionsEach(database)
-            let publisher = try manager(uid: 1001, apiKey: apiKey)
-            let subscriber = try manager(uid: 1002, apiKey: apiKey)
-            let hello = try publication("hello", of: publisher)
-            let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
-                                                            strategy: Strategy(mediums: [.ble]), expiresAtMs: 0)
+            let (publisher, subscriber, hello, subscription) = try helloAndItsSubscriber(apiKey: apiKey)
             let (helloID, subscriptionID) = (hello.id, subscription.id)
 
             // Two daemons, each with both URLs, each starting on another replica.
@@ -270,11 +278,7 @@ import TestSupport
             let shared = "http://127.0.0.1:\(ports[0])"
             let own = Set(ports.dropFirst().map { "http://127.0.0.1:\($0)" })
 
-            let publisher = try manager(uid: 1001, apiKey: apiKey)
-            let subscriber = try manager(uid: 1002, apiKey: apiKey)
-            let hello = try publication("hello", of: publisher)
-            let subscription = try registry.addSubscription(to: subscriber, filter: MessageFilter(type: "greeting"),
-                                                            strategy: Strategy(mediums: [.ble]), expiresAtMs: 0)
+            let (publisher, subscriber, hello, subscription) = try helloAndItsSubscriber(apiKey: apiKey)
             let (helloID, subscriptionID) = (hello.id, subscription.id)
             let aEndpoints = endpoints([shared])
             let aCredentials = credentials(aEndpoints)

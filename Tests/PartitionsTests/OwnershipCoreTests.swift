@@ -1,3 +1,4 @@
+import NearbyCore
 import Partitions
 import Testing
 
@@ -159,7 +160,7 @@ private struct Replica {
     /// uneven intervals: at no instant do two replicas hold one partition,
     /// and once things are quiet every partition is held.
     @Test(arguments: [1, 2, 3, 4, 5] as [UInt64]) func neverTwoOwnersOfOnePartition(seed: UInt64) {
-        var random = SeededRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         var table = LeaseTable()
         var replicas: [Replica] = [Replica("r0")]
         var nextRound: [UInt64] = [0]
@@ -195,18 +196,5 @@ private struct Replica {
         let living = replicas.filter(\.alive)
         #expect(Set(living.flatMap(\.core.held)).count == 256)
         #expect(living.map(\.core.held.count).max()! - living.map(\.core.held.count).min()! <= 1)
-    }
-}
-
-/// splitmix64: the same sequence for a seed on every run.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -18,7 +18,7 @@ struct DeviceState {
     var channel: WebSocketConnection?
     /// The moving devices (by index) whose tokens the device hears now.
     var neighbours: [Int] = []
-    var random: SeededRandom
+    var random: SplitMix64
     /// Neighbour index → when the report that added it was sent, while latencies are taken.
     var pending: [Int: ContinuousClock.Instant] = [:]
     /// Whether one of its reports is out: a device's reports go in order.
@@ -30,30 +30,12 @@ struct DeviceState {
 
     init(index: Int, seed: Int) {
         self.index = index
-        random = SeededRandom(seed: UInt64(seed) &* 1_000_003 &+ UInt64(index))
+        random = SplitMix64(seed: UInt64(seed) &* 1_000_003 &+ UInt64(index))
     }
 
     var authorization: (String, String) { ("Authorization", "Bearer \(secret ?? "")") }
 
     var streamIsOpen: Bool { stream != nil && streamClosed == nil }
-}
-
-/// SplitMix64: a small generator whose sequence a seed fixes, so that a
-/// run's choices (neighbours, moves) repeat.
-struct SeededRandom: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
 
 /// Counts by name (outcomes, statuses, stream events), as the benchmark reads them.

@@ -240,24 +240,32 @@ final class LoadWorker: Sendable {
 
     private func open(within seconds: Double) async -> [String: Any] {
         let start = ContinuousClock.now
-        let deadline = start + .seconds(seconds)
         let outcomes = SharedCounts()
         let closed = state.withLock { $0.devices.filter { $0.id != nil && !$0.streamIsOpen }.map(\.index) }
+        await inLanes(closed, until: start + .seconds(seconds), outcomes: outcomes) { index in
+            await self.openStream(index, outcomes: outcomes)
+        }
+        return ["outcomes": outcomes.values, "open": openCount(), "seconds": self.seconds(since: start)]
+    }
+
+    /// Runs `body` for each of `indices`, `--setup-concurrency` at once, until
+    /// `deadline`: a lane that finds it passed stops, counted in `outcomes` as timed out.
+    private func inLanes(_ indices: [Int], until deadline: ContinuousClock.Instant, outcomes: SharedCounts,
+                         _ body: @escaping @Sendable (Int) async -> Void) async {
         let lanes = options.setupConcurrency
         await withTaskGroup(of: Void.self) { group in
             for lane in 0..<lanes {
                 group.addTask {
-                    for position in stride(from: lane, to: closed.count, by: lanes) {
+                    for position in stride(from: lane, to: indices.count, by: lanes) {
                         guard ContinuousClock.now < deadline else {
                             outcomes.add("timed out")
                             return
                         }
-                        await self.openStream(closed[position], outcomes: outcomes)
+                        await body(indices[position])
                     }
                 }
             }
         }
-        return ["outcomes": outcomes.values, "open": openCount(), "seconds": self.seconds(since: start)]
     }
 
     private func openStream(_ index: Int, outcomes: SharedCounts) async {
@@ -501,28 +509,15 @@ final class LoadWorker: Sendable {
 
     private func channels(count: Int, within seconds: Double) async -> [String: Any] {
         let start = ContinuousClock.now
-        let deadline = start + .seconds(seconds)
         let outcomes = SharedCounts()
         let chosen = state.withLock { $0.devices[..<min(count, options.devices)].filter { $0.id != nil && $0.channel == nil }.map(\.index) }
-        let lanes = options.setupConcurrency
-        await withTaskGroup(of: Void.self) { group in
-            for lane in 0..<lanes {
-                group.addTask {
-                    for position in stride(from: lane, to: chosen.count, by: lanes) {
-                        guard ContinuousClock.now < deadline else {
-                            outcomes.add("timed out")
-                            return
-                        }
-                        let index = chosen[position]
-                        let channel = await self.connect(index, "channel", outcomes: outcomes,
-                                                         received: { [self] frame in channelEvent(index, frame) },
-                                                         ended: { [self] code in channelEnded(index, code) })
-                        guard let channel else { continue }
-                        self.state.withLock { $0.devices[index].channel = channel }
-                        outcomes.add("opened")
-                    }
-                }
-            }
+        await inLanes(chosen, until: start + .seconds(seconds), outcomes: outcomes) { index in
+            let channel = await self.connect(index, "channel", outcomes: outcomes,
+                                             received: { [self] frame in channelEvent(index, frame) },
+                                             ended: { [self] code in channelEnded(index, code) })
+            guard let channel else { return }
+            self.state.withLock { $0.devices[index].channel = channel }
+            outcomes.add("opened")
         }
         return ["outcomes": outcomes.values, "open": openChannels().count, "seconds": self.seconds(since: start)]
     }
