@@ -44,7 +44,7 @@ struct NearbyBench: AsyncParsableCommand {
                        taken before; fails naming what is left, or resident memory
                        more than 10 % over its baseline. About 6 minutes.
             server     nearby-server alone under load from simulated devices
-                       speaking its HTTP and WebSocket API (bench/server_load.py),
+                       speaking its HTTP and WebSocket API (nearby-load, SwiftNIO),
                        on SQLite, and on a throwaway PostgreSQL with one replica
                        to three, under the default [http] limits: sighting
                        reports per second at saturation against the same
